@@ -1,0 +1,30 @@
+# The two commands of the README: `make demo` runs the main job on the embedded default,
+# `make test` runs the tests. Both create .venv/ at the repo root and install everything.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.installed
+
+$(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	# torch is pinned to the CPU wheel that lies on this kind of machine's disk
+	$(PIP) install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q -r requirements.txt -r requirements-dev.txt 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "is ignored" || true
+	$(PY) -c "import ttrl_lightning, torch, lightning, transformers; print('ttrl_lightning', ttrl_lightning.__version__, '| torch', torch.__version__)"
+	touch $(STAMP)
+
+.PHONY: install demo test test-all
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ttrl demo --out outputs/demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not slow" tests
+
+test-all: $(STAMP)
+	$(PY) -m pytest -q tests

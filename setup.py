@@ -1,0 +1,99 @@
+"""Build script for ttrl_lightning.
+
+Python code is plain; the compiled part lives in ``csrc/``:
+
+* the CPU extension ``ttrl_lightning._C`` (C++ with OpenMP) is built whenever ``csrc/`` has CPU sources;
+* the CUDA extension ``ttrl_lightning._C_cuda`` is built only when ``nvcc`` and a CUDA build of torch are
+  present.
+
+Environment switches:
+  TTRL_SKIP_CPU_BUILD=1   do not build the CPU extension
+  TTRL_SKIP_CUDA_BUILD=1  do not build the CUDA extension
+  TTRL_FORCE_CUDA_BUILD=1 build the CUDA extension even when no GPU is visible (needs nvcc + CUDA torch)
+  TTRL_CUDA_ARCHS="8.0;9.0"  architectures for the CUDA build (default "8.0;9.0", i.e. A100 and H100/H200)
+
+The package imports and works when no extension was built: every op has a PyTorch path.
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from setuptools import find_packages, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0").lower() in {"1", "true", "yes", "on"}
+
+
+def _extensions():
+    cpu_sources = sorted(glob.glob(os.path.join("csrc", "**", "*_cpu.cpp"), recursive=True))
+    cuda_sources = sorted(glob.glob(os.path.join("csrc", "**", "*_cuda.cu"), recursive=True))
+    if not cpu_sources and not cuda_sources:
+        return [], {}
+    try:
+        import torch
+        from torch.utils import cpp_extension
+    except ImportError:  # metadata-only builds (sdist) need no torch
+        return [], {}
+
+    exts = []
+    if cpu_sources and not _flag("TTRL_SKIP_CPU_BUILD"):
+        binding = [s for s in glob.glob(os.path.join("csrc", "bindings_cpu.cpp"))]
+        exts.append(
+            cpp_extension.CppExtension(
+                name="ttrl_lightning._C",
+                sources=binding + cpu_sources,
+                extra_compile_args={"cxx": ["-O3", "-fopenmp", "-std=c++17"]},
+                extra_link_args=["-fopenmp"],
+            )
+        )
+    has_nvcc = cpp_extension.CUDA_HOME is not None
+    cuda_torch = torch.version.cuda is not None
+    if cuda_sources and not _flag("TTRL_SKIP_CUDA_BUILD") and has_nvcc and cuda_torch:
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("TTRL_CUDA_ARCHS", "8.0;9.0"))
+        binding = [s for s in glob.glob(os.path.join("csrc", "bindings_cuda.cpp"))]
+        exts.append(
+            cpp_extension.CUDAExtension(
+                name="ttrl_lightning._C_cuda",
+                sources=binding + cuda_sources,
+                extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "--use_fast_math", "-std=c++17"]},
+            )
+        )
+    if not exts:
+        return [], {}
+    return exts, {"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=False)}
+
+
+ext_modules, cmdclass = _extensions()
+
+setup(
+    name="ttrl_lightning",
+    version="0.1.0",
+    description="Test-time RL and best-of-N answer selection for language and vision-language models, on Lightning",
+    long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["ttrl_lightning", "ttrl_lightning.*"]),
+    package_data={"ttrl_lightning": ["py.typed"]},
+    python_requires=">=3.10",
+    install_requires=[
+        line.strip()
+        for line in open(os.path.join(HERE, "requirements.txt"), encoding="utf-8")
+        if line.strip() and not line.startswith("#")
+    ],
+    extras_require={
+        "dev": [
+            line.strip()
+            for line in open(os.path.join(HERE, "requirements-dev.txt"), encoding="utf-8")
+            if line.strip() and not line.startswith("#")
+        ],
+        "gpu": ["flash-attn>=2.6"],
+        "retrieval": ["faiss-cpu>=1.8"],
+        "vllm": ["vllm"],
+    },
+    entry_points={"console_scripts": ["ttrl=ttrl_lightning.cli:main"]},
+    ext_modules=ext_modules,
+    cmdclass=cmdclass,
+)
