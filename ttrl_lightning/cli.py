@@ -13,6 +13,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
     "bon": ("ttrl_lightning.eval.cli:bon_main", "best-of-N evaluation of selection methods on a rollout pool"),
     "pool": ("ttrl_lightning.data.cli:pool_main", "rollout pools: `ttrl pool simulate|validate|convert`"),
+    "fit": ("ttrl_lightning.training_cli:fit_main", "train (LightningCLI): `ttrl fit --config configs/<phase>/<name>.yaml`"),
+    "validate": ("ttrl_lightning.training_cli:validate_main", "validate a model with a training config (LightningCLI)"),
     "demo": ("ttrl_lightning.demo:demo_main", "the README's main job on the embedded default (CPU)"),
 }
 

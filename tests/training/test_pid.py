@@ -1,0 +1,73 @@
+"""PID controller of beta (Pixelis appendix 6.1): a hand-computed step sequence and a simulated plant."""
+import pytest
+
+from ttrl_lightning.callbacks.pid import PIDController
+
+
+def test_matches_hand_computed_sequence():
+    c = PIDController(beta_0=0.1, target=0.15, kp=0.3, ki=0.05, kd=0.1, warmup_steps=2, smoothing=0.9)
+    # t=0: s=0.35, e=0.20, I=0.20, D=0 (first step), Kd=0 (warm-up): beta = 0.1 + 0.06 + 0.01 = 0.17
+    assert c.update(0.35) == pytest.approx(0.17, abs=1e-12)
+    # t=1: s=0.9*0.35+0.1*0.35=0.35, e=0.20, I=0.40, Kd=0 (warm-up): beta = 0.1 + 0.06 + 0.02 = 0.18
+    assert c.update(0.35) == pytest.approx(0.18, abs=1e-12)
+    # t=2: s=0.315+0.005=0.32, e=0.17, I=0.57, D=-0.03, Kd=0.1: beta = 0.1 + 0.051 + 0.0285 - 0.003 = 0.1765
+    assert c.update(0.05) == pytest.approx(0.1765, abs=1e-12)
+    assert (c.state.p_term, c.state.i_term, c.state.d_term) == pytest.approx((0.051, 0.0285, -0.003))
+    # t=3: s=0.288+0.005=0.293, e=0.143, I=0.713, D=-0.027: beta = 0.1 + 0.0429 + 0.03565 - 0.0027 = 0.17585
+    assert c.update(0.05) == pytest.approx(0.17585, abs=1e-12)
+    # KL below target lowers beta: from s=0.05 on, e=-0.1, the P term alone is -0.03
+    low = PIDController(beta_0=0.1, warmup_steps=0)
+    assert low.update(0.05) == pytest.approx(0.1 - 0.03 - 0.005)
+
+
+def test_clamps_integral_and_beta():
+    c = PIDController(beta_0=0.1, beta_max=100.0, integral_max=5.0)
+    for _ in range(200):
+        c.update(0.35)  # e = 0.2 every step
+    assert c.state.integral == pytest.approx(5.0)
+    assert c.beta == pytest.approx(0.1 + 0.3 * 0.2 + 0.05 * 5.0)
+    assert PIDController(beta_0=0.1).update(1e4) == 100.0
+    c = PIDController(beta_0=0.1)
+    for _ in range(200):
+        c.update(0.0)
+    assert c.state.integral == pytest.approx(-5.0)
+    assert c.beta == 1e-3
+    with pytest.raises(ValueError, match="non-finite"):
+        c.update(float("nan"))
+
+
+def test_state_dict_round_trip():
+    a = PIDController(beta_0=0.1, warmup_steps=1)
+    for k in (0.3, 0.2, 0.1):
+        a.update(k)
+    b = PIDController(beta_0=0.1, warmup_steps=1)
+    b.load_state_dict(a.state_dict())
+    assert [a.update(0.25), a.update(0.12)] == [b.update(0.25), b.update(0.12)]
+
+
+def simulate_plant(steps=1500, k_free=0.4, beta_half=0.1, rate=0.05, beta_0=0.1, target=0.15):
+    """First-order plant: KL relaxes (rate per step) toward k_free / (1 + beta / beta_half); KL starts at 0."""
+    c = PIDController(beta_0=beta_0, target=target)
+    kl, trace = 0.0, []
+    for _ in range(steps):
+        beta = c.update(kl)
+        kl = kl + rate * (k_free / (1 + beta / beta_half) - kl)
+        trace.append(kl)
+    rise = next(i for i, k in enumerate(trace) if k >= 0.9 * target)
+    overshoot = (max(trace) - target) / target
+    settle = next(i for i in range(steps) if all(0.10 <= k <= 0.20 for k in trace[i:]))
+    return trace, rise, overshoot, settle, c
+
+
+@pytest.mark.parametrize("k_free,beta_half,beta_0", [(0.4, 0.1, 0.1), (0.6, 0.1, 0.1), (0.4, 0.02, 0.05)])
+def test_settles_in_corridor_on_simulated_plant(k_free, beta_half, beta_0):
+    trace, rise, overshoot, settle, c = simulate_plant(k_free=k_free, beta_half=beta_half, beta_0=beta_0)
+    print(f"\nplant k_free={k_free} beta_half={beta_half} beta_0={beta_0}: rise time {rise} steps "
+          f"(to 90% of target), overshoot {overshoot:.1%} of target, in corridor from step {settle}, "
+          f"final KL {trace[-1]:.4f}, beta {c.beta:.4f}")
+    assert all(0.10 <= k <= 0.20 for k in trace[-300:])
+    assert trace[-1] == pytest.approx(0.15, abs=1e-3)  # integral action removes the steady-state error
+    assert rise < 200
+    # the KL the plant would reach at beta_0 without control is off target; the controller must have moved beta
+    open_loop = k_free / (1 + beta_0 / beta_half)
+    assert abs(open_loop - 0.15) > 0.02 and abs(c.beta - beta_0) > 1e-3

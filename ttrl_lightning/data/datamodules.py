@@ -1,0 +1,200 @@
+"""Lightning DataModules over generated tasks.
+
+* ``SFTDataModule``: tokenised traces with the masks ``SFTModule`` needs (``labels``, ``action_mask``,
+  ``obs_span``).
+* ``PromptDataModule``: batches of ``{"prompt": [...], "answer": [...]}`` for GRPO-style modules; the
+  module tokenises and rolls out.
+
+The tokenizer comes from the LightningModule (``trainer.lightning_module.tokenizer``) unless one is given,
+so a config names the model once.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader
+
+from ttrl_lightning.data.tasks import Segment, generate_prompts, generate_traces
+
+IGNORE_INDEX = -100
+
+
+def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]:
+    """Token ids and per-token masks of one trace, tokenising segment by segment.
+
+    Returns lists of equal length T:
+      ``input_ids``; ``loss_mask`` (1 on text/action tokens); ``action_mask`` (1 on action tokens);
+      ``obs_span`` (k >= 1 on the content tokens of the k-th tool output, 0 elsewhere; the ``<out>``/
+      ``</out>`` delimiters stay visible so the model still sees that a call returned).
+    """
+    ids: list[int] = []
+    loss: list[int] = []
+    act: list[int] = []
+    obs: list[int] = []
+    n_obs = 0
+
+    def add(text: str, loss_v: int, act_v: int, obs_v: int) -> None:
+        if not text:
+            return
+        t = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids.extend(t)
+        loss.extend([loss_v] * len(t))
+        act.extend([act_v] * len(t))
+        obs.extend([obs_v] * len(t))
+
+    for seg in segments:
+        if seg.kind == "prompt":
+            add(seg.text, 0, 0, 0)
+        elif seg.kind == "text":
+            add(seg.text, 1, 0, 0)
+        elif seg.kind == "action":
+            add(seg.text, 1, 1, 0)
+        elif seg.kind == "observation":
+            n_obs += 1
+            text = seg.text
+            if text.startswith("<out>") and text.endswith("</out>"):
+                add("<out>", 0, 0, 0)
+                add(text[len("<out>") : -len("</out>")], 0, 0, n_obs)
+                add("</out>", 0, 0, 0)
+            else:
+                add(text, 0, 0, n_obs)
+        else:
+            raise ValueError(f"unknown segment kind {seg.kind!r}")
+    if not ids:
+        raise ValueError("empty trace")
+    return {"input_ids": ids, "loss_mask": loss, "action_mask": act, "obs_span": obs}
+
+
+def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: int | None = None) -> dict:
+    """Right-pad encoded traces into a batch.
+
+    Returns ``input_ids, attention_mask, labels, action_mask, obs_span``: all ``[B, T]``; ``labels`` is
+    ``input_ids`` with ``IGNORE_INDEX`` where ``loss_mask`` is 0 (the module shifts by one).
+    """
+    if not items:
+        raise ValueError("empty batch")
+    T = max(len(x["input_ids"]) for x in items)
+    if max_length is not None:
+        T = min(T, max_length)
+    B = len(items)
+    out = {
+        "input_ids": torch.full((B, T), pad_id, dtype=torch.long),
+        "attention_mask": torch.zeros(B, T, dtype=torch.long),
+        "labels": torch.full((B, T), IGNORE_INDEX, dtype=torch.long),
+        "action_mask": torch.zeros(B, T, dtype=torch.bool),
+        "obs_span": torch.zeros(B, T, dtype=torch.long),
+    }
+    for i, x in enumerate(items):
+        n = min(len(x["input_ids"]), T)
+        ids = torch.tensor(x["input_ids"][:n])
+        out["input_ids"][i, :n] = ids
+        out["attention_mask"][i, :n] = 1
+        lm = torch.tensor(x["loss_mask"][:n], dtype=torch.bool)
+        out["labels"][i, :n] = torch.where(lm, ids, torch.full_like(ids, IGNORE_INDEX))
+        out["action_mask"][i, :n] = torch.tensor(x["action_mask"][:n], dtype=torch.bool)
+        out["obs_span"][i, :n] = torch.tensor(x["obs_span"][:n])
+    return out
+
+
+def collate_prompts(items: list[dict[str, Any]]) -> dict[str, list]:
+    """``[{"prompt": p, "answer": a, ...}]`` -> ``{"prompt": [p...], "answer": [a...], ...}``."""
+    if not items:
+        raise ValueError("empty batch")
+    return {k: [x[k] for x in items] for k in items[0]}
+
+
+class _TokenizerFromModule:
+    tokenizer: Any
+
+    def _get_tokenizer(self):
+        if self.tokenizer is not None:
+            return self.tokenizer
+        trainer = getattr(self, "trainer", None)
+        module = getattr(trainer, "lightning_module", None) if trainer is not None else None
+        tok = getattr(module, "tokenizer", None)
+        if tok is None:
+            raise RuntimeError("no tokenizer: pass `tokenizer=` or attach the datamodule to a trainer whose "
+                               "LightningModule has a `.tokenizer`")
+        return tok
+
+
+class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
+    """SFT traces of a generated task (``data.tasks.TASKS``), tokenised with the module's tokenizer."""
+
+    def __init__(
+        self,
+        task: str = "arith3",
+        task_kwargs: dict[str, Any] | None = None,
+        n_train: int = 512,
+        n_val: int = 64,
+        batch_size: int = 16,
+        max_length: int | None = 128,
+        seed: int = 0,
+        num_workers: int = 0,
+        tokenizer: Any = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters(ignore=["tokenizer"])
+        self.tokenizer = tokenizer
+        self._train: list | None = None
+        self._val: list | None = None
+
+    def setup(self, stage: str | None = None) -> None:
+        tok = self._get_tokenizer()
+        h = self.hparams
+        kw = h.task_kwargs or {}
+        self._train = [encode_trace(tok, t) for t in generate_traces(h.task, h.n_train, h.seed, **kw)]
+        self._val = [encode_trace(tok, t) for t in generate_traces(h.task, h.n_val, h.seed + 1, **kw)]
+        self._pad = tok.pad_token_id
+
+    def _loader(self, data, shuffle: bool) -> DataLoader:
+        g = torch.Generator().manual_seed(self.hparams.seed)
+        return DataLoader(
+            data,
+            batch_size=self.hparams.batch_size,
+            shuffle=shuffle,
+            generator=g if shuffle else None,
+            num_workers=self.hparams.num_workers,
+            collate_fn=lambda b: collate_traces(b, self._pad, self.hparams.max_length),
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._train, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._val, shuffle=False)
+
+
+class PromptDataModule(pl.LightningDataModule):
+    """RL prompts of a generated task: batches ``{"prompt": [str], "answer": [str]}``.
+
+    Not shuffled (the task is already random), so a run resumed from a checkpoint sees the same batches.
+    """
+
+    def __init__(
+        self,
+        task: str = "arith",
+        task_kwargs: dict[str, Any] | None = None,
+        n_train: int = 64,
+        n_val: int = 16,
+        batch_size: int = 4,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+
+    def setup(self, stage: str | None = None) -> None:
+        h = self.hparams
+        kw = h.task_kwargs or {}
+        self._train = generate_prompts(h.task, h.n_train, h.seed, **kw)
+        self._val = generate_prompts(h.task, h.n_val, h.seed + 1, **kw)
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
+                          collate_fn=collate_prompts)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self._val, batch_size=self.hparams.batch_size, shuffle=False,
+                          collate_fn=collate_prompts)

@@ -1,0 +1,143 @@
+"""Model and tokenizer loading: a local HF checkpoint, or a tiny randomly initialised model for CPU runs.
+
+A model is named by one string:
+
+* ``"tiny:<arch>"`` (``tiny:qwen2``, ``tiny:llama``) builds a 2-layer, 32-wide model of that real
+  architecture with random weights and a character-level tokenizer made in code (no download);
+* anything else is a local path (or hub id, if the hub is reachable) given to ``from_pretrained``.
+
+LoRA (PEFT) is optional: ``lora={"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}``.
+"""
+from __future__ import annotations
+
+import string
+from typing import Any
+
+import torch
+from torch import nn
+
+from ttrl_lightning.registry import Registry
+
+# Special tokens of the built-in character tokenizer. ``<call>``/``</call>`` wrap a tool call (name + args),
+# ``<out>``/``</out>`` wrap a tool output, ``<hid>`` replaces a tool-output token hidden by feedback dropout.
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<call>", "</call>", "<out>", "</out>", "<hid>"]
+CHAR_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+TINY_CONFIGS: Registry = Registry("tiny model config")
+
+
+def build_char_tokenizer(alphabet: str = CHAR_ALPHABET, specials: list[str] | None = None):
+    """A ``PreTrainedTokenizerFast`` with one token per character of ``alphabet`` plus ``specials``.
+
+    Built in code with ``tokenizers`` (WordLevel model on single characters), so no file is downloaded.
+    Special tokens are matched as whole strings before splitting, e.g. ``"<call>"`` is one token.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = list(SPECIAL_TOKENS if specials is None else specials)
+    chars = [c for c in dict.fromkeys(alphabet)]
+    vocab = {tok: i for i, tok in enumerate(specials + chars)}
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens(specials)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        bos_token="<bos>",
+        unk_token="<unk>",
+        additional_special_tokens=[s for s in specials if s not in {"<pad>", "<eos>", "<bos>", "<unk>"}],
+    )
+    fast.padding_side = "left"
+    return fast
+
+
+def _common(tokenizer, hidden: int, layers: int, heads: int, kv_heads: int, max_pos: int) -> dict[str, Any]:
+    return dict(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=max_pos,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        tie_word_embeddings=True,
+    )
+
+
+@TINY_CONFIGS.register("qwen2")
+def _tiny_qwen2(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=256):
+    from transformers import Qwen2Config
+
+    return Qwen2Config(**_common(tokenizer, hidden, layers, heads, kv_heads, max_pos))
+
+
+@TINY_CONFIGS.register("llama")
+def _tiny_llama(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=256):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(**_common(tokenizer, hidden, layers, heads, kv_heads, max_pos))
+
+
+def is_tiny(name: str) -> bool:
+    return name.startswith("tiny:")
+
+
+def load_tokenizer(name: str):
+    """Tokenizer for model ``name`` (``tiny:<arch>`` -> the built-in character tokenizer)."""
+    if is_tiny(name):
+        return build_char_tokenizer()
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return tok
+
+
+def load_model(
+    name: str,
+    tokenizer=None,
+    *,
+    tiny_kwargs: dict[str, Any] | None = None,
+    lora: dict[str, Any] | None = None,
+    dtype: str | None = None,
+    seed: int = 0,
+) -> nn.Module:
+    """Causal LM for ``name``; ``tiny:<arch>`` is random-initialised from ``seed`` (same seed, same weights).
+
+    ``lora``: PEFT ``LoraConfig`` keyword arguments; when given, the returned model is a ``PeftModel``
+    whose only trainable parameters are the adapters.
+    """
+    from transformers import AutoModelForCausalLM
+
+    if is_tiny(name):
+        arch = name.split(":", 1)[1]
+        tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name)
+        config = TINY_CONFIGS[arch](tokenizer, **(tiny_kwargs or {}))
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = AutoModelForCausalLM.from_config(config)
+    else:
+        kwargs = {}
+        if dtype is not None:
+            kwargs["dtype"] = getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+    if model.generation_config is not None and tokenizer is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+    if lora:
+        try:
+            from peft import LoraConfig, get_peft_model
+        except ImportError as e:  # pragma: no cover - peft is a runtime requirement
+            raise ImportError("LoRA needs `peft` (pip install peft)") from e
+        cfg = dict(lora)
+        cfg.setdefault("task_type", "CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**cfg))
+    return model

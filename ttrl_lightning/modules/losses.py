@@ -1,0 +1,147 @@
+"""Pure loss functions of the training modules (no state; shapes in each docstring).
+
+SFT (Pixelis 3.2.1): action-weighted next-token cross-entropy and feedback dropout.
+GRPO (DeepSeekMath, Pixelis 3.2.2 / appendix 6): group-relative advantages, clipped policy loss, the k3
+KL estimator and the token-loss aggregations.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ttrl_lightning.registry import Registry
+
+IGNORE_INDEX = -100
+
+
+def _check_finite(name: str, x: torch.Tensor) -> None:
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} has NaN or inf values")
+
+
+# ----------------------------------------------------------------------------------------------- SFT
+def action_weighted_ce(
+    logits: torch.Tensor, labels: torch.Tensor, action_mask: torch.Tensor, w_act: float = 2.0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Next-token CE with action tokens up-weighted (Pixelis 3.2.1).
+
+    logits: [B, T, V] (position t predicts token t+1); labels: [B, T] (``-100`` = no loss);
+    action_mask: [B, T] (True where token t is part of a tool name/argument).
+    With CE_t = -log softmax(logits[:, t-1])[labels[:, t]] and w_t = (w_act if action_t else 1) for t with a
+    label:  loss = sum_t w_t CE_t / sum_t w_t   (a weighted mean, so the loss scale does not depend on w_act).
+    """
+    if logits.dim() != 3 or labels.shape != logits.shape[:2] or action_mask.shape != labels.shape:
+        raise ValueError(f"shapes: logits {tuple(logits.shape)} [B,T,V], labels {tuple(labels.shape)} [B,T], "
+                         f"action_mask {tuple(action_mask.shape)} [B,T]")
+    if w_act <= 0:
+        raise ValueError(f"w_act must be > 0, got {w_act}")
+    lg = logits[:, :-1].float()
+    tgt = labels[:, 1:]
+    act = action_mask[:, 1:].bool()
+    valid = tgt != IGNORE_INDEX
+    if not valid.any():
+        raise ValueError("batch has no label tokens")
+    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE_INDEX,
+                         reduction="none").view_as(tgt)
+    w = torch.where(act, torch.full_like(ce, w_act), torch.ones_like(ce)) * valid
+    loss = (w * ce).sum() / w.sum()
+    with torch.no_grad():
+        stats = {
+            "ce_text": (ce * (valid & ~act)).sum() / (valid & ~act).sum().clamp(min=1),
+            "ce_action": (ce * (valid & act)).sum() / (valid & act).sum().clamp(min=1),
+        }
+    return loss, stats
+
+
+def feedback_dropout(
+    input_ids: torch.Tensor, obs_span: torch.Tensor, p: float, hide_id: int, generator: torch.Generator | None
+) -> torch.Tensor:
+    """Hide whole tool outputs with probability ``p`` each (Pixelis 3.2.1, default 5%).
+
+    input_ids, obs_span: [B, T]; obs_span holds k >= 1 on the tokens of the k-th tool output of a row.
+    Each (row, k) span is hidden independently: its tokens become ``hide_id`` (length kept, so later
+    positions and labels do not move). Returns a new tensor; ``p == 0`` returns the input unchanged.
+    """
+    if not 0 <= p <= 1:
+        raise ValueError(f"feedback dropout p must be in [0, 1], got {p}")
+    if input_ids.shape != obs_span.shape:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and obs_span {tuple(obs_span.shape)} disagree")
+    if p == 0 or obs_span.max() <= 0:
+        return input_ids
+    B, K = obs_span.shape[0], int(obs_span.max())
+    drop = torch.rand(B, K + 1, generator=generator, device="cpu").to(obs_span.device) < p
+    drop[:, 0] = False  # span id 0 = not a tool output
+    hide = drop.gather(1, obs_span)
+    return torch.where(hide, torch.full_like(input_ids, hide_id), input_ids)
+
+
+# ---------------------------------------------------------------------------------------------- GRPO
+def group_advantages(rewards: torch.Tensor, scale: bool = True, eps: float = 1e-4) -> torch.Tensor:
+    """rewards: [G, N] (G prompts x N samples) -> advantages [G, N].
+
+    A_gi = (r_gi - mean_i r_gi) / (std_i r_gi + eps) (sample std, as DeepSeekMath's GRPO); ``scale=False``
+    keeps only the mean-centring (Dr. GRPO). A group with identical rewards gets A = 0.
+    """
+    if rewards.dim() != 2:
+        raise ValueError(f"rewards must be [G, N], got {tuple(rewards.shape)}")
+    _check_finite("rewards", rewards)
+    centred = rewards - rewards.mean(dim=1, keepdim=True)
+    if not scale:
+        return centred
+    std = rewards.std(dim=1, keepdim=True) if rewards.shape[1] > 1 else torch.zeros_like(rewards[:, :1])
+    return centred / (std + eps)
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor, eps_low: float = 0.2,
+    eps_high: float = 0.2
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO/GRPO clipped surrogate per token.
+
+    logp, old_logp: [R, C]; advantages: [R] (one per sequence). With rho = exp(logp - old_logp):
+    L_t = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A). Returns (L [R, C], clipped [R, C] bool).
+    """
+    if logp.shape != old_logp.shape or advantages.shape != logp.shape[:1]:
+        raise ValueError(f"shapes: logp {tuple(logp.shape)}, old_logp {tuple(old_logp.shape)}, "
+                         f"advantages {tuple(advantages.shape)} (want [R, C], [R, C], [R])")
+    ratio = torch.exp(logp - old_logp)
+    a = advantages.unsqueeze(1)
+    unclipped = ratio * a
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * a
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || pi_ref) on tokens sampled from pi (Schulman 2020):
+    k3 = exp(ref - logp) - (ref - logp) - 1 >= 0, unbiased, with gradient of the reverse KL. Shapes [R, C]."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1
+
+
+LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("loss aggregation")
+
+
+@LOSS_AGGREGATIONS.register("token_mean")
+def token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x, mask: [R, C] -> sum(x * m) / sum(m) (every token weighs the same; DAPO)."""
+    return (x * mask).sum() / mask.sum().clamp(min=1)
+
+
+@LOSS_AGGREGATIONS.register("seq_mean")
+def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x, mask: [R, C] -> mean_r [sum_t x m / sum_t m] (every sequence weighs the same; GRPO paper)."""
+    per_seq = (x * mask).sum(1) / mask.sum(1).clamp(min=1)
+    return per_seq.mean()
+
+
+def completion_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """logits: [R, C, V] predicting ids: [R, C] -> log p(ids) [R, C] = z_y - logsumexp(z), in float32.
+
+    The seam for the fused signal op (``ttrl_lightning.ops``): same contract, no [R, C, V] softmax kept.
+    """
+    if logits.shape[:2] != ids.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and ids {tuple(ids.shape)} disagree")
+    z = logits.float()
+    return z.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, dim=-1)

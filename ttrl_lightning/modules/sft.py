@@ -1,0 +1,68 @@
+"""``SFTModule``: supervised fine-tuning on chain-of-thought-action traces (Pixelis 3.2.1)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchmetrics import MeanMetric
+
+from ttrl_lightning.modules.base import PolicyModule
+from ttrl_lightning.modules.losses import action_weighted_ce, feedback_dropout
+
+
+class SFTModule(PolicyModule):
+    """Teacher-forced next-token CE with action tokens weighted by ``w_act`` (default 2) and feedback
+    dropout: each earlier tool output is hidden (its tokens replaced by ``hide_token``) with probability
+    ``feedback_dropout`` (default 0.05) during training.
+
+    Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, obs_span`` all [B, T].
+    The dropout draws come from a generator seeded by (seed, global_step), so a resumed run draws the same.
+    """
+
+    def __init__(
+        self,
+        model: str = "tiny:qwen2",
+        tiny_kwargs: dict[str, Any] | None = None,
+        lora: dict[str, Any] | None = None,
+        dtype: str | None = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        betas: tuple[float, float] = (0.9, 0.999),
+        seed: int = 0,
+        w_act: float = 2.0,
+        feedback_dropout: float = 0.05,
+        hide_token: str = "<hid>",
+    ):
+        super().__init__(model, tiny_kwargs, lora, dtype, lr, weight_decay, betas, seed)
+        self.save_hyperparameters()
+        hide_id = self.tokenizer.convert_tokens_to_ids(hide_token)
+        if hide_id is None or hide_id == self.tokenizer.unk_token_id:
+            raise ValueError(f"hide_token {hide_token!r} is not in the tokenizer's vocabulary")
+        self.hide_id = int(hide_id)
+        self.train_loss = MeanMetric()
+        self.val_loss = MeanMetric()
+
+    def _dropout_generator(self) -> torch.Generator:
+        return torch.Generator().manual_seed(int(self.hparams.seed) * 1_000_003 + int(self.global_step) * 7919
+                                             + int(self.global_rank))
+
+    def loss(self, batch: dict[str, torch.Tensor], train: bool) -> tuple[torch.Tensor, dict]:
+        ids = batch["input_ids"]
+        if train and self.hparams.feedback_dropout > 0:
+            ids = feedback_dropout(ids, batch["obs_span"], self.hparams.feedback_dropout, self.hide_id,
+                                   self._dropout_generator())
+        logits = self.policy(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+        return action_weighted_ce(logits, batch["labels"], batch["action_mask"], self.hparams.w_act)
+
+    def training_step(self, batch, batch_idx):
+        loss, stats = self.loss(batch, train=True)
+        self.train_loss(loss.detach())
+        self.log("train/loss", loss.detach(), prog_bar=True)
+        self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
+        self.log_dict({f"train/{k}": v for k, v in stats.items()})
+        return loss
+
+    def validation_step(self, batch, batch_idx):
+        loss, _ = self.loss(batch, train=False)
+        self.val_loss(loss)
+        self.log("val/loss", self.val_loss, on_epoch=True, prog_bar=True)

@@ -1,0 +1,43 @@
+"""Simple rewards for generated tasks (answers compared as strings after light normalisation)."""
+from __future__ import annotations
+
+import re
+
+from ttrl_lightning.rewards.base import REWARDS
+
+_INT = re.compile(r"-?\d+")
+
+
+def first_integer(text: str) -> str | None:
+    """The first integer in ``text`` (``"19<eos>"`` -> ``"19"``), or None."""
+    m = _INT.search(text)
+    return m.group(0) if m else None
+
+
+class ExactAnswer:
+    """1.0 when the first integer of the completion equals ``answer`` (the column name is configurable),
+    else 0.0; unextractable completions get 0."""
+
+    def __init__(self, column: str = "answer"):
+        self.column = column
+        self.__name__ = f"exact_answer[{column}]"
+
+    def __call__(self, *, prompts, completions, **columns):
+        if self.column not in columns:
+            raise KeyError(f"exact_answer needs the batch column {self.column!r}; got {sorted(columns)}")
+        refs = columns[self.column]
+        return [1.0 if (a := first_integer(c)) is not None and a == str(r).strip() else 0.0
+                for c, r in zip(completions, refs)]
+
+
+class DigitsOnly:
+    """Format reward: the share of completion characters that are digits or '-' (0 for an empty one)."""
+
+    __name__ = "digits_only"
+
+    def __call__(self, *, prompts, completions, **columns):
+        return [sum(ch.isdigit() or ch == "-" for ch in c) / len(c) if c else 0.0 for c in completions]
+
+
+REWARDS.register("exact_answer", ExactAnswer)
+REWARDS.register("digits_only", DigitsOnly)

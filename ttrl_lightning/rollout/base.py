@@ -1,0 +1,78 @@
+"""The rollout-engine interface: prompts in, N sampled completions per prompt out (token ids + masks).
+
+An engine implements ``generate(model, prompts, params) -> Rollouts``. The HF engine (``hf.py``) samples
+with the policy being trained; an engine that owns its own copy of the weights (vLLM, SGLang) also
+implements ``sync_weights(model)``, which the training module calls after every optimizer step. Rows of a
+``Rollouts`` are prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding settings. ``temperature == 0`` is greedy; ``top_k == 0`` and ``top_p == 1`` disable those
+    filters; generation of a row stops at EOS, at any of ``stop`` (kept in the completion) or after
+    ``max_new_tokens``. ``seed`` makes sampling reproducible (None: the global RNG as it is)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    max_new_tokens: int = 32
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self):
+        if self.n < 1:
+            raise ValueError(f"n must be >= 1, got {self.n}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class Rollouts:
+    """Sampled completions, R = (number of prompts) * n rows.
+
+    prompt_ids: [R, P] left-padded; prompt_mask: [R, P];
+    completion_ids: [R, C] right-padded; completion_mask: [R, C] (1 up to and including EOS / stop);
+    texts: R completion strings (cut at EOS / stop); group: [R] index of the prompt of each row;
+    signals: optional per-token tensors [R, C] (e.g. ``logprob``, ``entropy`` of the sampling model).
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    texts: list[str]
+    group: torch.Tensor
+    n: int
+    signals: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    @property
+    def num_completion_tokens(self) -> int:
+        return int(self.completion_mask.sum())
+
+    def input_ids(self) -> torch.Tensor:
+        """[R, P + C] prompt followed by completion."""
+        return torch.cat([self.prompt_ids, self.completion_ids], dim=1)
+
+    def attention_mask(self) -> torch.Tensor:
+        return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts: ...
+
+    def sync_weights(self, model) -> None: ...

@@ -1,0 +1,113 @@
+"""Rollouts with Hugging Face ``generate``: batched, KV cache on, N samples per prompt."""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import torch
+
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.signals import TOKEN_SIGNALS
+
+
+def completion_mask_at_eos(ids: torch.Tensor, eos_id: int | None) -> torch.Tensor:
+    """ids: [R, C] -> mask [R, C]: 1 up to and including the first ``eos_id`` of each row."""
+    if eos_id is None:
+        return torch.ones_like(ids, dtype=torch.long)
+    is_eos = ids == eos_id
+    after = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # number of EOS strictly before t
+    return (after == 0).long()
+
+
+def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: Sequence[str]) -> torch.Tensor:
+    """Shorten ``mask`` [R, C] so each row ends at the token that completes the first stop string."""
+    if not stop:
+        return mask
+    mask = mask.clone()
+    for r in range(ids.shape[0]):
+        text = ""
+        n = int(mask[r].sum())
+        for t in range(n):
+            text += tokenizer.decode([int(ids[r, t])])
+            if any(s in text[-(len(s) + 16):] for s in stop):
+                mask[r, t + 1:] = 0
+                break
+    return mask
+
+
+class HFGenerateEngine:
+    """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
+
+    ``record_signals``: also return per-token ``logprob``/``entropy`` of the sampled tokens under the raw
+    (pre-temperature) logits, via the ``TOKEN_SIGNALS[signal_backend]`` seam.
+    """
+
+    def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch"):
+        self.tokenizer = tokenizer
+        self.record_signals = record_signals
+        self.signal_backend = signal_backend
+
+    def sync_weights(self, model) -> None:  # the HF engine samples from the trained module directly
+        return None
+
+    @torch.no_grad()
+    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
+        if not prompts:
+            raise ValueError("no prompts")
+        tok = self.tokenizer
+        if tok.padding_side != "left":
+            tok.padding_side = "left"
+        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        device = next(model.parameters()).device
+        input_ids = enc["input_ids"].to(device)
+        attn = enc["attention_mask"].to(device)
+        greedy = params.temperature == 0
+        kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not greedy,
+            num_return_sequences=params.n,
+            use_cache=True,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+            return_dict_in_generate=True,
+            output_logits=self.record_signals,
+        )
+        if not greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
+        was_training = model.training
+        model.eval()
+        rng = torch.random.fork_rng(devices=[]) if params.seed is not None else contextlib.nullcontext()
+        try:
+            with rng:
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                out = model.generate(input_ids=input_ids, attention_mask=attn, **kwargs)
+        finally:
+            model.train(was_training)
+        P = input_ids.shape[1]
+        comp = out.sequences[:, P:]
+        if comp.shape[1] == 0:
+            raise RuntimeError("generate returned no new tokens")
+        mask = completion_mask_at_eos(comp, tok.eos_token_id)
+        mask = cut_at_stop_strings(tok, comp, mask, params.stop)
+        comp = torch.where(mask.bool(), comp, torch.full_like(comp, tok.pad_token_id))
+        texts = [
+            tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)
+        ]
+        signals = {}
+        if self.record_signals:
+            logits = torch.stack(out.logits, dim=1)  # [R, C, V]
+            signals = {k: v * mask for k, v in TOKEN_SIGNALS[self.signal_backend](logits, comp).items()}
+        R = comp.shape[0]
+        return Rollouts(
+            prompt_ids=input_ids.repeat_interleave(params.n, dim=0),
+            prompt_mask=attn.repeat_interleave(params.n, dim=0),
+            completion_ids=comp,
+            completion_mask=mask.to(attn.dtype),
+            texts=texts,
+            group=torch.arange(len(prompts), device=device).repeat_interleave(params.n),
+            n=params.n,
+            signals=signals,
+        )
