@@ -1,0 +1,89 @@
+"""attention_with_mass on every CPU backend against the materialised-probabilities reference."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from _ops_cases import attention_inputs
+from ttrl_lightning.ops import attention_with_mass, available_backends
+from ttrl_lightning.ops.reference import attention_probs_reference, attention_with_mass_reference
+
+CPU_BACKENDS = ["torch", "cpp"]
+TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+MASS_TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.bfloat16: dict(atol=8e-3, rtol=0)}
+
+
+def _require(backend):
+    if backend not in available_backends():
+        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
+
+
+SHAPES = {
+    "gqa_pad_rect": dict(Hq=4, Hkv=2, Tq=13, Tk=29, pad=True),
+    "mha_square": dict(Hq=3, Hkv=3, Tq=17, Tk=17, pad=False),
+    "square_pad": dict(Hq=4, Hkv=1, Tq=21, Tk=21, pad=True),
+    "decode": dict(Hq=4, Hkv=2, Tq=1, Tk=19, pad=True),
+    "rect_nopad": dict(Hq=2, Hkv=2, Tq=5, Tk=40, pad=False),
+}
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_matches_reference(backend, dtype, causal, shape):
+    _require(backend)
+    q, k, v, groups, G = attention_inputs(dtype, **SHAPES[shape])
+    ref_out, ref_mass = attention_with_mass_reference(q, k, v, groups, G, causal)
+    out, mass = attention_with_mass(q, k, v, groups, G, causal, backend=backend)
+    assert out.dtype == q.dtype and out.shape == q.shape
+    assert mass.dtype == torch.float32 and mass.shape == (*q.shape[:3], G)
+    torch.testing.assert_close(out.float(), ref_out.float(), **TOL[dtype])
+    torch.testing.assert_close(mass, ref_mass, **MASS_TOL[dtype])
+    # rows that see at least one key carry total mass 1; rows that see none carry 0
+    sees = attention_probs_reference(q, k, groups, causal).sum(-1) > 0.5
+    torch.testing.assert_close(mass.sum(-1), sees.float(), **MASS_TOL[dtype])
+
+
+def test_reference_against_sdpa_and_hand_mask():
+    """The reference itself agrees with torch SDPA given an explicit bottom-right mask."""
+    q, k, v, groups, G = attention_inputs(torch.float32, Hq=2, Hkv=2, Tq=6, Tk=9, pad=True)
+    groups[0, :] = torch.arange(9) % G  # batch 0 without padding so no row is empty
+    i = torch.arange(6)[:, None]
+    j = torch.arange(9)[None, :]
+    mask = (j <= i + 3)[None, None] & (groups >= 0)[:, None, None, :]
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    got, mass = attention_with_mass_reference(q, k, v, groups, G, causal=True)
+    torch.testing.assert_close(got[0], want[0])
+    # row 0 of batch 0 sees keys 0..3 with groups 0,1,2,3: masses by hand from the scores
+    s = (q[0, 0, 0] @ k[0, 0, :4].T) / q.shape[-1] ** 0.5
+    torch.testing.assert_close(mass[0, 0, 0], torch.softmax(s, -1))
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_custom_scale_and_single_group(backend):
+    _require(backend)
+    q, k, v, groups, _ = attention_inputs(Hq=2, Hkv=1, Tq=7, Tk=11, pad=False)
+    groups = torch.zeros_like(groups)
+    ref_out, ref_mass = attention_with_mass_reference(q, k, v, groups, 1, True, scale=0.3)
+    out, mass = attention_with_mass(q, k, v, groups, 1, True, scale=0.3, backend=backend)
+    torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(mass, torch.ones_like(mass))
+
+
+def test_bad_inputs_raise():
+    q, k, v, groups, G = attention_inputs()
+    with pytest.raises(ValueError, match="multiple of key/value heads"):
+        attention_with_mass(q[:, :3], k, v, groups, G)
+    with pytest.raises(ValueError, match="key_groups values"):
+        attention_with_mass(q, k, v, groups.clamp_max(G - 1) + 1, G)
+    with pytest.raises(ValueError, match=r"key_groups must be \[B="):
+        attention_with_mass(q, k, v, groups[:, :-1], G)
+    with pytest.raises(ValueError, match="more queries"):
+        attention_with_mass(k.repeat(1, 2, 1, 1), q[:, :2], q[:, :2], groups[:, :13], G)
+    bad = q.clone()
+    bad[1, 0, 5, 0] = float("inf")
+    for backend in CPU_BACKENDS:
+        if backend in available_backends():
+            with pytest.raises(ValueError, match="non-finite attention mass"):
+                attention_with_mass(bad, k, v, groups, G, backend=backend)

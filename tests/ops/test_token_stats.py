@@ -1,0 +1,82 @@
+"""token_stats on every CPU backend against the full-logits reference (ops/reference.py)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from _ops_cases import token_stats_inputs
+from ttrl_lightning.ops import available_backends, token_stats
+from ttrl_lightning.ops.reference import token_stats_reference
+
+CPU_BACKENDS = ["torch", "cpp"]
+
+
+def _require(backend):
+    if backend not in available_backends():
+        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("bias,temperature", [(True, 0.7), (False, 1.0)])
+def test_matches_reference(backend, dtype, bias, temperature):
+    _require(backend)
+    hidden, weight, ids, b = token_stats_inputs(dtype, bias=bias)
+    ref = token_stats_reference(hidden, weight, ids, b, temperature)  # fp32 maths on the same rounded inputs
+    got = token_stats(hidden, weight, ids, b, temperature, backend=backend)
+    for name, r, g in zip(("logprob", "entropy", "self_certainty", "lse"), ref, got):
+        assert g.dtype == torch.float32 and g.shape == (hidden.shape[0],), name
+        torch.testing.assert_close(g, r, atol=2e-4, rtol=1e-4, msg=f"{backend} {dtype} {name}")
+    assert torch.all(got[0][ids < 0] == 0)
+
+
+def test_reference_formulas_by_hand():
+    """Independent check of the reference on a 3-word vocabulary worked by hand."""
+    z = torch.tensor([[1.0, 2.0, 3.0]])
+    eye = torch.eye(3)
+    lp, ent, sc, lse = token_stats_reference(z, eye, torch.tensor([1]))
+    p = [math.exp(x) for x in (1.0, 2.0, 3.0)]
+    zsum = sum(p)
+    p = [x / zsum for x in p]
+    assert lse.item() == pytest.approx(math.log(zsum), rel=1e-6)
+    assert lp.item() == pytest.approx(math.log(p[1]), rel=1e-6)
+    assert ent.item() == pytest.approx(-sum(x * math.log(x) for x in p), rel=1e-6)
+    assert sc.item() == pytest.approx(-sum(math.log(x) for x in p) / 3 - math.log(3), rel=1e-6)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_many_vocab_blocks_and_extreme_logits(backend):
+    """Several vocabulary blocks with the max moving between them; large logits must not overflow."""
+    _require(backend)
+    hidden, weight, ids, _ = token_stats_inputs(M=9, H=8, V=9000, bias=False, seed=3)
+    weight[8500:] *= 30.0  # the max moves to the last block
+    ref = token_stats_reference(hidden, weight, ids)
+    got = token_stats(hidden, weight, ids, backend=backend)
+    for r, g in zip(ref, got):
+        torch.testing.assert_close(g, r, atol=2e-3, rtol=1e-4)
+
+
+def test_bad_inputs_raise():
+    hidden, weight, ids, b = token_stats_inputs()
+    with pytest.raises(ValueError, match="hidden sizes differ"):
+        token_stats(hidden[:, :-1], weight, ids)
+    with pytest.raises(ValueError, match="vocabulary size"):
+        token_stats(hidden, weight, torch.full_like(ids, weight.shape[0]))
+    with pytest.raises(ValueError, match="temperature"):
+        token_stats(hidden, weight, ids, temperature=0.0)
+    with pytest.raises(TypeError, match="integer"):
+        token_stats(hidden, weight, ids.float())
+    bad = hidden.clone()
+    bad[4, 2] = float("nan")
+    for backend in available_backends():
+        if backend in CPU_BACKENDS:
+            with pytest.raises(ValueError, match="non-finite log-sum-exp at token 4"):
+                token_stats(bad, weight, ids, backend=backend)
+
+
+def test_empty_batch():
+    hidden, weight, ids, _ = token_stats_inputs()
+    out = token_stats(hidden[:0], weight, ids[:0])
+    assert all(t.shape == (0,) for t in out)

@@ -1,0 +1,107 @@
+"""Chunked PyTorch backend ("torch"): runs on any device, never materialises ``[M, V]`` or ``[Tq, Tk]``.
+
+* ``token_stats``: vocabulary blocks of ``block_v`` columns (and token chunks so a tile holds at most
+  ``tile_elems`` floats); per tile one GEMM and an online log-sum-exp update of (max m, s = sum e^{z-m},
+  t = sum z e^{z-m}); the label logit is gathered from the tile that holds it.
+* ``attention_with_mass``: the indicator-channel trick: one extra value channel per key group holding
+  1[key in group] (q and k padded with zeros to the same head dim, so scores are unchanged); a single
+  fused SDPA call then returns the output in the first d channels and the group masses in the last G.
+  Padding or a bottom-right causal mask with Tq != Tk use query chunks with a per-chunk boolean mask
+  (``[B, 1, chunk, Tk]``, never ``[Tq, Tk]``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+
+def token_stats_torch(hidden, weight, token_ids, bias=None, temperature=1.0, block_v=2048, tile_elems=1 << 23):
+    M, H = hidden.shape
+    V = weight.shape[0]
+    inv_t = 1.0 / float(temperature)
+    h = hidden.float() * inv_t  # z = h' W^T + b/T
+    ids = token_ids.long()
+    dev = hidden.device
+    m = torch.full((M,), float("-inf"), device=dev)
+    s = torch.zeros(M, device=dev)
+    t = torch.zeros(M, device=dev)
+    zy = torch.zeros(M, device=dev)
+    wsum = torch.zeros(H, device=dev)
+    rows = max(1, min(M, tile_elems // block_v))
+    for v0 in range(0, V, block_v):
+        v1 = min(V, v0 + block_v)
+        w = weight[v0:v1].float()
+        wsum += w.sum(0)
+        b = bias[v0:v1].float() * inv_t if bias is not None else None
+        for r0 in range(0, M, rows):
+            r1 = min(M, r0 + rows)
+            z = h[r0:r1] @ w.t()
+            if b is not None:
+                z += b
+            m_old = m[r0:r1]
+            m_new = torch.maximum(m_old, z.amax(1))
+            alpha = torch.exp(m_old - m_new)
+            e = torch.exp(z - m_new[:, None])
+            s[r0:r1] = s[r0:r1] * alpha + e.sum(1)
+            t[r0:r1] = t[r0:r1] * alpha + torch.bmm(e.unsqueeze(1), z.unsqueeze(2)).view(-1)
+            m[r0:r1] = m_new
+            lab = ids[r0:r1]
+            here = (lab >= v0) & (lab < v1)
+            if bool(here.any()):
+                idx = here.nonzero()[:, 0]
+                zy[r0 + idx] = z[idx, lab[idx] - v0]
+            del z, e
+    lse = m + torch.log(s)
+    entropy = lse - t / s
+    mean_z = h @ (wsum / V)
+    if bias is not None:
+        mean_z = mean_z + bias.float().mean() * inv_t
+    self_certainty = lse - mean_z - math.log(V)
+    logprob = torch.where(ids >= 0, zy - lse, torch.zeros_like(lse))
+    return logprob, entropy, self_certainty, lse
+
+
+def _rows_without_keys(key_groups, Tq, Tk, causal):
+    """[B, Tq] bool: query rows that see no key (all visible keys are padding)."""
+    valid = (key_groups >= 0).to(torch.int32)
+    if not causal:
+        return (valid.sum(1) == 0)[:, None].expand(-1, Tq)
+    seen = valid.cumsum(1)[:, Tk - Tq:]  # keys visible to row i: 0 .. i + Tk - Tq
+    return seen == 0
+
+
+def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scale=None, q_chunk=256):
+    B, Hq, Tq, d = q.shape
+    Hkv, Tk = k.shape[1], k.shape[2]
+    G = int(num_groups)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    valid = key_groups >= 0
+    ind = F.one_hot(key_groups.long().clamp_min(0), G).to(v.dtype) * valid[..., None].to(v.dtype)
+    qa = F.pad(q, (0, G))
+    ka = F.pad(k, (0, G))
+    va = torch.cat([v, ind[:, None].expand(B, Hkv, Tk, G)], dim=-1)
+    gqa = Hq != Hkv
+    has_pad = not bool(valid.all())
+    off = Tk - Tq
+    if not has_pad and (not causal or off == 0 or Tq == 1):
+        out = F.scaled_dot_product_attention(qa, ka, va, scale=scale, is_causal=causal and Tq > 1, enable_gqa=gqa)
+    else:
+        out = q.new_empty(B, Hq, Tq, d + G)
+        j = torch.arange(Tk, device=q.device)
+        for i0 in range(0, Tq, q_chunk):
+            i1 = min(Tq, i0 + q_chunk)
+            kend = min(Tk, i1 + off) if causal else Tk
+            mask = valid[:, None, None, :kend]
+            if causal:
+                i = torch.arange(i0, i1, device=q.device)[:, None]
+                mask = mask & (j[None, :kend] <= i + off)[None, None]
+            out[:, :, i0:i1] = F.scaled_dot_product_attention(
+                qa[:, :, i0:i1], ka[:, :, :kend], va[:, :, :kend], attn_mask=mask, scale=scale, enable_gqa=gqa
+            )
+        empty = _rows_without_keys(key_groups, Tq, Tk, causal)
+        if bool(empty.any()):
+            out = out.masked_fill(empty[:, None, :, None], 0.0)
+    mass = out[..., d:].float()
+    return out[..., :d].contiguous(), mass
