@@ -61,18 +61,24 @@ def _validate(labels: torch.Tensor, num_classes: int, max_iter: int, tol: float,
         raise ValueError(f"every item needs at least one label; item at index {where} has none (all -1)")
 
 
-def _m_step(post: torch.Tensor, onehot: torch.Tensor, smoothing: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """post: [B, N, C], onehot: [B, N, J, C] -> (log_prior [B, C], log_confusion [B, J, C, C])."""
+def _m_step(post: torch.Tensor, onehot_t: torch.Tensor, smoothing: float, annotators: int):
+    """post: [B, N, C], onehot_t: [B, J*L, N] -> (log_prior [B, C], log_confusion_t [B, J*L, C]).
+
+    ``log_confusion_t[b, j*L + l, c] = log confusion[b, j, c, l]`` (observed-label-major, so both EM steps
+    are one batched matmul each).
+    """
     prior = post.mean(dim=1).clamp_min(_FLOOR)
-    counts = torch.einsum("bnc,bnjl->bjcl", post, onehot) + smoothing
+    counts = torch.bmm(onehot_t, post) + smoothing  # [B, J*L, C]: sum_n T[n, c] [z_nj = l]
     counts = counts.clamp_min(_FLOOR)
-    confusion = counts / counts.sum(dim=-1, keepdim=True)
-    return prior.log(), confusion.log()
+    b, jl, c = counts.shape
+    counts = counts.view(b, annotators, jl // annotators, c)
+    confusion_t = counts / counts.sum(dim=2, keepdim=True)  # normalise over the observed label l
+    return prior.log(), confusion_t.log().view(b, jl, c)
 
 
-def _e_step(log_prior: torch.Tensor, log_confusion: torch.Tensor, onehot: torch.Tensor):
-    """-> (log posteriors [B, N, C], observed-data log-likelihood [B])."""
-    log_joint = log_prior[:, None, :] + torch.einsum("bnjl,bjcl->bnc", onehot, log_confusion)
+def _e_step(log_prior: torch.Tensor, log_confusion_t: torch.Tensor, onehot: torch.Tensor):
+    """onehot: [B, N, J*L] -> (log posteriors [B, N, C], observed-data log-likelihood [B])."""
+    log_joint = log_prior[:, None, :] + torch.bmm(onehot, log_confusion_t)  # sum_j log confusion[j, c, z_nj]
     log_evidence = torch.logsumexp(log_joint, dim=-1, keepdim=True)  # [B, N, 1]
     return log_joint - log_evidence, log_evidence.squeeze(-1).sum(-1)
 
@@ -114,24 +120,26 @@ def dawid_skene(
     unbatched = labels.dim() == 2
     z = labels.unsqueeze(0) if unbatched else labels
     z = z.long()
+    batch, items, annotators = z.shape
     observed = z >= 0  # [B, N, J]
     onehot = torch.nn.functional.one_hot(z.clamp_min(0), num_classes).to(dtype) * observed.unsqueeze(-1)
+    votes = onehot.sum(dim=2)  # [B, N, C]
+    onehot = onehot.view(batch, items, annotators * num_classes)  # [B, N, J*L]
+    onehot_t = onehot.transpose(1, 2).contiguous()  # [B, J*L, N]
 
     # soft majority vote: per-item label frequencies
-    votes = onehot.sum(dim=2)  # [B, N, C]
     post = votes / votes.sum(dim=-1, keepdim=True)
-    log_prior, log_conf = _m_step(post, onehot, smoothing)
+    log_prior, log_conf = _m_step(post, onehot_t, smoothing, annotators)
     log_post, ll = _e_step(log_prior, log_conf, onehot)
 
-    batch = z.shape[0]
     active = torch.ones(batch, dtype=torch.bool, device=z.device)
     iterations = torch.zeros(batch, dtype=torch.long, device=z.device)
     for _ in range(max_iter):
-        new_log_prior, new_log_conf = _m_step(log_post.exp(), onehot, smoothing)
+        new_log_prior, new_log_conf = _m_step(log_post.exp(), onehot_t, smoothing, annotators)
         new_log_post, new_ll = _e_step(new_log_prior, new_log_conf, onehot)
         a = active  # finished problems keep their parameters
         log_prior = torch.where(a[:, None], new_log_prior, log_prior)
-        log_conf = torch.where(a[:, None, None, None], new_log_conf, log_conf)
+        log_conf = torch.where(a[:, None, None], new_log_conf, log_conf)
         log_post = torch.where(a[:, None, None], new_log_post, log_post)
         converged = (new_ll - ll) < tol * ll.abs()
         ll = torch.where(a, new_ll, ll)
@@ -140,6 +148,7 @@ def dawid_skene(
         if not bool(active.any()):
             break
 
+    log_conf = log_conf.view(batch, annotators, num_classes, num_classes).transpose(-1, -2)  # [B, J, C, L]
     posteriors, confusion, prior = log_post.exp(), log_conf.exp(), log_prior.exp()
     info = {"iterations": iterations, "log_likelihood": ll}
     if unbatched:
