@@ -158,6 +158,10 @@ def test_empty_none_and_type_errors():
         ("x = 3", "x=3"),
         ("Paris", "paris"),
         ("less than 30%", "Less than 30 %"),
+        ("0.3333333", "1/3"),  # within math-verify's 6-decimal rounding
+        (r"\frac{6}{8}", "0.75"),
+        ("x=3", r"\sqrt{9}"),
+        ("2^{100}", "1267650600228229401496703205376"),
     ],
 )
 def test_answers_equal_true(a, b):
@@ -177,11 +181,29 @@ def test_answers_equal_true(a, b):
         ("12345678901234567", "12345678901234568"),  # integers compare exactly
         ("1/0", "1/00"),
         ("", ""),
+        ("0.333", "1/3"),
+        ("x=3", r"\sqrt{10}"),
+        (r"\frac{1}{3}", r"\frac{1}{4}"),
     ],
 )
 def test_answers_equal_false(a, b):
     assert not answers_equal(a, b)
     assert not answers_equal(b, a)
+
+
+def test_clearly_different_numbers_skip_symbolic_comparison(monkeypatch):
+    # constants far apart are decided without math-verify's (slow) symbolic verify; near ones still use it
+    import ttrl_lightning.answers as answers
+
+    def no_verify(*_):
+        raise AssertionError("math_verify.verify should not be needed")
+
+    monkeypatch.setattr(answers, "_verify", no_verify)
+    assert not answers_equal(r"\sqrt{71}", "13")
+    assert not answers_equal("y=17", r"\sqrt{3}")
+    assert not answers_equal("0.12345", r"\frac{7}{9}")
+    with pytest.raises(AssertionError, match="should not be needed"):
+        answers_equal(r"\sqrt{81}", "x=9")
 
 
 def test_no_answer_never_equal():

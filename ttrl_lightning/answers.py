@@ -319,7 +319,6 @@ def extract_answer(text: str | None, choices: Mapping[str, str] | Sequence[str] 
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad|~|\\left|\\right|\\displaystyle")
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")
 _MATH_WORDS = re.compile(r"sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|pi|inf|infty|deg|mod|frac|dfrac")
-_PLAIN_INT = re.compile(r"[+-]?\d+")
 _MAX_MATH_CHARS = 300
 
 _STATS = {"math_verify_calls": 0, "parse_failures": 0, "verify_failures": 0}
@@ -379,6 +378,40 @@ def _parse_math(s: str):
     return parsed if exprs else None
 
 
+@lru_cache(maxsize=65536)
+def _finite_value(s: str):
+    """30-digit sympy Float of a constant, finite, real answer ("\\sqrt{7}", "2^{100}", "x = 3"), else None."""
+    import sympy
+
+    parsed = _parse_math(s)
+    if parsed is None:
+        return None
+    expr = next(p for p in parsed if isinstance(p, (sympy.Basic, sympy.MatrixBase)))
+    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
+        expr = expr.rhs  # "x = 3": math-verify compares the assigned value
+    if not isinstance(expr, sympy.Expr) or expr.free_symbols or not expr.is_number:
+        return None
+    try:
+        value = expr.evalf(30)
+    except (TypeError, ValueError, ArithmeticError) as err:  # sympy's evaluation errors
+        logger.debug("could not evaluate %r: %s: %s", s[:80], type(err).__name__, err)
+        return None
+    return value if value.is_real and value.is_finite else None
+
+
+def _clearly_different_numbers(a: str, b: str) -> bool:
+    """Both are finite real constants that math-verify cannot call equal (a cheap negative fast path).
+
+    math-verify equates numbers only when equal after rounding to 6 decimals or exactly (15 digits), and
+    for percentages (excluded here). Values further apart than max(1e-6, 1e-9 * magnitude) are different,
+    which spares its symbolic comparison (up to a few hundred ms for e.g. sqrt(7) vs 12).
+    """
+    if "%" in a or "%" in b:
+        return False
+    va, vb = _finite_value(a), _finite_value(b)
+    return va is not None and vb is not None and _far_apart(va, vb)
+
+
 def _verify(pa, pb) -> bool:
     from math_verify import verify
     from math_verify.errors import TimeoutException
@@ -393,33 +426,50 @@ def _verify(pa, pb) -> bool:
         return False
 
 
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:/\d*[1-9]\d*)?")
+_PLAIN_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d*[1-9]\d*)\}")
+
+
+def _plain_number(norm: str) -> Fraction | None:
+    """Exact value of a plain number ("-2", "0.75", ".5", "3/4", "\\frac{3}{4}"; normalised form), else None."""
+    if _PLAIN_NUMBER.fullmatch(norm):
+        return Fraction(norm)
+    m = _PLAIN_FRAC.fullmatch(norm)
+    if m:
+        value = Fraction(int(m.group(2)), int(m.group(3)))
+        return -value if m.group(1) == "-" else value
+    return None
+
+
+def _far_apart(va, vb) -> bool:
+    """|va - vb| > max(1e-6, 1e-9 * magnitude): math-verify cannot call such numbers equal.
+
+    (It equates numbers only when equal after rounding to 6 decimals, or exactly to 15 digits, or by its
+    percentage rule, which callers exclude.)
+    """
+    gap = abs(va - vb)
+    return bool(gap > 1e-6 and gap > 1e-9 * max(abs(va), abs(vb)))
+
+
 @lru_cache(maxsize=262144)
 def _equal_cached(a: str, b: str) -> bool:
     na, nb = _normalised(a), _normalised(b)
     if na == nb:
         return bool(na)
-    if _PLAIN_INT.fullmatch(na) and _PLAIN_INT.fullmatch(nb):
-        return int(na) == int(nb)
     if re.fullmatch(r"[a-z]", na) or re.fullmatch(r"[a-z]", nb):
         return False  # an option letter / lone symbol equals only itself (case aside)
+    fa, fb = _plain_number(na), _plain_number(nb)
+    if fa is not None and fb is not None:
+        if fa == fb:
+            return True
+        if (fa.denominator == fb.denominator == 1 and "." not in na + nb) or _far_apart(fa, fb):
+            return False  # different integers, or clearly different numbers
     if not (_looks_mathematical(na) and _looks_mathematical(nb)):
         return False
-    if _same_plain_number(na, nb):
-        return True
     pa, pb = _parse_math(a), _parse_math(b)
-    if pa is None or pb is None:
+    if pa is None or pb is None or _clearly_different_numbers(a, b):
         return False
     return _verify(pa, pb)
-
-
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:/\d*[1-9]\d*)?")
-
-
-def _same_plain_number(a: str, b: str) -> bool:
-    """Exact rational equality of two plain decimals/fractions ("2" == "2.0" == "4/2"); False otherwise."""
-    if _PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b):
-        return Fraction(a) == Fraction(b)
-    return False
 
 
 def answers_equal(a: str, b: str) -> bool:
@@ -431,9 +481,12 @@ def answers_equal(a: str, b: str) -> bool:
         :func:`canonical_answer_classes`).
       * equal after cheap normalisation (``$``, ``\\text{}``, spacing commands, whitespace, trailing full
         stop, ``\\dfrac`` -> ``\\frac``, case-insensitive, so option letters "b" == "B");
-      * two plain integers compare exactly; a single letter equals only itself;
+      * a single letter equals only itself; two plain integers compare exactly; plain numbers
+        ("0.75", "3/4", "\\frac{3}{4}") that are exactly equal are equal, clearly apart are different;
       * prose (a run of two or more letters that is not a LaTeX command or a known function name) compares
         by the normalised string only, so "less than 30%" is never parsed as a product of symbols;
+      * two finite real constants further apart than ``max(1e-6, 1e-9 * magnitude)`` are different (a
+        negative fast path; math-verify could not equate them either; percentages excluded);
       * otherwise ``math_verify.verify`` on ``math_verify.parse`` of both (either direction):
         ``0.5 == \\frac{1}{2} == 1/2``, ``\\dfrac{3}{4} == 0.75``, ``x=3 == 3``, ``10^{2} == 100``,
         ``50\\% == 0.5`` and ``50\\% == 50`` (math-verify's percentage rule), floats rounded to 6 places.
