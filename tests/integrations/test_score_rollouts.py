@@ -1,0 +1,95 @@
+"""score_rollouts (fused ops + ttrl_mass attention) against eager attention maps and full logits."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from _tiny_models import llama, qwen2_vl, qwen3, text_batch, vl_batch
+from ttrl_lightning.integrations import GROUP_NAMES, IMAGE, score_rollouts
+from ttrl_lightning.integrations.groups import image_token_ids, key_groups_from_ids, special_token_ids
+
+MODEL_KEYS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
+
+
+def _eager_reference(model, batch):
+    """Signals from full logits and eager attention maps (output_attentions=True), the plain way."""
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        extra = {k: batch[k] for k in MODEL_KEYS if k in batch}
+        with torch.no_grad():
+            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=True,
+                        use_cache=False, **extra)
+    finally:
+        model.set_attn_implementation(previous)
+    logp = torch.log_softmax(out.logits.float(), -1)  # [B, T, V]
+    V = logp.shape[-1]
+    ids = batch["input_ids"]
+    lp = torch.full(ids.shape, float("nan"))
+    ent = torch.full(ids.shape, float("nan"))
+    sc = torch.full(ids.shape, float("nan"))
+    lp[:, 1:] = logp[:, :-1].gather(-1, ids[:, 1:, None])[..., 0]
+    ent[:, 1:] = -(logp[:, :-1].exp() * logp[:, :-1]).sum(-1)
+    sc[:, 1:] = -logp[:, :-1].mean(-1) - math.log(V)
+    attn = torch.stack([a.float() for a in out.attentions]).mean(dim=(0, 2))  # mean over layers, heads: [B, T, T]
+    groups = key_groups_from_ids(ids, batch["attention_mask"], batch["response_mask"],
+                                 image_token_ids(model.config), special_token_ids(model.config),
+                                 batch.get("mm_token_type_ids"))
+    onehot = torch.nn.functional.one_hot(groups.clamp_min(0), len(GROUP_NAMES)).float() * (groups >= 0)[..., None]
+    mass = torch.full((*ids.shape, len(GROUP_NAMES)), float("nan"))
+    mass[:, 1:] = torch.einsum("bqk,bkg->bqg", attn, onehot)[:, :-1]
+    return lp, ent, sc, mass, len(out.attentions)
+
+
+def _assert_close_on_response(got, want, mask, atol=2e-5):
+    torch.testing.assert_close(got[mask], want[mask], atol=atol, rtol=1e-4)
+    assert torch.isnan(got[~mask]).all()
+
+
+@pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl"])
+def test_vl_signals_match_eager_attention_and_full_logits(kind):
+    model = qwen2_vl(kind=kind)
+    batch = vl_batch()
+    sig = score_rollouts(model, batch)
+    lp, ent, sc, mass, n_layers = _eager_reference(model, batch)
+    assert n_layers == model.config.text_config.num_hidden_layers  # decoder layers only
+    mask = batch["response_mask"].bool()
+    _assert_close_on_response(sig.logprob, lp, mask)
+    _assert_close_on_response(sig.entropy, ent, mask)
+    _assert_close_on_response(sig.self_certainty, sc, mask)
+    torch.testing.assert_close(sig.group_mass[mask], mass[mask], atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(sig.group_mass[mask].sum(-1), torch.ones(int(mask.sum())), atol=1e-5, rtol=0)
+    want_v = mass[..., 0] / (mass[..., 0] + mass[..., 1] + mass[..., 2])
+    _assert_close_on_response(sig.visual_engagement, want_v, mask)
+    _assert_close_on_response(sig.image_mass, mass[..., IMAGE], mask)
+    assert (sig.image_mass[mask] > 0).all()
+    # the attention implementation is restored after scoring
+    assert model.config._attn_implementation == "sdpa"
+    rows = sig.per_rollout()
+    assert [len(r["logprob"]) for r in rows] == mask.sum(1).tolist()
+
+
+@pytest.mark.parametrize("factory", [llama, qwen3], ids=["llama", "qwen3"])
+def test_text_only_model_reports_no_visual_engagement(factory):
+    model = factory()
+    batch = text_batch()
+    sig = score_rollouts(model, batch)
+    lp, ent, sc, mass, _ = _eager_reference(model, batch)
+    mask = batch["response_mask"].bool()
+    _assert_close_on_response(sig.logprob, lp, mask)
+    _assert_close_on_response(sig.entropy, ent, mask)
+    _assert_close_on_response(sig.self_certainty, sc, mask)
+    torch.testing.assert_close(sig.group_mass[mask], mass[mask], atol=2e-5, rtol=1e-4)
+    assert sig.visual_engagement is None and sig.image_mass is None
+
+
+def test_score_rollouts_rejects_bad_batches():
+    model = llama()
+    batch = text_batch()
+    bad = dict(batch, response_mask=torch.ones_like(batch["input_ids"]))
+    with pytest.raises(ValueError, match="position 0"):
+        score_rollouts(model, bad)
+    with pytest.raises(ValueError, match=r"must be \[B, T\]"):
+        score_rollouts(model, dict(batch, response_mask=batch["response_mask"][:, :-1]))

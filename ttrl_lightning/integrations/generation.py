@@ -1,0 +1,111 @@
+"""Generation hook: record the per-token signals while ``model.generate`` samples.
+
+While the recorder is active, (1) a forward hook on the LM head takes the last position's hidden state of
+every decoding step and runs ``token_stats`` on it (entropy, self-certainty, lse; the sampled token's
+log-prob is filled in once the token is known), and (2) the ``ttrl_mass`` attention function records the
+group mass of the query that produces each token (prefill: its last query; decode: the single query).
+The result equals a teacher-forced replay with ``score_rollouts`` (tested).
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from ttrl_lightning.ops import token_stats
+
+from .attention import AttentionMassRecorder, mass_attention, recording
+from .groups import IMAGE, image_token_ids, key_groups_from_ids, special_token_ids
+from .scoring import RolloutSignals, visual_engagement_from_mass
+
+
+class GenerationSignalRecorder:
+    """Context manager around ``model.generate`` that records per-token signals of the generated tokens.
+
+    input_ids / attention_mask / mm_token_type_ids: the prompt batch passed to generate ([B, T0]).
+    temperature: divides the logits for the signals (independent of the sampling settings).
+    After generate: ``signals(sequences)`` -> RolloutSignals over the generated tokens ([B, N]).
+    """
+
+    def __init__(self, model, input_ids, attention_mask=None, mm_token_type_ids=None, temperature=1.0,
+                 record_attention=True):
+        self.model = model
+        self.prompt_len = input_ids.shape[1]
+        self.temperature = float(temperature)
+        self.record_attention = record_attention
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        self.groups = key_groups_from_ids(input_ids, attention_mask, None, image_token_ids(model.config),
+                                          special_token_ids(model.config), mm_token_type_ids)
+        self.mass_recorder = AttentionMassRecorder(self.groups)
+        self.head = model.get_output_embeddings()
+        self._hidden: list[torch.Tensor] = []
+        self._stats: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self._stack = None
+
+    def _on_head(self, module, args, output):
+        h = args[0][:, -1].detach()  # [B, H]: the position that predicts the next token
+        bias = getattr(self.head, "bias", None)
+        no_label = torch.full((h.shape[0],), -1, dtype=torch.long, device=h.device)
+        _, entropy, sc, lse = token_stats(h, self.head.weight, no_label, bias, self.temperature)
+        self._hidden.append(h.float())
+        self._stats.append((entropy, sc, lse))
+
+    def __enter__(self):
+        self._stack = contextlib.ExitStack()
+        if self.record_attention:
+            self._stack.enter_context(mass_attention(self.model))
+            self._stack.enter_context(recording(self.mass_recorder))
+        handle = self.head.register_forward_hook(self._on_head)
+        self._stack.callback(handle.remove)
+        return self
+
+    def __exit__(self, *exc):
+        self._stack.close()
+        return False
+
+    def signals(self, sequences: torch.Tensor) -> RolloutSignals:
+        """sequences: [B, T0 + N] as returned by generate. Tokens after the first EOS are outside the mask."""
+        new = sequences[:, self.prompt_len:]
+        n = new.shape[1]
+        if len(self._stats) < n:
+            raise RuntimeError(f"recorded {len(self._stats)} decoding steps for {n} generated tokens")
+        entropy, sc, lse = (torch.stack([s[i] for s in self._stats[:n]], 1) for i in range(3))
+        hidden = torch.stack(self._hidden[:n], 1)  # [B, N, H]
+        w_y = self.head.weight[new].float()  # [B, N, H]: only the sampled rows
+        z_y = (hidden * w_y).sum(-1)
+        bias = getattr(self.head, "bias", None)
+        if bias is not None:
+            z_y = z_y + bias.float()[new]
+        logprob = z_y / self.temperature - lse
+        mask = torch.ones_like(new, dtype=torch.bool)
+        eos = self.model.generation_config.eos_token_id
+        if eos is not None:
+            eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos), device=new.device)
+            is_eos = torch.isin(new, eos_ids).int()
+            mask = (is_eos.cumsum(1) - is_eos) == 0  # up to and including the first EOS
+        nan = torch.tensor(float("nan"), device=new.device)
+        group_mass = image_mass = engagement = None
+        if self.record_attention:
+            mass = self.mass_recorder.mass()[:, self.prompt_len - 1:self.prompt_len - 1 + n]
+            group_mass = torch.where(mask[..., None], mass, nan)
+            has_image = (self.groups == IMAGE).any(1)
+            if bool(has_image.any()):
+                keep = mask & has_image[:, None]
+                image_mass = torch.where(keep, mass[..., IMAGE], nan)
+                engagement = torch.where(keep, visual_engagement_from_mass(mass), nan)
+        return RolloutSignals(mask, torch.where(mask, logprob, nan), torch.where(mask, entropy, nan),
+                              torch.where(mask, sc, nan), group_mass, image_mass, engagement)
+
+
+@torch.no_grad()
+def generate_with_signals(model, temperature: float = 1.0, record_attention: bool = True, **generate_kwargs):
+    """``model.generate(**generate_kwargs)`` that also returns the generated tokens' signals.
+
+    Returns (sequences [B, T0 + N], RolloutSignals over the N generated tokens)."""
+    input_ids = generate_kwargs["input_ids"]
+    with GenerationSignalRecorder(model, input_ids, generate_kwargs.get("attention_mask"),
+                                  generate_kwargs.get("mm_token_type_ids"), temperature, record_attention) as rec:
+        out = model.generate(**generate_kwargs)
+    sequences = out.sequences if hasattr(out, "sequences") else out
+    return sequences, rec.signals(sequences)

@@ -1,0 +1,134 @@
+"""Teacher-forced replay of prompt + response that yields the per-token rollout signals (VisConf App. C).
+
+One forward of the base model with the ``ttrl_mass`` attention function gives the final hidden states and
+the layer/head-averaged key-group attention mass; ``token_stats`` on the LM head gives log-prob, entropy and
+self-certainty without materialising [T, V] logits. Signals of response token t come from the position
+that predicts it (t - 1), as during sampling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ttrl_lightning.ops import token_stats
+
+from .attention import AttentionMassRecorder, mass_attention, recording
+from .groups import GENERATED, GROUP_NAMES, IMAGE, PROMPT, image_token_ids, key_groups_from_ids, special_token_ids
+
+_MODEL_INPUTS = ("pixel_values", "image_grid_thw", "pixel_values_videos", "video_grid_thw", "mm_token_type_ids",
+                 "position_ids", "rope_deltas", "second_per_grid_ts")
+
+
+@dataclass
+class RolloutSignals:
+    """Per-token signals aligned with the input tokens: every tensor is [B, T] (float32) and holds the value
+    for the token at that position; positions outside ``response_mask`` are NaN.
+
+    logprob, entropy, self_certainty: from the next-token distribution that produced the token;
+    group_mass: [B, T, G] attention mass per key group (groups.GROUP_NAMES), averaged over layers and heads;
+    image_mass: LookBack's A_t (None when no sequence has image keys);
+    visual_engagement: VisConf's v_t = A_I / (A_I + A_P + A_G) (None when no sequence has image keys; NaN
+    for sequences without image keys).
+    """
+
+    response_mask: torch.Tensor
+    logprob: torch.Tensor
+    entropy: torch.Tensor
+    self_certainty: torch.Tensor
+    group_mass: torch.Tensor | None
+    image_mass: torch.Tensor | None
+    visual_engagement: torch.Tensor | None
+
+    def per_rollout(self) -> list[dict[str, torch.Tensor | None]]:
+        """One dict per sequence with 1-D tensors over its response tokens, in order."""
+        rows = []
+        for b in range(self.response_mask.shape[0]):
+            sel = self.response_mask[b]
+            row = {}
+            for name in ("logprob", "entropy", "self_certainty", "image_mass", "visual_engagement"):
+                value = getattr(self, name)
+                row[name] = None if value is None else value[b][sel]
+            rows.append(row)
+        return rows
+
+
+def visual_engagement_from_mass(group_mass: torch.Tensor) -> torch.Tensor:
+    """v = A_I / (A_I + A_P + A_G) (VisConf Sec. 3); group_mass: [..., G]. NaN where the denominator is 0."""
+    a_i, a_p, a_g = group_mass[..., IMAGE], group_mass[..., PROMPT], group_mass[..., GENERATED]
+    den = a_i + a_p + a_g
+    return torch.where(den > 0, a_i / den.clamp_min(torch.finfo(den.dtype).tiny), torch.full_like(den, float("nan")))
+
+
+def _check_supported(model) -> None:
+    for cfg in (model.config, getattr(model.config, "text_config", None)):
+        if cfg is None:
+            continue
+        for name in ("final_logit_softcapping", "logit_scale"):
+            if getattr(cfg, name, None) not in (None, 1.0):
+                raise NotImplementedError(f"score_rollouts: models with {name} are not supported")
+
+
+@torch.no_grad()
+def score_rollouts(model, batch: dict, temperature: float = 1.0, record_attention: bool = True) -> RolloutSignals:
+    """Per-token signals of prompt + response sequences by a teacher-forced replay.
+
+    batch: ``input_ids`` [B, T] (prompt + response, padded), ``attention_mask`` [B, T] (1 = token),
+    ``response_mask`` [B, T] (1 = response token; the first response token must follow at least one token)
+    and, for vision-language models, the processor outputs (``pixel_values``, ``image_grid_thw``,
+    ``mm_token_type_ids`` ...). ``temperature`` divides the logits (use the sampling temperature).
+    """
+    input_ids = batch["input_ids"]
+    attention_mask = batch.get("attention_mask")
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    response_mask = batch["response_mask"]
+    if input_ids.dim() != 2 or response_mask.shape != input_ids.shape or attention_mask.shape != input_ids.shape:
+        raise ValueError(f"input_ids, attention_mask and response_mask must be [B, T], got {tuple(input_ids.shape)}, "
+                         f"{tuple(attention_mask.shape)} and {tuple(response_mask.shape)}")
+    response_mask = response_mask.bool() & attention_mask.bool()
+    if bool(response_mask[:, 0].any()):
+        raise ValueError("a response token at position 0 has no preceding position to predict it")
+    _check_supported(model)
+    extra = {k: batch[k] for k in _MODEL_INPUTS if batch.get(k) is not None}
+    mm_types = batch.get("mm_token_type_ids")
+    groups = key_groups_from_ids(input_ids, attention_mask, response_mask, image_token_ids(model.config),
+                                 special_token_ids(model.config), mm_types)
+    base = getattr(model, model.base_model_prefix)
+    recorder = AttentionMassRecorder(groups)
+    with mass_attention(model, record_attention), recording(recorder) if record_attention else _nullcontext():
+        hidden = base(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **extra)[0]
+    # token t is predicted from position t - 1
+    pred_pos = response_mask[:, 1:]
+    h = hidden[:, :-1][pred_pos]
+    targets = input_ids[:, 1:][pred_pos]
+    head = model.get_output_embeddings()
+    logprob, entropy, sc, _ = token_stats(h, head.weight, targets, getattr(head, "bias", None), temperature)
+
+    def scatter(values: torch.Tensor) -> torch.Tensor:
+        full = torch.full(input_ids.shape, float("nan"), device=values.device)
+        full[:, 1:][pred_pos] = values
+        return full
+
+    group_mass = image_mass = engagement = None
+    if record_attention:
+        mass = recorder.mass()  # [B, T, G] per query position
+        group_mass = torch.full((*input_ids.shape, mass.shape[-1]), float("nan"), device=mass.device)
+        group_mass[:, 1:][pred_pos] = mass[:, :-1][pred_pos]
+        has_image = (groups == IMAGE).any(1)
+        if bool(has_image.any()):
+            image_mass = torch.where(has_image[:, None], group_mass[..., IMAGE], float("nan"))
+            engagement = torch.where(has_image[:, None], visual_engagement_from_mass(group_mass), float("nan"))
+    return RolloutSignals(response_mask, scatter(logprob), scatter(entropy), scatter(sc), group_mass, image_mass,
+                          engagement)
+
+
+class _nullcontext:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+__all__ = ["RolloutSignals", "score_rollouts", "visual_engagement_from_mass", "GROUP_NAMES"]
