@@ -190,6 +190,16 @@ def test_outputs_are_distributions():
     torch.testing.assert_close(post32.double(), post, atol=1e-4, rtol=0)
 
 
+def test_int32_labels_and_silent_annotator():
+    labels, _ = _simulate(33, items=30, annotators=5, classes=3)
+    labels[:, 4] = -1  # annotator 4 labelled nothing
+    post, conf, _ = dawid_skene(labels.int(), 3)
+    ref_post, ref_conf, *_ = _naive_em(labels, 3)
+    torch.testing.assert_close(post, ref_post, atol=1e-9, rtol=0)
+    torch.testing.assert_close(conf[4], torch.full((3, 3), 1 / 3, dtype=torch.float64))
+    torch.testing.assert_close(dawid_skene_reliability(conf)[4], torch.tensor(1 / 3, dtype=torch.float64))
+
+
 def test_many_annotators_no_underflow():
     # 3000 annotators: the product of per-annotator likelihoods underflows in probability space
     labels, truth = _simulate(31, items=10, annotators=3000, classes=3)
