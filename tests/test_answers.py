@@ -223,7 +223,7 @@ def test_answers_equal_slow_input_times_out_not_hangs(caplog):
     # deeply nested parentheses make the LaTeX parser slow; the 2 s math-verify timeout is caught,
     # counted, logged, and the answer then compares by string only
     before = equivalence_stats()["parse_failures"]
-    nested = "(" * 21 + "1" + ")" * 21
+    nested = "(" * 80 + "1" + ")" * 80  # ~40 s to parse here without the timeout
     with caplog.at_level(logging.WARNING, logger="ttrl_lightning.answers"):
         assert not answers_equal(nested, "1")
     assert equivalence_stats()["parse_failures"] == before + 1
