@@ -103,6 +103,8 @@ class PIDKLController(pl.Callback):
                            smoothing=smoothing)
         self.beta_0 = beta_0
         self.controller: PIDController | None = None
+        self.last_local_kl: float | None = None
+        self.last_reduced_kl: float | None = None
         self._pending: dict | None = None
 
     def _ensure(self, pl_module) -> PIDController:
@@ -124,7 +126,9 @@ class PIDKLController(pl.Callback):
         if kl is None:
             raise RuntimeError("the module did not set `kl_observation` in training_step")
         kl = torch.as_tensor(kl, dtype=torch.float32, device=pl_module.device).detach().clone()
+        self.last_local_kl = float(kl)
         kl = trainer.strategy.reduce(kl, reduce_op="mean")  # same beta on every rank
+        self.last_reduced_kl = float(kl)
         ctl = self._ensure(pl_module)
         pl_module.kl_coef = ctl.update(float(kl))
         s = ctl.state

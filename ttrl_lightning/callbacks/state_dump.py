@@ -21,4 +21,5 @@ class RankStateDump(pl.Callback):
                 state["ema"] = {k: v.detach().cpu() for k, v in cb.ema_model.state_dict().items()}
             if hasattr(cb, "controller") and cb.controller is not None:
                 state["pid"] = cb.controller.state_dict()
+                state["pid_kl"] = {"local": cb.last_local_kl, "reduced": cb.last_reduced_kl}
         torch.save(state, os.path.join(self.dirpath, f"rank{trainer.global_rank}.pt"))

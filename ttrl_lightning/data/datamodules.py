@@ -167,10 +167,37 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
         return self._loader(self._val, shuffle=False)
 
 
+class ResumableDataLoader(DataLoader):
+    """A DataLoader (no shuffling) that Lightning can checkpoint mid-epoch: ``state_dict`` holds the number
+    of batches already yielded this epoch and ``load_state_dict`` makes the next epoch start after them, so a
+    run resumed from a mid-epoch checkpoint sees exactly the batches the uninterrupted run saw."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._yielded = 0
+        self._skip = 0
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        self._yielded = skip
+        for i, batch in enumerate(super().__iter__()):
+            if i < skip:
+                continue
+            self._yielded += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"yielded": self._yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._skip = int(state.get("yielded", 0))
+
+
 class PromptDataModule(pl.LightningDataModule):
     """RL prompts of a generated task: batches ``{"prompt": [str], "answer": [str]}``.
 
-    Not shuffled (the task is already random), so a run resumed from a checkpoint sees the same batches.
+    Not shuffled (the task is already random); the train loader is resumable mid-epoch
+    (``ResumableDataLoader``), so a resumed run sees the same batches as an uninterrupted one.
     """
 
     def __init__(
@@ -192,8 +219,8 @@ class PromptDataModule(pl.LightningDataModule):
         self._val = generate_prompts(h.task, h.n_val, h.seed + 1, **kw)
 
     def train_dataloader(self) -> DataLoader:
-        return DataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
-                          collate_fn=collate_prompts)
+        return ResumableDataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
+                                   collate_fn=collate_prompts)
 
     def val_dataloader(self) -> DataLoader:
         return DataLoader(self._val, batch_size=self.hparams.batch_size, shuffle=False,

@@ -59,13 +59,13 @@ class HFGenerateEngine:
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(model.parameters()).device
-        input_ids = enc["input_ids"].to(device)
-        attn = enc["attention_mask"].to(device)
+        # each prompt repeated n times (prompt-major rows); also covers greedy decoding with n > 1
+        input_ids = enc["input_ids"].to(device).repeat_interleave(params.n, dim=0)
+        attn = enc["attention_mask"].to(device).repeat_interleave(params.n, dim=0)
         greedy = params.temperature == 0
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             do_sample=not greedy,
-            num_return_sequences=params.n,
             use_cache=True,
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
@@ -100,10 +100,9 @@ class HFGenerateEngine:
         if self.record_signals:
             logits = torch.stack(out.logits, dim=1)  # [R, C, V]
             signals = {k: v * mask for k, v in TOKEN_SIGNALS[self.signal_backend](logits, comp).items()}
-        R = comp.shape[0]
         return Rollouts(
-            prompt_ids=input_ids.repeat_interleave(params.n, dim=0),
-            prompt_mask=attn.repeat_interleave(params.n, dim=0),
+            prompt_ids=input_ids,
+            prompt_mask=attn,
             completion_ids=comp,
             completion_mask=mask.to(attn.dtype),
             texts=texts,
