@@ -32,8 +32,9 @@ import torch
 from ttrl_lightning.consensus.dawid_skene import dawid_skene
 
 
-def simulate(generator: torch.Generator, batch: int, items: int, annotators: int, classes: int, missing: float):
-    """[B, N, J] labels from annotators of accuracy U(0.25, 0.95) (else a uniform random class); -1 = missing."""
+def simulate(generator: torch.Generator, batch: int, items: int, annotators: int, classes: int,
+             missing: float):
+    """[B, N, J] labels by annotators of accuracy U(0.25, 0.95) (else a uniform random class); -1 = missing."""
     truth = torch.randint(0, classes, (batch, items), generator=generator)
     accuracy = torch.rand(batch, 1, annotators, generator=generator) * 0.7 + 0.25
     noise = torch.randint(0, classes, (batch, items, annotators), generator=generator)
@@ -90,7 +91,7 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; 1 (default) matches crowd-kit's single-threaded pandas, 0 = torch's default")
+                    help="torch threads; 1 (default) like crowd-kit's pandas, 0 = torch's default")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="outputs/bench_dawid_skene.json")
     args = ap.parse_args()
@@ -115,7 +116,8 @@ def main() -> None:
     ck_probas, ck_s = crowdkit_fit(labels, args.classes, iters + 1)
     single = {"shape": list(labels.shape), "em_iterations": iters, "ours_s": ours_s, "crowdkit_s": ck_s,
               "speedup": ck_s / ours_s, "ours_s_per_e_step": ours_s / (iters + 1),
-              "crowdkit_s_per_e_step": ck_s / (iters + 1), "accuracy_vs_truth": float((post.argmax(-1) == truth).double().mean()),
+              "crowdkit_s_per_e_step": ck_s / (iters + 1),
+              "accuracy_vs_truth": float((post.argmax(-1) == truth).double().mean()),
               **agreement(post, ck_probas)}
     result["single"] = single
     print(f"single  {args.items} items x {args.annotators} annotators x {args.classes} classes, "
@@ -137,14 +139,16 @@ def main() -> None:
     ours_per_q, ck_per_q = ours_s / args.queries, ck_total / n_base
     batched = {"shape": list(labels.shape), "em_iterations_max": int(info["iterations"].max()),
                "ours_total_s": ours_s, "ours_per_query_s": ours_per_q,
-               "crowdkit_queries_timed": n_base, "crowdkit_total_s": ck_total, "crowdkit_per_query_s": ck_per_q,
+               "crowdkit_queries_timed": n_base, "crowdkit_total_s": ck_total,
+               "crowdkit_per_query_s": ck_per_q,
                "speedup_per_query": ck_per_q / ours_per_q,
                "argmax_agreement": float(np.mean(agree)), "max_abs_posterior_diff": maxdiff}
     result["batched"] = batched
     print(f"batched {args.queries} queries x {args.query_items} items x {args.rollouts} rollouts x "
-          f"{args.query_classes} classes: ours {ours_s * 1e3:.1f} ms for all ({ours_per_q * 1e6:.1f} us/query) | "
-          f"crowd-kit {ck_per_q * 1e3:.1f} ms/query (timed on {n_base}) | speedup x{batched['speedup_per_query']:.0f}"
-          f" | argmax agreement {batched['argmax_agreement']:.4f} | max |dp| {maxdiff:.2e}")
+          f"{args.query_classes} classes: ours {ours_s * 1e3:.1f} ms for all "
+          f"({ours_per_q * 1e6:.1f} us/query) | crowd-kit {ck_per_q * 1e3:.1f} ms/query (timed on {n_base}) | "
+          f"speedup x{batched['speedup_per_query']:.0f} | argmax agreement {batched['argmax_agreement']:.4f} | "
+          f"max |dp| {maxdiff:.2e}")
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

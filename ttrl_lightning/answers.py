@@ -157,17 +157,21 @@ def _strip_full_stop(s: str) -> str:
 _OPTION_WORD = r"(?:option|choice|answer)\s*"
 _LETTER_WHOLE = re.compile(r"^(?:" + _OPTION_WORD + r")?[\(\[]?\s*([A-Za-z])\s*[\)\]]?\s*[.:]?$", re.I)
 _LETTER_FORMATTED = re.compile(
-    r"^(?:" + _OPTION_WORD + r"[\(\[]?\s*([A-Za-z])\s*[\)\]]?|[\(\[]\s*([A-Za-z])\s*[\)\]]|([A-Za-z])\s*[.:)])"
+    r"^(?:" + _OPTION_WORD + r"[\(\[]?\s*([A-Za-z])\s*[\)\]]?"
+    r"|[\(\[]\s*([A-Za-z])\s*[\)\]]|([A-Za-z])\s*[.:)])"
     r"\s*[.:]?$",
     re.I,
 )
-_LETTER_WITH_TEXT = re.compile(r"^(?:" + _OPTION_WORD + r")?(?:[\(\[]\s*([A-Za-z])\s*[\)\]]|([A-Za-z])[.:)])\s+(.+)$", re.I)
+_LETTER_WITH_TEXT = re.compile(
+    r"^(?:" + _OPTION_WORD + r")?(?:[\(\[]\s*([A-Za-z])\s*[\)\]]|([A-Za-z])[.:)])\s+(.+)$", re.I
+)
 _PUNCT_TABLE = str.maketrans("", "", string.punctuation + string.whitespace)
 
 
 def _option_key(s: str) -> str:
     """Case-, space- and punctuation-insensitive key of an option text (LaTeX text macros unwrapped)."""
-    return _unwrap_text_macros(_strip_math_delimiters(s)).replace("\\%", "%").casefold().translate(_PUNCT_TABLE)
+    text = _unwrap_text_macros(_strip_math_delimiters(s)).replace("\\%", "%")
+    return text.casefold().translate(_PUNCT_TABLE)
 
 
 def _normalise_choices(choices) -> dict[str, str] | None:
@@ -178,7 +182,9 @@ def _normalise_choices(choices) -> dict[str, str] | None:
     elif isinstance(choices, Sequence) and not isinstance(choices, str):
         items = [(chr(ord("A") + i), text) for i, text in enumerate(choices)]
     else:
-        raise TypeError(f"choices must be a mapping {{letter: text}} or a sequence of texts, got {type(choices).__name__}")
+        raise TypeError(
+            f"choices must be a mapping {{letter: text}} or a sequence of texts, got {type(choices).__name__}"
+        )
     out: dict[str, str] = {}
     for letter, text in items:
         if not isinstance(letter, str) or len(letter) != 1 or not letter.isalpha():
@@ -193,9 +199,10 @@ def _canonical_choice(candidate: str, choices: dict[str, str] | None) -> str | N
     """The option letter ``candidate`` designates, or None.
 
     With ``choices``: a bare or formatted letter that is an option ("b", "(b)", "B.", "Option B"), a
-    formatted letter followed by text ("(B) less than 30%"; the letter wins), or the option text itself (compared with
-    :func:`_option_key`). Otherwise (and without ``choices``) only explicitly formatted letters ("(b)",
-    "B.", "Option B") or a bare upper-case letter; a bare lowercase letter may be a variable and is kept.
+    formatted letter followed by text ("(B) less than 30%"; the letter wins), or the option text itself
+    (compared with :func:`_option_key`). Otherwise (and without ``choices``) only explicitly formatted
+    letters ("(b)", "B.", "Option B") or a bare upper-case letter; a bare lowercase letter may be a
+    variable and is kept.
     """
     if choices:
         m = _LETTER_WHOLE.match(candidate)
@@ -330,7 +337,7 @@ def equivalence_stats() -> dict[str, int]:
 
 
 def _normalised(s: str) -> str:
-    """Cheap canonical string: delimiters, text macros, spacing commands and whitespace removed, casefolded."""
+    """Cheap canonical string: delimiters, text macros, spacing and whitespace removed, casefolded."""
     s = _strip_math_delimiters(s)
     s = _unwrap_text_macros(s)
     s = _SPACING.sub("", s)
@@ -380,7 +387,7 @@ def _parse_math(s: str):
 
 @lru_cache(maxsize=65536)
 def _finite_value(s: str):
-    """30-digit sympy Float of a constant, finite, real answer ("\\sqrt{7}", "2^{100}", "x = 3"), else None."""
+    """30-digit sympy Float of a finite real constant ("\\sqrt{7}", "2^{100}", "x = 3"), else None."""
     import sympy
 
     parsed = _parse_math(s)
@@ -431,7 +438,7 @@ _PLAIN_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d*[1-9]\d*)\}")
 
 
 def _plain_number(norm: str) -> Fraction | None:
-    """Exact value of a plain number ("-2", "0.75", ".5", "3/4", "\\frac{3}{4}"; normalised form), else None."""
+    """Exact value of a plain number ("-2", "0.75", ".5", "3/4", "\\frac{3}{4}"; normalised), else None."""
     if _PLAIN_NUMBER.fullmatch(norm):
         return Fraction(norm)
     m = _PLAIN_FRAC.fullmatch(norm)

@@ -44,7 +44,8 @@ def _validate(labels: torch.Tensor, num_classes: int, max_iter: int, tol: float,
         raise ValueError(f"labels must have an integer dtype (class ids, -1 = missing), got {labels.dtype}")
     if labels.dim() not in (2, 3):
         raise ValueError(
-            f"labels must be [items, annotators] or [batch, items, annotators], got shape {tuple(labels.shape)}"
+            "labels must be [items, annotators] or [batch, items, annotators], "
+            f"got shape {tuple(labels.shape)}"
         )
     if labels.numel() == 0:
         raise ValueError(f"labels is empty (shape {tuple(labels.shape)})")
@@ -176,7 +177,9 @@ def dawid_skene_reliability(confusion: torch.Tensor) -> torch.Tensor:
     if not isinstance(confusion, torch.Tensor):
         raise TypeError(f"confusion must be a torch.Tensor, got {type(confusion).__name__}")
     if confusion.dim() < 3 or confusion.shape[-1] != confusion.shape[-2] or confusion.shape[-1] == 0:
-        raise ValueError(f"confusion must be [.., annotators, C, C] with C >= 1, got shape {tuple(confusion.shape)}")
+        raise ValueError(
+            f"confusion must be [.., annotators, C, C] with C >= 1, got shape {tuple(confusion.shape)}"
+        )
     if not confusion.dtype.is_floating_point:
         raise ValueError(f"confusion must be floating point, got {confusion.dtype}")
     if not bool(torch.isfinite(confusion).all()):
