@@ -162,6 +162,8 @@ def test_empty_none_and_type_errors():
         (r"\frac{6}{8}", "0.75"),
         ("x=3", r"\sqrt{9}"),
         ("2^{100}", "1267650600228229401496703205376"),
+        ("3xy^2", "3y^2x"),  # a two-letter run with math signs is math
+        (r"\sin x", r"\sin(x)"),
     ],
 )
 def test_answers_equal_true(a, b):
@@ -184,6 +186,8 @@ def test_answers_equal_true(a, b):
         ("0.333", "1/3"),
         ("x=3", r"\sqrt{10}"),
         (r"\frac{1}{3}", r"\frac{1}{4}"),
+        ("no", "on"),  # words, not n*o
+        ("xy", "yx"),  # a bare two-letter answer is treated as a word (documented limitation)
     ],
 )
 def test_answers_equal_false(a, b):

@@ -347,12 +347,19 @@ def _normalised(s: str) -> str:
 
 
 def _looks_mathematical(norm: str) -> bool:
-    """False for prose ("less than 30%", "new york"): letters only as single symbols or known functions."""
+    """False for prose, so that math-verify never reads words as products of symbols.
+
+    Outside LaTeX commands and function names (sin, log, pi, ...), a run of three or more letters is prose
+    ("less than 30%", "new york"); a two-letter run is prose unless the answer has a math sign (digit,
+    operator, bracket, ``^``, ``_``, ``\\``): "no" / "on" are words, "3xy^2" is math.
+    """
     if not norm or len(norm) > _MAX_MATH_CHARS:
         return False
     rest = _LATEX_CMD.sub(" ", norm)
     rest = _MATH_WORDS.sub(" ", rest)
-    return re.search(r"[a-z]{2,}", rest) is None
+    if re.search(r"[a-z]{3,}", rest):
+        return False
+    return not (re.search(r"[a-z]{2}", rest) and not re.search(r"[\d\\^_=+\-*/()\[\]{}]", norm))
 
 
 def _timeout_seconds() -> int | None:
@@ -490,8 +497,9 @@ def answers_equal(a: str, b: str) -> bool:
         stop, ``\\dfrac`` -> ``\\frac``, case-insensitive, so option letters "b" == "B");
       * a single letter equals only itself; two plain integers compare exactly; plain numbers
         ("0.75", "3/4", "\\frac{3}{4}") that are exactly equal are equal, clearly apart are different;
-      * prose (a run of two or more letters that is not a LaTeX command or a known function name) compares
-        by the normalised string only, so "less than 30%" is never parsed as a product of symbols;
+      * prose (a run of three or more letters that is not a LaTeX command or a known function name, or of
+        two letters without any math sign) compares by the normalised string only, so "less than 30%" or
+        "no" are never parsed as products of symbols;
       * two finite real constants further apart than ``max(1e-6, 1e-9 * magnitude)`` are different (a
         negative fast path; math-verify could not equate them either; percentages excluded);
       * otherwise ``math_verify.verify`` on ``math_verify.parse`` of both (either direction):
