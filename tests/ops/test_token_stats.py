@@ -80,3 +80,38 @@ def test_empty_batch():
     hidden, weight, ids, _ = token_stats_inputs()
     out = token_stats(hidden[:0], weight, ids[:0])
     assert all(t.shape == (0,) for t in out)
+
+
+def _peak_extra_bytes(fn):
+    """Peak resident memory added by fn() (Linux: VmHWM reset through /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+    except OSError:
+        pytest.skip("cannot reset the peak RSS on this system")
+
+    def field(name):
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(name + ":"))
+
+    before = field("VmRSS")
+    fn()
+    return field("VmHWM") - before
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_never_materialises_full_logits(backend):
+    """[M, V] float32 logits would add 128 MiB here; the fused op must stay well below a quarter of that."""
+    _require(backend)
+    M, H, V = 512, 32, 65536
+    gen = torch.Generator().manual_seed(0)
+    hidden = torch.randn(M, H, generator=gen)
+    weight = torch.randn(V, H, generator=gen) * 0.1
+    ids = torch.randint(0, V, (M,), generator=gen)
+    token_stats(hidden[:8], weight, ids[:8], backend=backend)  # warm-up (thread pools, lazy init)
+    full = M * V * 4
+    extra = _peak_extra_bytes(lambda: token_stats(hidden, weight, ids, backend=backend))
+    assert extra < full / 4, f"peak extra {extra / 2**20:.1f} MiB vs full logits {full / 2**20:.0f} MiB"
+    # the check can fail: materialising the logits is caught
+    extra_full = _peak_extra_bytes(lambda: token_stats_reference(hidden, weight, ids))
+    assert extra_full > full * 0.9

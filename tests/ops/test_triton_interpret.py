@@ -15,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 def test_triton_kernels_match_reference_in_interpreter():
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, "_triton_check.py"), "--device", "cpu"],
+        [sys.executable, os.path.join(HERE, "_backend_check.py"), "--backend", "triton", "--device", "cpu"],
         capture_output=True, text=True, env=env, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]

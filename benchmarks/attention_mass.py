@@ -1,0 +1,168 @@
+"""Benchmark: attention_with_mass vs (a) SDPA without mass and (b) eager attention with output_attentions.
+
+Default size is the issue's: B = 1, T = 2048, 16 heads, d = 128, causal, 50% image keys (the rest prompt /
+generated / special), on CPU in float32. Each candidate runs in its own process (clean peak-memory
+accounting, see _memory.py); ours is also run at T/2 to show how its peak memory grows (O(T): about 2x,
+O(T^2): about 4x). Targets: ours within 1.25x of (a), faster than (b), memory O(T).
+On CUDA (``--device cuda --dtype bfloat16``) the baselines add SDPA-flash and FlashAttention-2 (if
+installed; target within 1.05x). Usage:
+
+    python benchmarks/attention_mass.py
+    python benchmarks/attention_mass.py --device cuda --dtype bfloat16
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import measure, mib, run_worker, write_json  # noqa: E402
+
+NUM_GROUPS = 4
+CANDIDATES = {
+    "cpu": ["sdpa_no_mass", "eager_output_attentions", "ours_auto", "ours_cpp", "ours_auto_half_T"],
+    "cuda": ["sdpa_no_mass", "sdpa_flash_no_mass", "flash_attn2_no_mass", "eager_output_attentions", "ours_triton",
+             "ours_cuda", "ours_torch", "ours_triton_half_T"],
+}
+
+
+def build(args, T):
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
+    dtype = getattr(torch, args.dtype)
+    shape = (args.B, args.heads, T, args.d)
+    q, k, v = (torch.randn(shape, generator=gen).to(dtype).to(args.device) for _ in range(3))
+    # 50% image keys in one block after a short prompt, as in a VLM prompt; the rest prompt/generated/special
+    groups = torch.full((args.B, T), 1, dtype=torch.long)
+    start = T // 8
+    groups[:, start:start + T // 2] = 0
+    groups[:, start + T // 2 + T // 8:] = 2
+    groups[:, start - 1] = 3
+    groups[:, start + T // 2] = 3
+    return q, k, v, groups.to(args.device)
+
+
+def eager_with_attentions(q, k, v, groups):
+    """transformers' eager attention (the ``output_attentions=True`` path) + group sums of the returned map."""
+    import torch
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    class _Module(torch.nn.Module):
+        num_key_value_groups = 1
+
+    T = q.shape[2]
+    mask = torch.full((T, T), float("-inf"), device=q.device, dtype=q.dtype).triu(1)[None, None]
+    out, weights = eager_attention_forward(_Module().eval(), q, k, v, mask, scaling=q.shape[-1] ** -0.5)
+    onehot = torch.nn.functional.one_hot(groups, NUM_GROUPS).to(weights.dtype)
+    mass = torch.einsum("bhqk,bkg->bhqg", weights, onehot)
+    return out, mass
+
+
+def worker(args):
+    import torch
+    import torch.nn.functional as F
+
+    from ttrl_lightning.ops import attention_with_mass
+
+    name = args.worker
+    T = args.T // 2 if name.endswith("_half_T") else args.T
+    q, k, v, groups = build(args, T)
+    base_name = name.removesuffix("_half_T")
+    if base_name == "sdpa_no_mass":
+        def fn():
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
+    elif base_name == "sdpa_flash_no_mass":
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        def fn():
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
+    elif base_name == "flash_attn2_no_mass":
+        from flash_attn import flash_attn_func  # raises ImportError when not installed -> skipped
+
+        qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+
+        def fn():
+            return flash_attn_func(qt, kt, vt, causal=True), None
+    elif base_name == "eager_output_attentions":
+        def fn():
+            return eager_with_attentions(q, k, v, groups)
+    else:
+        backend = base_name.split("_", 1)[1]
+
+        def fn():
+            return attention_with_mass(q, k, v, groups, NUM_GROUPS, causal=True, backend=backend)
+    result = measure(fn, args.device, args.repeats)
+    out, mass = fn()
+    result["T"] = T
+    result["check"] = {"out_abs_mean": float(out.double().abs().mean())}
+    if mass is not None:
+        result["check"]["image_mass_mean"] = float(mass[..., 0].double().mean())
+    result["threads"] = torch.get_num_threads()
+    print(json.dumps(result))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--B", type=int, default=1)
+    p.add_argument("--T", type=int, default=2048)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--d", type=int, default=128)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
+    p.add_argument("--out", default="outputs/benchmarks/attention_mass.json")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
+    common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d), "--device",
+              args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    results = {}
+    for name in names:
+        try:
+            results[name] = run_worker(os.path.abspath(__file__), common + ["--worker", name])
+        except RuntimeError as e:
+            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
+    print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "
+          f"{args.dtype} on {args.device}")
+    base = results.get("sdpa_no_mass")
+    print(f"{'candidate':<26}{'T':>6}{'peak extra MiB':>16}{'median s':>11}{'time / sdpa':>13}")
+    for name, r in results.items():
+        r["time_ratio_vs_sdpa"] = r["median_s"] / base["median_s"] if base else float("nan")
+        print(f"{name:<26}{r['T']:>6}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.4f}"
+              f"{r['time_ratio_vs_sdpa']:>13.3f}")
+    ours = [n for n in results if n.startswith("ours_") and not n.endswith("_half_T")]
+    eager = results.get("eager_output_attentions")
+    if eager:
+        ref = eager["check"].get("image_mass_mean")
+        for n in ours:
+            got = results[n]["check"].get("image_mass_mean")
+            if ref is not None and got is not None and abs(got - ref) > 1e-3:
+                print(f"[MISMATCH] {n} image mass mean {got} vs eager {ref}")
+    flash = [results[n] for n in ("sdpa_flash_no_mass", "flash_attn2_no_mass") if n in results]
+    for n in ours:
+        r = results[n]
+        line = f"target {n}: within 1.25x of SDPA: {'PASS' if r['time_ratio_vs_sdpa'] <= 1.25 else 'FAIL'} " \
+               f"({r['time_ratio_vs_sdpa']:.3f}x)"
+        if eager:
+            line += f"; faster than eager: {'PASS' if r['median_s'] < eager['median_s'] else 'FAIL'} " \
+                    f"({eager['median_s'] / r['median_s']:.2f}x faster)"
+        for f in flash:
+            line += f"; vs flash {f['median_s']:.4f}s: {r['median_s'] / f['median_s']:.3f}x (target 1.05x)"
+        print(line)
+        half = results.get(n + "_half_T")
+        if half and half["peak_extra_bytes"] > 0:
+            growth = r["peak_extra_bytes"] / half["peak_extra_bytes"]
+            print(f"memory growth {n} T/2 -> T: {growth:.2f}x ({'O(T)' if growth < 3 else 'looks O(T^2)'})")
+    write_json(args.out, {"config": vars(args), "results": results})
+
+
+if __name__ == "__main__":
+    main()

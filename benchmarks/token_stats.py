@@ -1,0 +1,120 @@
+"""Benchmark: fused token_stats vs materialising logits + log_softmax (peak extra memory and time).
+
+Default size is the issue's: V = 151,936 (Qwen vocabulary), H = 1024, M = 4096 tokens, on CPU, float32.
+Each candidate runs in its own process (clean peak-memory accounting, see _memory.py). Targets: fused peak
+extra memory <= 1/20 of the baseline's and time no slower. Usage:
+
+    python benchmarks/token_stats.py                       # CPU, issue size
+    python benchmarks/token_stats.py --device cuda --dtype bfloat16   # GPU (triton / cuda backends)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import measure, mib, run_worker, write_json  # noqa: E402
+
+CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
+              "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
+
+
+def build(args):
+    import torch
+
+    gen = torch.Generator().manual_seed(args.seed)
+    dtype = getattr(torch, args.dtype)
+    hidden = torch.randn(args.M, args.H, generator=gen).to(dtype)
+    weight = (torch.randn(args.V, args.H, generator=gen) * 0.02).to(dtype)
+    ids = torch.randint(0, args.V, (args.M,), generator=gen)
+    return hidden.to(args.device), weight.to(args.device), ids.to(args.device)
+
+
+def materialised(hidden, weight, ids):
+    """The plain way: [M, V] logits, log_softmax, then the statistics from the [M, V] log-probs."""
+    import torch
+
+    logits = hidden @ weight.t()
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    del logits
+    logprob = logp.gather(1, ids[:, None])[:, 0]
+    entropy = -(logp.exp() * logp).sum(-1)
+    self_certainty = -logp.mean(-1) - math.log(weight.shape[0])
+    return logprob, entropy, self_certainty
+
+
+def worker(args):
+    import torch
+
+    from ttrl_lightning.ops import token_stats
+
+    hidden, weight, ids = build(args)
+    name = args.worker
+    if name == "materialised":
+        def fn():
+            return materialised(hidden, weight, ids)
+    else:
+        backend = name.split("_", 1)[1]
+
+        def fn():
+            return token_stats(hidden, weight, ids, backend=backend)[:3]
+    result = measure(fn, args.device, args.repeats)
+    out = fn()
+    result["check"] = {k: float(v.double().mean()) for k, v in zip(("logprob", "entropy", "self_certainty"), out)}
+    result["threads"] = torch.get_num_threads()
+    print(json.dumps(result))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--M", type=int, default=4096)
+    p.add_argument("--H", type=int, default=1024)
+    p.add_argument("--V", type=int, default=151936)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
+    p.add_argument("--out", default="outputs/benchmarks/token_stats.json")
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+    names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
+    common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V), "--device", args.device, "--dtype",
+              args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    results = {}
+    for name in names:
+        try:
+            results[name] = run_worker(os.path.abspath(__file__), common + ["--worker", name])
+        except RuntimeError as e:
+            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
+    base = results.get("materialised")
+    print(f"\ntoken_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
+          f"(threads={next(iter(results.values()))['threads'] if results else '?'})")
+    print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")
+    for name, r in results.items():
+        mem_ratio = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
+        t_ratio = r["median_s"] / base["median_s"] if base else float("nan")
+        r.update(mem_ratio=mem_ratio, time_ratio=t_ratio)
+        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{mem_ratio:>12.4f}{t_ratio:>13.3f}")
+    if base:
+        for name, r in results.items():
+            for stat, value in r["check"].items():
+                if abs(value - base["check"][stat]) > 1e-3 * max(1.0, abs(base["check"][stat])):
+                    print(f"[MISMATCH] {name} {stat}: {value} vs baseline {base['check'][stat]}")
+        fused = {n: r for n, r in results.items() if n != "materialised"}
+        for name, r in fused.items():
+            ok_mem = r["mem_ratio"] <= 1 / 20
+            ok_time = r["time_ratio"] <= 1.0
+            print(f"target {name}: memory <= 1/20 of baseline: {'PASS' if ok_mem else 'FAIL'} "
+                  f"({1 / r['mem_ratio']:.0f}x less); no slower: {'PASS' if ok_time else 'FAIL'} "
+                  f"({r['time_ratio']:.3f}x)")
+    write_json(args.out, {"config": vars(args), "results": results})
+
+
+if __name__ == "__main__":
+    main()
