@@ -15,10 +15,10 @@ def test_ddp_two_ranks_stay_identical(tmp_path):
         "seed_everything": 0,
         "model": {"class_path": "ttrl_lightning.modules.GRPOModule",
                   "init_args": {"model": "tiny:qwen2", "num_generations": 2, "max_new_tokens": 4, "lr": 1e-2,
-                                "kl_coef": 0.1, "reference": "external"}},
+                                "kl_coef": 0.1, "reference": "external", "num_iterations": 2}},
         "data": {"class_path": "ttrl_lightning.data.datamodules.PromptDataModule",
                  "init_args": {"n_train": 16, "batch_size": 2}},
-        "trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "max_steps": 3, "logger": False,
+        "trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "max_steps": 4, "logger": False,
                     "enable_checkpointing": False, "enable_progress_bar": False, "enable_model_summary": False,
                     "num_sanity_val_steps": 0, "limit_val_batches": 0, "default_root_dir": str(tmp_path),
                     "callbacks": [
@@ -35,12 +35,12 @@ def test_ddp_two_ranks_stay_identical(tmp_path):
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0 = torch.load(tmp_path / "dump" / "rank0.pt", weights_only=False)
     r1 = torch.load(tmp_path / "dump" / "rank1.pt", weights_only=False)
-    assert r0["global_step"] == r1["global_step"] == 3
+    assert r0["global_step"] == r1["global_step"] == 4
     for part in ("policy", "ema"):
         for k in r0[part]:
             assert torch.equal(r0[part][k], r1[part][k]), (part, k)
     assert r0["pid"] == r1["pid"] and r0["kl_coef"] == r1["kl_coef"]
-    assert r0["pid"]["step"] == 3
+    assert r0["pid"]["step"] == 2  # one update per batch, 2 optimizer steps (num_iterations) each
     # the ranks saw different prompts and samples (DistributedSampler + rank-dependent seeds), so their local
     # KL observations differ; the controller used the all-reduced mean on both
     assert r0["pid_kl"]["local"] != r1["pid_kl"]["local"]

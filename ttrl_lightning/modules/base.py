@@ -37,6 +37,7 @@ class PolicyModule(pl.LightningModule):
         h = self.hparams
         self.policy = load_model(h.model, self.tokenizer, tiny_kwargs=h.tiny_kwargs, lora=h.lora, dtype=h.dtype,
                                  seed=h.seed)
+        self.policy.train()  # from_pretrained returns eval mode; the trainer expects train mode
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
