@@ -56,3 +56,31 @@ def test_print_config_runs(capsys):
     assert e.value.code in (0, None)
     out = capsys.readouterr().out
     assert "SFTModule" in out and "w_act: 2.0" in out
+
+
+def test_defaults_offline_wandb_and_rich_bar(monkeypatch):
+    import os
+
+    from lightning.pytorch.callbacks import RichProgressBar
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    cli = make_cli(["--config", str(BASE)], run=False)
+    assert os.environ["WANDB_MODE"] == "offline"
+    assert isinstance(cli.trainer.logger, WandbLogger) and cli.trainer.logger._offline
+    assert any(isinstance(c, RichProgressBar) for c in cli.trainer.callbacks)
+
+
+def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
+    """`ttrl fit` / `ttrl validate` through the project's dispatcher, on the fast GRPO config."""
+    import csv
+
+    from ttrl_lightning.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    cfg = ROOT / "configs" / "rft" / "tiny_grpo_fast.yaml"
+    assert main(["fit", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0
+    rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
+    beta = [float(r["pid/beta"]) for r in rows if r.get("pid/beta")]
+    assert len(beta) == 4 and all(1e-3 <= b <= 100 for b in beta)
+    assert main(["validate", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0

