@@ -133,7 +133,9 @@ def main(argv=None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-X
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: on a shared CPU more threads mostly measure contention; "
+                        "0 keeps torch's default)")
     p.add_argument("--order", choices=["ours-first", "trl-first"], default="trl-first")
     p.add_argument("--out", default="outputs/grpo_step.json")
     args = p.parse_args(argv)
