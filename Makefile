@@ -1,6 +1,9 @@
 # The two commands of the README: `make demo` runs the main job on the embedded default,
 # `make test` runs the tests. Both create .venv/ at the repo root and install everything.
 SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+# pip prints one warning per missing local index folder on some machines; hide only those lines
+QUIET := 2>&1 | { grep -v "is ignored" || true; }
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -9,11 +12,11 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q --upgrade pip $(QUIET)
 	# torch is pinned to the CPU wheel that lies on this kind of machine's disk
-	$(PIP) install -q torch==2.13.0 2>&1 | grep -v "is ignored" || true
-	$(PIP) install -q -r requirements.txt -r requirements-dev.txt 2>&1 | grep -v "is ignored" || true
-	$(PIP) install -q --no-build-isolation --no-deps -e . 2>&1 | grep -v "is ignored" || true
+	$(PIP) install -q torch==2.13.0 $(QUIET)
+	$(PIP) install -q -r requirements.txt -r requirements-dev.txt $(QUIET)
+	$(PIP) install -q --no-build-isolation --no-deps -e . $(QUIET)
 	$(PY) -c "import ttrl_lightning, torch, lightning, transformers; print('ttrl_lightning', ttrl_lightning.__version__, '| torch', torch.__version__)"
 	touch $(STAMP)
 
