@@ -16,6 +16,20 @@ from .bon import BoNConfig, expand_methods
 
 __all__ = ["evaluate_question"]
 
+#: best-of-N method -> (consensus rule, per-rollout score it ranks by)
+_SINGLE_VIEW = {
+    "majority": ("majority", None),
+    "self_certainty": ("top1", "K"),
+    "self_certainty_borda": ("borda", "K"),
+    "lookback": ("top1", "L"),
+    "lookback_rwc": ("rwc", "L"),
+    "visconf": ("top1", "Z"),
+    "visconf_rwc": ("rwc", "Z"),
+    "visconf_wc": ("wc", "Z"),
+    "min_length": ("top1", "len"),
+}
+_TWO_VIEW = {"hms": harmonic_mean_select, "dual_view_majority": dual_view_majority}
+
 
 def _labels(pool, q: int, view: int, idx) -> list[str]:
     names = pool.class_names[q]
@@ -61,28 +75,9 @@ def evaluate_question(pool, q: int, idx: list[int], idx1: list[int] | None, meth
             out[rep] = sum(_correct(pool, q, a) for a in labels) / len(labels)
         elif reg == "oracle":
             out[rep] = max(_correct(pool, q, a) for a in labels)
-        elif reg == "majority":
-            out[rep] = _correct(pool, q, aggregate(labels, "majority").answer)
-        elif reg == "self_certainty":
-            out[rep] = _correct(pool, q, aggregate(labels, "top1", scores("K")).answer)
-        elif reg == "self_certainty_borda":
-            out[rep] = _correct(pool, q, aggregate(labels, "borda", scores("K"), p=params["p"]).answer)
-        elif reg == "lookback":
-            out[rep] = _correct(pool, q, aggregate(labels, "top1", scores("L")).answer)
-        elif reg == "lookback_rwc":
-            out[rep] = _correct(pool, q, aggregate(labels, "rwc", scores("L")).answer)
-        elif reg == "visconf":
-            out[rep] = _correct(pool, q, aggregate(labels, "top1", scores("Z")).answer)
-        elif reg == "visconf_rwc":
-            out[rep] = _correct(pool, q, aggregate(labels, "rwc", scores("Z")).answer)
-        elif reg == "visconf_wc":
-            out[rep] = _correct(pool, q, aggregate(labels, "wc", scores("Z")).answer)
-        elif reg == "min_length":
-            out[rep] = _correct(pool, q, aggregate(labels, "top1", scores("len")).answer)
-        elif reg == "hms":
-            out[rep] = _correct(pool, q, harmonic_mean_select(labels, _labels(pool, q, 1, idx1)).answer)
-        elif reg == "dual_view_majority":
-            out[rep] = _correct(pool, q, dual_view_majority(labels, _labels(pool, q, 1, idx1)).answer)
+        elif reg in _TWO_VIEW:
+            out[rep] = _correct(pool, q, _TWO_VIEW[reg](labels, _labels(pool, q, 1, idx1)).answer)
         else:
-            raise KeyError(f"the reference has no implementation of {reg!r}")
+            rule, kind = _SINGLE_VIEW[reg]
+            out[rep] = _correct(pool, q, aggregate(labels, rule, scores(kind) if kind else None, **params).answer)
     return out
