@@ -38,3 +38,27 @@ def test_sft_training_step_uses_weighting_and_dropout():
     # validation sees the true tool outputs (no dropout)
     val_loss, _ = module.loss(batch, train=False)
     assert not torch.isclose(val_loss, loss)
+
+
+def test_sft_lora_and_mid_epoch_resume(tmp_path):
+    """LoRA SFT through the trainer; a run stopped mid-epoch and resumed ends with the same weights."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def run(steps, ckpt=None, save=False):
+        pl.seed_everything(0)
+        module = SFTModule(model="tiny:qwen2", lr=1e-2, lora={"r": 4, "lora_alpha": 8,
+                                                             "target_modules": ["q_proj", "v_proj"]})
+        data = SFTDataModule(task="arith3", n_train=48, n_val=8, batch_size=8, seed=0)  # 6 batches / epoch
+        cbs = [ModelCheckpoint(dirpath=str(tmp_path / "ck"), every_n_train_steps=steps, save_top_k=-1)] if save else []
+        trainer = pl.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_progress_bar=False,
+                             enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                             enable_checkpointing=save, callbacks=cbs)
+        trainer.fit(module, data, ckpt_path=ckpt)
+        return {k: v.clone() for k, v in module.policy.state_dict().items() if "lora_" in k}
+
+    full = run(9)  # 1.5 epochs
+    run(4, save=True)  # stopped mid-epoch 0
+    resumed = run(9, ckpt=str(next((tmp_path / "ck").glob("*.ckpt"))))
+    assert full and full.keys() == resumed.keys()
+    for k in full:
+        torch.testing.assert_close(full[k], resumed[k], rtol=0, atol=0)

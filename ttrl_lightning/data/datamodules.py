@@ -105,6 +105,50 @@ def collate_prompts(items: list[dict[str, Any]]) -> dict[str, list]:
     return {k: [x[k] for x in items] for k in items[0]}
 
 
+class ResumableDataLoader(DataLoader):
+    """A DataLoader (no shuffling) that Lightning can checkpoint mid-epoch: ``state_dict`` holds the number
+    of batches already yielded this epoch and ``load_state_dict`` makes the next epoch start after them, so a
+    run resumed from a mid-epoch checkpoint sees exactly the batches the uninterrupted run saw."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._yielded = 0
+        self._skip = 0
+
+    def __iter__(self):
+        skip, self._skip = self._skip, 0
+        self._yielded = skip
+        for i, batch in enumerate(super().__iter__()):
+            if i < skip:
+                continue
+            self._yielded += 1
+            yield batch
+
+    def state_dict(self) -> dict:
+        return {"yielded": self._yielded}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._skip = int(state.get("yielded", 0))
+
+
+class EpochSeededSampler(torch.utils.data.Sampler):
+    """Random permutation of ``range(n)`` seeded by (seed, epoch); Lightning calls ``set_epoch`` at the start
+    of every epoch, so a resumed run draws the same order as the uninterrupted one."""
+
+    def __init__(self, n: int, seed: int):
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        return iter(torch.randperm(self.n, generator=g).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class _TokenizerFromModule:
     tokenizer: Any
 
@@ -121,7 +165,9 @@ class _TokenizerFromModule:
 
 
 class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
-    """SFT traces of a generated task (``data.tasks.TASKS``), tokenised with the module's tokenizer."""
+    """SFT traces of a generated task (``data.tasks.TASKS``), tokenised with the module's tokenizer.
+
+    Training order: a permutation per epoch seeded by (seed, epoch); loaders resumable mid-epoch."""
 
     def __init__(
         self,
@@ -150,12 +196,10 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
         self._pad = tok.pad_token_id
 
     def _loader(self, data, shuffle: bool) -> DataLoader:
-        g = torch.Generator().manual_seed(self.hparams.seed)
-        return DataLoader(
+        return ResumableDataLoader(
             data,
             batch_size=self.hparams.batch_size,
-            shuffle=shuffle,
-            generator=g if shuffle else None,
+            sampler=EpochSeededSampler(len(data), self.hparams.seed) if shuffle else None,
             num_workers=self.hparams.num_workers,
             collate_fn=lambda b: collate_traces(b, self._pad, self.hparams.max_length),
         )
@@ -165,32 +209,6 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._val, shuffle=False)
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader (no shuffling) that Lightning can checkpoint mid-epoch: ``state_dict`` holds the number
-    of batches already yielded this epoch and ``load_state_dict`` makes the next epoch start after them, so a
-    run resumed from a mid-epoch checkpoint sees exactly the batches the uninterrupted run saw."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._yielded = 0
-        self._skip = 0
-
-    def __iter__(self):
-        skip, self._skip = self._skip, 0
-        self._yielded = skip
-        for i, batch in enumerate(super().__iter__()):
-            if i < skip:
-                continue
-            self._yielded += 1
-            yield batch
-
-    def state_dict(self) -> dict:
-        return {"yielded": self._yielded}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._skip = int(state.get("yielded", 0))
 
 
 class PromptDataModule(pl.LightningDataModule):
