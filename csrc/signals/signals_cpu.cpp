@@ -3,9 +3,9 @@
 // token_stats_cpu: for each vocabulary block, one GEMM tile (at::mm_out into a reused buffer) and a fused
 //   single-pass epilogue per row: running max m, s = sum exp(z - m), t = sum z exp(z - m) (rescaled when m
 //   grows), and the label logit. lse = m + log s, entropy = lse - t / s. Peak extra memory: one tile.
-// attention_with_mass_cpu: flash-style streaming attention per (batch, head, query block): running max,
-//   running denominator, output accumulator and one running sum per key group are rescaled together.
-//   Never builds [Tq, Tk]. Padding keys (group < 0) are skipped; causal mask aligned bottom-right.
+// attention_with_mass_cpu: flash-style streaming attention per (batch, head, query block) with blocked GEMMs;
+//   the running max, the output accumulator and one running sum per key group (indicator value columns) are
+//   rescaled together. Never builds [Tq, Tk]. Padding keys (group < 0) get -inf; causal mask bottom-right.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
@@ -30,8 +30,9 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // exp(x) for x <= 0 by range reduction 2^n * e^r, |r| <= ln2/2, and a degree-6 polynomial; written so that
 // the compiler vectorises the loops that call it (no branches, no libm call). Relative error ~2e-7.
-static inline __attribute__((always_inline)) float exp_nonpos(float x) {
-  x = std::max(x, -87.0f);
+static inline __attribute__((always_inline)) float exp_nonpos(float x_in) {
+  const bool is_nan = x_in != x_in;
+  const float x = is_nan ? 0.0f : (x_in < -87.0f ? -87.0f : x_in);
   const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest, vectorisable
   const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
   float p = 1.0f / 720.0f;
@@ -44,7 +45,7 @@ static inline __attribute__((always_inline)) float exp_nonpos(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof(scale));
-  return p * scale;
+  return is_nan ? x_in : p * scale;  // propagate NaN (inf - inf from overflowing scores) so callers detect it
 }
 
 // One row of a logits tile: row max, then s = sum e^{z-m}, t = sum z e^{z-m} with m = max(m_old, row max).
@@ -67,14 +68,6 @@ void row_exp_sums(const float* z, int64_t n, float m, float* s_out, float* t_out
   }
   *s_out = se;
   *t_out = te;
-}
-
-TTRL_MULTIVERSION
-float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
-  for (int64_t x = 0; x < n; ++x) acc += a[x] * b[x];
-  return acc;
 }
 
 TTRL_MULTIVERSION
@@ -145,81 +138,106 @@ std::vector<at::Tensor> token_stats_cpu(const at::Tensor& hidden, const at::Tens
   return {logprob, entropy, self_certainty, lse};
 }
 
+// In-place p = exp(s - m) over one score row; returns sum p. Masked scores (-inf) give exactly 0.
+TTRL_MULTIVERSION
+float row_exp_inplace(float* s, int64_t n, float m) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < n; ++j) {
+    const float x = s[j] - m;
+    const float e = x < -87.0f ? 0.0f : exp_nonpos(x);
+    s[j] = e;
+    sum += e;
+  }
+  return sum;
+}
+
+TTRL_MULTIVERSION
+void row_scale(float* x, int64_t n, float a) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] *= a;
+}
+
+// Flash-style attention with key-group mass on CPU. Per task (batch, query head, block of BQ queries) and per
+// block of BK keys: S = Q K^T (one GEMM), masking, running max and p = exp(S - m) in place, then
+// acc += P [V | 1_groups] (one GEMM over values augmented with one indicator column per group, so the group
+// sums ride in the accumulator and are rescaled with it). The denominator is the sum of the indicator
+// columns plus nothing else, since padding keys never get weight. Never builds [Tq, Tk].
 std::vector<at::Tensor> attention_with_mass_cpu(const at::Tensor& q_in, const at::Tensor& k_in,
                                                 const at::Tensor& v_in, const at::Tensor& groups_in,
-                                                int64_t num_groups, bool causal, double scale) {
+                                                int64_t num_groups, bool causal, double scale, int64_t block_q,
+                                                int64_t block_k) {
   TORCH_CHECK(q_in.dim() == 4 && k_in.dim() == 4 && v_in.dim() == 4, "q, k, v must be [B, H, T, d]");
+  TORCH_CHECK(block_q > 0 && block_k > 0, "block sizes must be positive");
   const int64_t B = q_in.size(0), Hq = q_in.size(1), Tq = q_in.size(2), D = q_in.size(3);
-  const int64_t Hkv = k_in.size(1), Tk = k_in.size(2), G = num_groups;
+  const int64_t Hkv = k_in.size(1), Tk = k_in.size(2), G = num_groups, DA = D + G;
   TORCH_CHECK(Hq % Hkv == 0, "Hq must be a multiple of Hkv");
   const int64_t rep = Hq / Hkv, off = Tk - Tq;
-  at::Tensor q = (q_in.to(at::kFloat) * scale).contiguous();
-  at::Tensor k = k_in.to(at::kFloat).contiguous(), v = v_in.to(at::kFloat).contiguous();
-  at::Tensor groups = groups_in.to(at::kLong).contiguous();
   auto f32 = at::TensorOptions().dtype(at::kFloat);
+  at::Tensor q = (q_in.to(at::kFloat) * scale).contiguous();
+  at::Tensor k = k_in.to(at::kFloat).contiguous();
+  at::Tensor groups = groups_in.to(at::kLong).contiguous();
+  at::Tensor valid = groups.ge(0);
+  // values augmented with indicator columns: vaug[b, h, j] = [v_j, 1[g_j == 0], ..., 1[g_j == G-1]]
+  at::Tensor onehot = at::one_hot(groups.clamp_min(0), G).to(at::kFloat) * valid.unsqueeze(-1).to(at::kFloat);
+  at::Tensor vaug = at::cat({v_in.to(at::kFloat), onehot.unsqueeze(1).expand({B, Hkv, Tk, G})}, -1).contiguous();
+  // additive key bias: 0 for keys, -inf for padding
+  at::Tensor kbias = at::where(valid, at::zeros({}, f32), at::full({}, kNegInf, f32)).to(at::kFloat).contiguous();
   at::Tensor out = at::zeros({B, Hq, Tq, D}, f32), mass = at::zeros({B, Hq, Tq, G}, f32);
-  const float *qp = q.data_ptr<float>(), *kp = k.data_ptr<float>(), *vp = v.data_ptr<float>();
-  const int64_t* gp = groups.data_ptr<int64_t>();
+  const float* kb_ptr = kbias.data_ptr<float>();
   float *op = out.data_ptr<float>(), *mp = mass.data_ptr<float>();
-  constexpr int64_t BQ = 16, BK = 64;
+  const int64_t BQ = block_q, BK = block_k;
   const int64_t nqb = (Tq + BQ - 1) / BQ;
   at::parallel_for(0, B * Hq * nqb, 1, [&](int64_t lo, int64_t hi) {
-    std::vector<float> sc(BQ * BK), acc(BQ * D), gs(BQ * G), rmax(BQ), rsum(BQ);
+    at::Tensor sbuf = at::empty({BQ * BK}, f32), abuf = at::empty({BQ * DA}, f32);
+    std::vector<float> rmax(BQ), rsum(BQ);
     for (int64_t task = lo; task < hi; ++task) {
       const int64_t qb = task % nqb, bh = task / nqb, b = bh / Hq, hq = bh % Hq, hk = hq / rep;
       const int64_t i0 = qb * BQ, nq = std::min(BQ, Tq - i0);
-      const float* qrow = qp + ((b * Hq + hq) * Tq + i0) * D;
-      const float* kh = kp + (b * Hkv + hk) * Tk * D;
-      const float* vh = vp + (b * Hkv + hk) * Tk * D;
-      const int64_t* g = gp + b * Tk;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      std::fill(gs.begin(), gs.end(), 0.0f);
+      at::Tensor qblk = q[b][hq].narrow(0, i0, nq);
+      at::Tensor kh = k[b][hk], vh = vaug[b][hk];
+      const float* kbias_b = kb_ptr + b * Tk;
+      at::Tensor acc = abuf.narrow(0, 0, nq * DA).view({nq, DA});
+      acc.zero_();
+      float* accp = acc.data_ptr<float>();
       std::fill(rmax.begin(), rmax.end(), kNegInf);
-      std::fill(rsum.begin(), rsum.end(), 0.0f);
       const int64_t kend = causal ? std::min(Tk, i0 + nq + off) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += BK) {
         const int64_t nk = std::min(BK, kend - j0);
+        at::Tensor sc = sbuf.narrow(0, 0, nq * nk).view({nq, nk});
+        at::mm_out(sc, qblk, kh.narrow(0, j0, nk).t());
+        float* sp = sc.data_ptr<float>();
+        bool any = false;
         for (int64_t r = 0; r < nq; ++r) {
-          const float* qr = qrow + r * D;
-          const int64_t last = causal ? i0 + r + off : Tk - 1;  // last visible key of this row
-          float bmax = kNegInf;
-          for (int64_t c = 0; c < nk; ++c) {
-            const int64_t j = j0 + c;
-            float sdot = kNegInf;
-            if (j <= last && g[j] >= 0) {
-              sdot = dot(qr, kh + j * D, D);
-            }
-            sc[r * BK + c] = sdot;
-            bmax = std::max(bmax, sdot);
+          float* srow = sp + r * nk;
+          axpy(1.0f, kbias_b + j0, srow, nk);  // padding keys -> -inf
+          if (causal) {
+            const int64_t last = i0 + r + off;  // last visible key of this row
+            for (int64_t j = std::max<int64_t>(last + 1 - j0, 0); j < nk; ++j) srow[j] = kNegInf;
           }
-          if (bmax == kNegInf) continue;  // no visible key in this block for this row
+          const float bmax = row_max(srow, nk);
+          if (bmax == kNegInf) {  // no visible key in this block for this row
+            std::fill(srow, srow + nk, 0.0f);
+            continue;
+          }
+          any = true;
           const float m_new = std::max(rmax[r], bmax);
-          const float alpha = (rmax[r] == kNegInf) ? 0.0f : std::exp(rmax[r] - m_new);
+          if (rmax[r] != kNegInf && m_new != rmax[r]) row_scale(accp + r * DA, DA, std::exp(rmax[r] - m_new));
           rmax[r] = m_new;
-          rsum[r] *= alpha;
-          float* ar = acc.data() + r * D;
-          float* gr = gs.data() + r * G;
-          if (alpha != 1.0f) {
-            for (int64_t x = 0; x < D; ++x) ar[x] *= alpha;
-            for (int64_t x = 0; x < G; ++x) gr[x] *= alpha;
-          }
-          for (int64_t c = 0; c < nk; ++c) {
-            const float sv = sc[r * BK + c];
-            if (sv == kNegInf) continue;
-            const float p = exp_nonpos(sv - m_new);
-            rsum[r] += p;
-            gr[g[j0 + c]] += p;
-            axpy(p, vh + (j0 + c) * D, ar, D);
-          }
+          row_exp_inplace(srow, nk, m_new);
         }
+        if (any) acc.addmm_(sc, vh.narrow(0, j0, nk));
       }
       for (int64_t r = 0; r < nq; ++r) {
-        if (rsum[r] == 0.0f) continue;  // the row saw no key: out = 0, mass = 0
-        const float inv = 1.0f / rsum[r];
+        const float* arow = accp + r * DA;
+        float l = 0.0f;
+        for (int64_t x = 0; x < G; ++x) l += arow[D + x];
+        if (l == 0.0f) continue;  // the row saw no key: out = 0, mass = 0 (NaN propagates)
+        const float inv = 1.0f / l;
         float* orow = op + ((b * Hq + hq) * Tq + i0 + r) * D;
         float* mrow = mp + ((b * Hq + hq) * Tq + i0 + r) * G;
-        for (int64_t x = 0; x < D; ++x) orow[x] = acc[r * D + x] * inv;
-        for (int64_t x = 0; x < G; ++x) mrow[x] = gs[r * G + x] * inv;
+        for (int64_t x = 0; x < D; ++x) orow[x] = arow[x] * inv;
+        for (int64_t x = 0; x < G; ++x) mrow[x] = arow[D + x] * inv;
       }
     }
   });
@@ -235,6 +253,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("block_v") = 4096, py::arg("block_m") = 1024);
   m.def("attention_with_mass", &attention_with_mass_cpu, "streaming attention with key-group mass (CPU)",
         py::arg("q"), py::arg("k"), py::arg("v"), py::arg("key_groups"), py::arg("num_groups"),
-        py::arg("causal"), py::arg("scale"));
+        py::arg("causal"), py::arg("scale"), py::arg("block_q") = 64, py::arg("block_k") = 256);
   m.def("openmp_threads", []() { return at::get_num_threads(); });
 }

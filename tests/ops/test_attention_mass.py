@@ -81,9 +81,13 @@ def test_bad_inputs_raise():
         attention_with_mass(q, k, v, groups[:, :-1], G)
     with pytest.raises(ValueError, match="more queries"):
         attention_with_mass(k.repeat(1, 2, 1, 1), q[:, :2], q[:, :2], groups[:, :13], G)
-    bad = q.clone()
-    bad[1, 0, 5, 0] = float("inf")
+    bad_q = q.clone()
+    bad_q[1, 0, 5, 0] = float("inf")
+    bad_k = k.clone()
+    bad_k[0, 1, 20, 3] = float("nan")
     for backend in CPU_BACKENDS:
         if backend in available_backends():
             with pytest.raises(ValueError, match="non-finite attention mass"):
-                attention_with_mass(bad, k, v, groups, G, backend=backend)
+                attention_with_mass(bad_q, k, v, groups, G, backend=backend)
+            with pytest.raises(ValueError, match="non-finite attention mass"):
+                attention_with_mass(q, bad_k, v, groups, G, backend=backend)

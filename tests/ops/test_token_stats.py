@@ -68,12 +68,13 @@ def test_bad_inputs_raise():
         token_stats(hidden, weight, ids, temperature=0.0)
     with pytest.raises(TypeError, match="integer"):
         token_stats(hidden, weight, ids.float())
-    bad = hidden.clone()
-    bad[4, 2] = float("nan")
-    for backend in available_backends():
-        if backend in CPU_BACKENDS:
-            with pytest.raises(ValueError, match="non-finite log-sum-exp at token 4"):
-                token_stats(bad, weight, ids, backend=backend)
+    for value in (float("nan"), float("inf")):
+        bad = hidden.clone()
+        bad[4, 2] = value
+        for backend in available_backends():
+            if backend in CPU_BACKENDS:
+                with pytest.raises(ValueError, match="non-finite log-sum-exp at token 4"):
+                    token_stats(bad, weight, ids, backend=backend)
 
 
 def test_empty_batch():
