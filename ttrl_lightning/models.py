@@ -124,6 +124,8 @@ def load_model(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config)
+        if dtype is not None:
+            model = model.to(getattr(torch, dtype))
     else:
         kwargs = {}
         if dtype is not None:

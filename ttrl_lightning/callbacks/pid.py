@@ -16,6 +16,7 @@ Ki 0.05, Kd 0.10, beta in [1e-3, 1e2], I_max 5, warm-up 100, tau 0.9. ``beta_0``
 the module's initial ``kl_coef``) is not given by the paper. Note on authority: in positional form the
 steady state (e = 0) is beta_0 + Ki * I with |I| <= I_max, i.e. beta_0 +- 0.25 with these gains, so
 beta_0 must be set near the beta that holds KL at target for the model at hand.
+Timing: the update runs after each training batch, so the loss of batch t uses beta_{t-1} (beta_0 first).
 Under DDP the callback all-reduces k_t (mean over ranks) first, so every rank computes the same beta.
 """
 from __future__ import annotations
