@@ -58,6 +58,16 @@ def test_print_config_runs(capsys):
     assert "SFTModule" in out and "w_act: 2.0" in out
 
 
+def test_rewards_by_name_and_by_class_path():
+    from ttrl_lightning.rewards.simple import DigitsOnly, ExactAnswer
+
+    cli = make_cli(["--config", str(ROOT / "configs" / "rft" / "tiny_grpo.yaml"), "--trainer.logger=false"],
+                   run=False)
+    fns = cli.model.reward_fns
+    assert isinstance(fns[0], ExactAnswer) and fns[0].column == "answer" and isinstance(fns[1], DigitsOnly)
+    assert cli.model.reward_weights.tolist() == pytest.approx([1.0, 0.1])
+
+
 def test_defaults_offline_wandb_and_rich_bar(monkeypatch):
     import os
 

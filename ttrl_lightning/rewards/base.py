@@ -7,7 +7,9 @@ each prompt repeated N times) and ``columns`` holds the batch's other columns re
 lists). This is the keyword convention of TRL's ``GRPOTrainer`` reward functions, so those can be reused.
 A reward returns R finite floats; ``None`` entries are not allowed (use 0 and say so).
 
-Rewards are registered by name in ``REWARDS`` so configs can name them.
+Rewards are registered by name in ``REWARDS`` so configs can name them; a config can also give a reward
+class by ``class_path``/``init_args`` when its ``__call__`` has exactly ``RewardFn.__call__``'s signature
+(annotations included: the CLI checks the protocol).
 """
 from __future__ import annotations
 

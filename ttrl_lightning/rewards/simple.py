@@ -1,7 +1,10 @@
-"""Simple rewards for generated tasks (answers compared as strings after light normalisation)."""
+"""Simple rewards for generated tasks (answers compared as strings after light normalisation).
+
+Reward classes keep the exact ``RewardFn.__call__`` signature so configs can name them by ``class_path``."""
 from __future__ import annotations
 
 import re
+from typing import Sequence
 
 from ttrl_lightning.rewards.base import REWARDS
 
@@ -22,7 +25,7 @@ class ExactAnswer:
         self.column = column
         self.__name__ = f"exact_answer[{column}]"
 
-    def __call__(self, *, prompts, completions, **columns):
+    def __call__(self, *, prompts: list[str], completions: list[str], **columns) -> Sequence[float]:
         if self.column not in columns:
             raise KeyError(f"exact_answer needs the batch column {self.column!r}; got {sorted(columns)}")
         refs = columns[self.column]
@@ -35,7 +38,7 @@ class DigitsOnly:
 
     __name__ = "digits_only"
 
-    def __call__(self, *, prompts, completions, **columns):
+    def __call__(self, *, prompts: list[str], completions: list[str], **columns) -> Sequence[float]:
         return [sum(ch.isdigit() or ch == "-" for ch in c) / len(c) if c else 0.0 for c in completions]
 
 
