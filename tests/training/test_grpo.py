@@ -121,3 +121,39 @@ def test_reference_none_requires_zero_beta_and_bad_reward_raises():
     batch = {"prompt": ["1+1="], "answer": ["2"]}
     with pytest.raises(ValueError, match="non-finite"):
         m.score(m.rollout(batch), batch)
+
+
+class MajorityVoteGRPO(GRPOModule):
+    """TTRL-style subclass: the label of each prompt is the majority answer of its own N samples (no ground
+    truth), passed to the unchanged reward callables as the ``answer`` column."""
+
+    def score(self, rollouts, batch):
+        from collections import Counter
+
+        from ttrl_lightning.rewards.simple import first_integer
+
+        n = rollouts.n
+        answers = [first_integer(t) for t in rollouts.texts]
+        labels = []
+        for g in range(len(batch["prompt"])):
+            votes = Counter(a for a in answers[g * n:(g + 1) * n] if a is not None)
+            labels.append(votes.most_common(1)[0][0] if votes else "")
+        self.last_labels = labels
+        return super().score(rollouts, {"prompt": batch["prompt"], "answer": labels})
+
+
+def test_subclass_with_pseudo_labels():
+    from ttrl_lightning.rewards.simple import first_integer
+
+    m = MajorityVoteGRPO(model="tiny:qwen2", num_generations=6, max_new_tokens=4, kl_coef=0.0, reference="none")
+    m.configure_model()
+    batch = {"prompt": ["1+2=", "4+4=", "7-2="], "answer": ["3", "8", "5"]}
+    r = m.rollout(batch)
+    rewards = m.score(r, batch)
+    assert any(m.last_labels)
+    for g, label in enumerate(m.last_labels):
+        texts = r.texts[g * 6:(g + 1) * 6]
+        # reward 1 exactly for the samples whose first integer is their own group's majority answer
+        assert rewards[g * 6:(g + 1) * 6].tolist() == [1.0 if label and first_integer(t) == label else 0.0
+                                                       for t in texts]
+    assert rewards.sum() >= 1
