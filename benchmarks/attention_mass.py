@@ -22,9 +22,9 @@ from _memory import measure, mib, run_worker, write_json  # noqa: E402
 
 NUM_GROUPS = 4
 CANDIDATES = {
-    "cpu": ["sdpa_no_mass", "eager_output_attentions", "ours_auto", "ours_torch", "ours_cpp", "ours_auto_half_T"],
+    "cpu": ["sdpa_no_mass", "eager_output_attentions", "ours_torch", "ours_cpp", "ours_torch_half_T", "ours_cpp_half_T"],
     "cuda": ["sdpa_no_mass", "sdpa_flash_no_mass", "flash_attn2_no_mass", "eager_output_attentions", "ours_triton",
-             "ours_cuda", "ours_torch", "ours_triton_half_T"],
+             "ours_cuda", "ours_torch", "ours_triton_half_T", "ours_cuda_half_T"],
 }
 
 
@@ -168,7 +168,11 @@ def main():
         if half and half["peak_extra_bytes"] > 0:
             growth = r["peak_extra_bytes"] / half["peak_extra_bytes"]
             print(f"memory growth {n} T/2 -> T: {growth:.2f}x ({'O(T)' if growth < 3 else 'looks O(T^2)'})")
-    write_json(args.out, {"config": vars(args), "results": results})
+    from ttrl_lightning.ops import selected_backend
+
+    auto = selected_backend("attention_with_mass", args.device)
+    print(f"auto backend for attention_with_mass on {args.device}: {auto}")
+    write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})
 
 
 if __name__ == "__main__":

@@ -45,13 +45,15 @@ except Exception as e: print("flash_attn missing:", e)
 PY
 command -v nvcc && nvcc --version | tail -n 1
 
-step build_cuda_ext 240 $PY setup.py build_ext --inplace
-step check_triton 90 $PY tests/ops/_backend_check.py --backend triton --device cuda
-step check_cuda 90 $PY tests/ops/_backend_check.py --backend cuda --device cuda
-step check_torch_gpu 60 $PY tests/ops/_backend_check.py --backend torch --device cuda
-step bench_token_stats 120 $PY benchmarks/token_stats.py --device cuda --dtype bfloat16 --repeats 5 \
+# step timeouts sum to 465 s, so the whole script stays under 8 minutes even when a step hangs
+step build_cuda_ext 120 $PY setup.py build_ext --inplace
+step check_triton 60 $PY tests/ops/_backend_check.py --backend triton --device cuda
+step check_cuda 45 $PY tests/ops/_backend_check.py --backend cuda --device cuda
+step check_torch_gpu 30 $PY tests/ops/_backend_check.py --backend torch --device cuda
+step bench_token_stats 90 $PY benchmarks/token_stats.py --device cuda --dtype bfloat16 --repeats 5 \
   --out "$OUT/token_stats.json"
 step bench_attention_mass 120 $PY benchmarks/attention_mass.py --device cuda --dtype bfloat16 --repeats 10 \
+  --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T \
   --out "$OUT/attention_mass.json"
 
 if [ ${#failed[@]} -gt 0 ]; then

@@ -18,7 +18,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _memory import measure, mib, run_worker, write_json  # noqa: E402
 
-CANDIDATES = {"cpu": ["materialised", "fused_auto", "fused_cpp", "fused_torch"],
+CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
 
 
@@ -120,7 +120,11 @@ def main():
             print(f"target {name}: memory <= 1/20 of baseline: {'PASS' if ok_mem else 'FAIL'} "
                   f"({1 / r['mem_ratio']:.0f}x less); no slower: {'PASS' if ok_time else 'FAIL'} "
                   f"({r['time_ratio']:.3f}x)")
-    write_json(args.out, {"config": vars(args), "results": results})
+    from ttrl_lightning.ops import selected_backend
+
+    auto = selected_backend("token_stats", args.device)
+    print(f"auto backend for token_stats on {args.device}: {auto}")
+    write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})
 
 
 if __name__ == "__main__":

@@ -44,3 +44,19 @@ def test_generation_signals_equal_replay(factory, make_batch):
             continue
         torch.testing.assert_close(got[mask], want[:, T0:][mask], atol=3e-5, rtol=1e-4, msg=name)
     torch.testing.assert_close(sig.group_mass[mask], replay.group_mass[:, T0:][mask], atol=3e-5, rtol=1e-4)
+
+
+def test_generation_with_several_return_sequences():
+    """num_return_sequences repeats each prompt; the recorder follows the expanded batch."""
+    model = llama()
+    full = text_batch()
+    prompt = {k: v[:, :6] for k, v in full.items() if k != "response_mask"}
+    torch.manual_seed(1)
+    sequences, sig = generate_with_signals(model, max_new_tokens=4, min_new_tokens=4, do_sample=True, top_k=0,
+                                           num_return_sequences=2, pad_token_id=0, **prompt)
+    assert sequences.shape == (4, 10)
+    expanded = {k: v.repeat_interleave(2, 0) for k, v in prompt.items()}
+    replay = score_rollouts(model, _replay_batch(expanded, sequences, sig))
+    mask = sig.response_mask
+    torch.testing.assert_close(sig.logprob[mask], replay.logprob[:, 6:][mask], atol=3e-5, rtol=1e-4)
+    torch.testing.assert_close(sig.group_mass[mask], replay.group_mass[:, 6:][mask], atol=3e-5, rtol=1e-4)

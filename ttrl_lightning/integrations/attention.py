@@ -35,7 +35,13 @@ class AttentionMassRecorder:
         self._steps: list[list] = []  # per step: [mass sum over layers and heads [B, Tq, G], heads counted]
         self._last_layer = None
 
-    def groups_for(self, num_keys: int, device) -> torch.Tensor:
+    def groups_for(self, num_keys: int, device, batch: int | None = None) -> torch.Tensor:
+        rows = self.key_groups.shape[0]
+        if batch is not None and batch != rows:
+            if batch % rows:
+                raise ValueError(f"attention batch {batch} is not a multiple of the recorder's {rows} sequences")
+            # generate(num_return_sequences=n) / beam search repeat every prompt n times, consecutively
+            self.key_groups = self.key_groups.repeat_interleave(batch // rows, dim=0)
         have = self.key_groups.shape[1]
         if num_keys > have:
             extra = self.key_groups.new_full((self.key_groups.shape[0], num_keys - have), GENERATED)
@@ -105,7 +111,7 @@ def ttrl_mass_attention(module, query, key, value, attention_mask, dropout=0.0, 
         raise NotImplementedError("ttrl_mass attention does not support sliding-window layers shorter than the context")
     if dropout and module.training:
         raise NotImplementedError("ttrl_mass attention records signals in eval mode only (dropout > 0)")
-    groups = recorder.groups_for(key.shape[2], key.device)
+    groups = recorder.groups_for(key.shape[2], key.device, key.shape[0])
     if attention_mask is not None:
         groups = torch.where(_keys_visible_to_last_query(attention_mask, key.shape[0]), groups, PAD)
     out, mass = attention_with_mass(query, key, value, groups, recorder.num_groups, causal=True, scale=scaling)

@@ -89,7 +89,7 @@ class GenerationSignalRecorder:
         if self.record_attention:
             mass = self.mass_recorder.mass()[:, self.prompt_len - 1:self.prompt_len - 1 + n]
             group_mass = torch.where(mask[..., None], mass, nan)
-            has_image = (self.groups == IMAGE).any(1)
+            has_image = (self.mass_recorder.key_groups == IMAGE).any(1)  # rows expanded like the sequences
             if bool(has_image.any()):
                 keep = mask & has_image[:, None]
                 image_mass = torch.where(keep, mass[..., IMAGE], nan)

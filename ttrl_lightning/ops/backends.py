@@ -43,14 +43,14 @@ class Backend:
 
 
 def _probe_triton() -> str | None:
-    try:
-        import triton  # noqa: F401
-    except Exception as e:  # pragma: no cover - depends on the install
-        return f"triton not importable ({e.__class__.__name__}: {e})"
     import torch
 
     if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET", "0") != "1":
         return "no CUDA device (set TRITON_INTERPRET=1 before importing triton to run it on CPU)"
+    try:
+        import triton  # noqa: F401
+    except Exception as e:  # pragma: no cover - depends on the install
+        return f"triton not importable ({e.__class__.__name__}: {e})"
     return None
 
 
@@ -96,18 +96,28 @@ def available_backends() -> list[str]:
     return [n for n in BACKENDS if unavailable_reason(n) is None]
 
 
+def _device_present(dev: str) -> bool:
+    if dev == "cpu":
+        return True
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def _resolve_auto() -> dict[tuple[str, str], str]:
     chosen = {}
     for dev, per_op in AUTO_ORDER.items():
         for op, order in per_op.items():
+            skipped = []
             for name in order:
                 reason = unavailable_reason(name)
                 if reason is None:
                     chosen[(dev, op)] = name
                     break
-                if dev == "cpu" or name != "triton" or unavailable_reason("cuda") is None:
-                    log.info("ttrl_lightning.ops: %s on %s: backend %s unavailable (%s), falling back", op, dev,
-                             name, reason)
+                skipped.append(f"{name}: {reason}")
+            if skipped and _device_present(dev):
+                log.warning("ttrl_lightning.ops: %s on %s uses %s (%s)", op, dev, chosen.get((dev, op)),
+                            "; ".join(skipped))
     return chosen
 
 
