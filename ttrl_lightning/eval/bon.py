@@ -211,28 +211,57 @@ class SortedTokens:
         return cls(sorted=srt, prefix=prefix, pooled=pooled, counts=counts, lengths=lengths)
 
 
-def _pooled_order_statistics(tokens: SortedTokens, idx: Tensor, targets: Tensor) -> Tensor:
+def _pooled_order_statistics(tokens: SortedTokens, idx: Tensor, targets: Tensor, block: int = 64) -> Tensor:
     """Values of the pooled order statistics ``targets`` (1-based ranks) of each subset's tokens.
 
-    Binary search over the positions ``m`` of the question's pooled sorted values: the number of subset
-    tokens among the ``m + 1`` smallest is ``sum_{j in subset} counts[m, j]``.
+    The number of subset tokens among the ``m + 1`` smallest pooled values is
+    ``count_s(m) = sum_{j in subset} counts[m, j]``, non-decreasing in ``m``; the answer is the smallest ``m``
+    with ``count_s(m) >= target``. A batched matmul of subset membership with the count rows at every
+    ``block``-th position brackets it, a binary search inside the block finishes it.
     idx: ``[Qc, S, N]`` subset members; targets: ``[Qc, S, K]`` ranks in ``1..n_s``. Returns ``[Qc, S, K]``.
     """
     qc, s, k = targets.shape
     n = idx.shape[-1]
     m_total, r = tokens.counts.shape[1], tokens.counts.shape[2]
+    grid = torch.arange(block - 1, m_total + block - 1, block).clamp_max(m_total - 1)  # block ends
+    member = torch.zeros(qc, s, r, dtype=torch.float32).scatter_(2, idx, 1.0)
+    grid_counts = torch.bmm(member, tokens.counts[:, grid, :].float().transpose(1, 2))  # [Qc, S, G], exact ints
+    first_block = (grid_counts.unsqueeze(2) < targets.unsqueeze(-1)).sum(-1)  # [Qc, S, K]
+    lo = first_block * block
+    hi = torch.minimum(lo + block - 1, torch.tensor(m_total - 1))
     flat_counts = tokens.counts.reshape(qc, m_total * r)
-    lo = torch.zeros(qc, s, k, dtype=torch.long)
-    hi = tokens.lengths.sum(-1)[:, None, None].expand(qc, s, k) - 1
     members = idx[:, :, None, :]  # [Qc, S, 1, N]
-    for _ in range(max(1, math.ceil(math.log2(m_total))) + 1):
+    for _ in range(max(1, math.ceil(math.log2(block))) + 1):
         mid = (lo + hi) // 2
         flat = (mid.unsqueeze(-1) * r + members).reshape(qc, s * k * n)
         below = flat_counts.gather(1, flat).view(qc, s, k, n).sum(-1, dtype=torch.int32)
         ok = below >= targets
         hi = torch.where(ok, mid, hi)
         lo = torch.where(ok, lo, mid + 1)
-    return tokens.pooled.gather(1, lo.reshape(qc, s * k)).reshape(qc, s, k)
+    return lo
+
+
+def _pooled_quantile_pair(tokens: SortedTokens, idx: Tensor, n_tok: Tensor, p: float) -> Tensor:
+    """``torch.quantile(pooled subset tokens, p)`` (linear) for every subset: ``[Qc, S]`` float64.
+
+    With ``h = (n - 1) p``: ``x_(floor h) + (h - floor h) (x_(floor h + 1) - x_(floor h))`` (0-based order
+    statistics). Only ``x_(floor h)`` is searched; the next order statistic is the smallest member token not
+    yet counted at that position (each member's next sorted token).
+    """
+    qc, s, n = idx.shape
+    t = tokens.sorted.shape[-1]
+    r = tokens.counts.shape[2]
+    h = (n_tok - 1).double() * p
+    f = h.floor()
+    pos = _pooled_order_statistics(tokens, idx, (f.long() + 1).unsqueeze(-1))[..., 0]  # [Qc, S]
+    x_f = tokens.pooled.gather(1, pos)
+    used = tokens.counts.reshape(qc, -1).gather(1, (pos.unsqueeze(-1) * r + idx).reshape(qc, s * n))
+    used = used.view(qc, s, n).long()  # tokens of each member among the first pos + 1 pooled values
+    flat_sorted = tokens.sorted.reshape(qc, -1)
+    nxt = flat_sorted.gather(1, (idx * t + used.clamp_max(t - 1)).reshape(qc, s * n)).view(qc, s, n)
+    nxt = torch.where(used < t, nxt, torch.full_like(nxt, math.inf)).amin(-1)
+    frac = h - f
+    return torch.where(frac > 0, x_f + frac * (nxt - x_f), x_f)
 
 
 def calibrated_confidence_means(tokens: SortedTokens, idx: Tensor, eps: float,
@@ -247,14 +276,8 @@ def calibrated_confidence_means(tokens: SortedTokens, idx: Tensor, eps: float,
     s = idx.shape[1]
     lengths = tokens.lengths
     n_tok = lengths.gather(1, idx.flatten(1)).view_as(idx).sum(-1)  # [Qc, S] pooled tokens per subset
-    # torch.quantile (linear): position h = (n - 1) p, value x_floor + (h - floor) (x_ceil - x_floor)
-    hs = [(n_tok - 1).double() * p for p in quantiles]
-    floors = [h.floor().long() for h in hs]
-    ceils = [h.ceil().long() for h in hs]
-    targets = torch.stack([floors[0], ceils[0], floors[1], ceils[1]], -1) + 1
-    x = _pooled_order_statistics(tokens, idx, targets)
-    q_lo = x[..., 0] + (hs[0] - floors[0]) * (x[..., 1] - x[..., 0])
-    q_hi = x[..., 2] + (hs[1] - floors[1]) * (x[..., 3] - x[..., 2])
+    q_lo = _pooled_quantile_pair(tokens, idx, n_tok, quantiles[0])
+    q_hi = _pooled_quantile_pair(tokens, idx, n_tok, quantiles[1])
     d = (q_hi - q_lo).clamp_min(eps)
     upper = q_lo + d
     a_q = q_lo[:, None, :].expand(qc, r, s).contiguous()  # [Qc, R, S]
