@@ -1,8 +1,9 @@
 """Peak-memory and timing helpers for the signal-op benchmarks (token_stats.py, attention_mass.py).
 
-CPU: each candidate runs in its own worker process; the peak resident set is reset through
+Memory: each candidate runs once in its own worker process; on CPU the peak resident set is reset through
 ``/proc/self/clear_refs`` (writing "5" resets VmHWM, Linux >= 4.0) once the inputs exist, so
-``VmHWM - VmRSS(before)`` is the peak *extra* memory of the call alone. CUDA: ``torch.cuda`` peak stats.
+``VmHWM - VmRSS(before)`` is the peak *extra* memory of the call alone; on CUDA the ``torch.cuda`` peak stats.
+Time: all candidates in one process, called in turns, so background load is shared fairly.
 """
 from __future__ import annotations
 
@@ -31,8 +32,15 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def measure(fn, device: str = "cpu", repeats: int = 3) -> dict:
-    """Run ``fn()`` once for peak extra memory, then ``repeats`` more times for wall-clock time."""
+def _sync(device: str) -> None:
+    if device == "cuda":
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def peak_extra_memory(fn, device: str = "cpu") -> dict:
+    """Peak extra memory of one ``fn()`` call (run it in a fresh process) and that call's wall-clock time."""
     import torch
 
     if device == "cuda":
@@ -52,17 +60,26 @@ def measure(fn, device: str = "cpu", repeats: int = 3) -> dict:
         fn()
         first = time.perf_counter() - t0
         peak = _status_kib("VmHWM") * 1024 - base
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-    return {"peak_extra_bytes": int(peak), "first_s": first, "times_s": times,
-            "median_s": statistics.median(times) if times else first, "min_s": min(times) if times else first}
+    return {"peak_extra_bytes": int(peak), "first_s": first}
+
+
+def time_interleaved(fns: dict, device: str = "cpu", repeats: int = 5) -> dict:
+    """Wall-clock times of several candidates measured in turns (A B C, B C A, ...) in one process, so that
+    background load on a shared machine hits all of them alike. One warm-up call each first."""
+    names = list(fns)
+    for name in names:
+        fns[name]()
+    _sync(device)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            _sync(device)
+            t0 = time.perf_counter()
+            fns[name]()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: {"times_s": ts, "median_s": statistics.median(ts), "min_s": min(ts)} for name, ts in times.items()}
 
 
 def run_worker(script: str, args: list[str], timeout: float = 1800) -> dict:

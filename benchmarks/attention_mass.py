@@ -1,9 +1,9 @@
 """Benchmark: attention_with_mass vs (a) SDPA without mass and (b) eager attention with output_attentions.
 
 Default size is the issue's: B = 1, T = 2048, 16 heads, d = 128, causal, 50% image keys (the rest prompt /
-generated / special), on CPU in float32. Each candidate runs in its own process (clean peak-memory
-accounting, see _memory.py); ours is also run at T/2 to show how its peak memory grows (O(T): about 2x,
-O(T^2): about 4x). Targets: ours within 1.25x of (a), faster than (b), memory O(T).
+generated / special), on CPU in float32. Peak extra memory: each candidate once in its own process (see
+_memory.py); time: all candidates in one process, called in turns (``--repeats`` rounds). Ours is also
+run at T/2 to show how its peak memory grows (O(T): about 2x, O(T^2): about 4x). Targets: ours within 1.25x of (a), faster than (b), memory O(T).
 On CUDA (``--device cuda --dtype bfloat16``) the baselines add SDPA-flash and FlashAttention-2 (if
 installed; target within 1.05x). Usage:
 
@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import measure, mib, run_worker, write_json  # noqa: E402
+from _memory import mib, peak_extra_memory, run_worker, time_interleaved, write_json  # noqa: E402
 
 NUM_GROUPS = 4
 CANDIDATES = {
@@ -61,46 +61,53 @@ def eager_with_attentions(q, k, v, groups):
     return out, mass
 
 
-def worker(args):
-    import torch
+def candidate(name, args, inputs):
+    """(fn, T) for a candidate name; inputs: cache T -> (q, k, v, groups)."""
     import torch.nn.functional as F
 
     from ttrl_lightning.ops import attention_with_mass
 
-    name = args.worker
     T = args.T // 2 if name.endswith("_half_T") else args.T
-    q, k, v, groups = build(args, T)
+    if T not in inputs:
+        inputs[T] = build(args, T)
+    q, k, v, groups = inputs[T]
     base_name = name.removesuffix("_half_T")
     if base_name == "sdpa_no_mass":
-        def fn():
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
-    elif base_name == "sdpa_flash_no_mass":
+        return (lambda: (F.scaled_dot_product_attention(q, k, v, is_causal=True), None)), T
+    if base_name == "sdpa_flash_no_mass":
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         def fn():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
-    elif base_name == "flash_attn2_no_mass":
+        return fn, T
+    if base_name == "flash_attn2_no_mass":
         from flash_attn import flash_attn_func  # raises ImportError when not installed -> skipped
 
         qt, kt, vt = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+        return (lambda: (flash_attn_func(qt, kt, vt, causal=True), None)), T
+    if base_name == "eager_output_attentions":
+        return (lambda: eager_with_attentions(q, k, v, groups)), T
+    backend = base_name.split("_", 1)[1]
+    return (lambda: attention_with_mass(q, k, v, groups, NUM_GROUPS, causal=True, backend=backend)), T
 
-        def fn():
-            return flash_attn_func(qt, kt, vt, causal=True), None
-    elif base_name == "eager_output_attentions":
-        def fn():
-            return eager_with_attentions(q, k, v, groups)
+
+def worker(args):
+    """Memory of one candidate (fresh process) or, with --worker timing, interleaved times of all."""
+    import torch
+
+    inputs = {}
+    if args.worker == "timing":
+        fns = {n: candidate(n, args, inputs)[0] for n in args.names.split(",")}
+        result = time_interleaved(fns, args.device, args.repeats)
     else:
-        backend = base_name.split("_", 1)[1]
-
-        def fn():
-            return attention_with_mass(q, k, v, groups, NUM_GROUPS, causal=True, backend=backend)
-    result = measure(fn, args.device, args.repeats)
-    out, mass = fn()
-    result["T"] = T
-    result["check"] = {"out_abs_mean": float(out.double().abs().mean())}
-    if mass is not None:
-        result["check"]["image_mass_mean"] = float(mass[..., 0].double().mean())
+        fn, T = candidate(args.worker, args, inputs)
+        result = peak_extra_memory(fn, args.device)
+        out, mass = fn()
+        result["T"] = T
+        result["check"] = {"out_abs_mean": float(out.double().abs().mean())}
+        if mass is not None:
+            result["check"]["image_mass_mean"] = float(mass[..., 0].double().mean())
     result["threads"] = torch.get_num_threads()
     print(json.dumps(result))
 
@@ -113,32 +120,32 @@ def main():
     p.add_argument("--d", type=int, default=128)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=7, help="timing rounds (each candidate once per round)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=1,
-                   help="run the candidate list this many times (alternating) and keep each one's fastest round; "
-                        "use on a shared machine to damp background load")
     p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
     p.add_argument("--out", default="outputs/benchmarks/attention_mass.json")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--names", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
     common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d), "--device",
               args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    script = os.path.abspath(__file__)
     results = {}
-    for rnd in range(args.rounds):
-        for name in (names if rnd % 2 == 0 else names[::-1]):
-            try:
-                r = run_worker(os.path.abspath(__file__), common + ["--worker", name])
-            except RuntimeError as e:
-                print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
-                continue
-            if name not in results or r["median_s"] < results[name]["median_s"]:
-                results[name] = r
+    for name in names:
+        try:
+            results[name] = run_worker(script, common + ["--worker", name])
+        except RuntimeError as e:
+            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
+    if not results:
+        raise SystemExit("no candidate ran")
+    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
+    for name, r in results.items():
+        r.update(timing[name])
     print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "
-          f"{args.dtype} on {args.device}")
+          f"{args.dtype} on {args.device} ({args.repeats} interleaved timing rounds)")
     base = results.get("sdpa_no_mass")
     print(f"{'candidate':<26}{'T':>6}{'peak extra MiB':>16}{'median s':>11}{'time / sdpa':>13}")
     for name, r in results.items():

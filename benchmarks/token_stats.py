@@ -1,11 +1,12 @@
 """Benchmark: fused token_stats vs materialising logits + log_softmax (peak extra memory and time).
 
 Default size is the issue's: V = 151,936 (Qwen vocabulary), H = 1024, M = 4096 tokens, on CPU, float32.
-Each candidate runs in its own process (clean peak-memory accounting, see _memory.py). Targets: fused peak
-extra memory <= 1/20 of the baseline's and time no slower. Usage:
+Peak extra memory: each candidate once in its own process (see _memory.py). Time: all candidates in one
+process, called in turns (``--repeats`` rounds), medians compared. Targets: fused peak extra memory
+<= 1/20 of the baseline's and time no slower. Usage:
 
-    python benchmarks/token_stats.py                       # CPU, issue size
-    python benchmarks/token_stats.py --device cuda --dtype bfloat16   # GPU (triton / cuda backends)
+    python benchmarks/token_stats.py                                   # CPU, issue size
+    python benchmarks/token_stats.py --device cuda --dtype bfloat16    # GPU (triton / cuda backends)
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import measure, mib, run_worker, write_json  # noqa: E402
+from _memory import mib, peak_extra_memory, run_worker, time_interleaved, write_json  # noqa: E402
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
@@ -46,24 +47,28 @@ def materialised(hidden, weight, ids):
     return logprob, entropy, self_certainty
 
 
-def worker(args):
-    import torch
-
+def candidate(name, hidden, weight, ids):
     from ttrl_lightning.ops import token_stats
 
-    hidden, weight, ids = build(args)
-    name = args.worker
     if name == "materialised":
-        def fn():
-            return materialised(hidden, weight, ids)
-    else:
-        backend = name.split("_", 1)[1]
+        return lambda: materialised(hidden, weight, ids)
+    backend = name.split("_", 1)[1]
+    return lambda: token_stats(hidden, weight, ids, backend=backend)[:3]
 
-        def fn():
-            return token_stats(hidden, weight, ids, backend=backend)[:3]
-    result = measure(fn, args.device, args.repeats)
-    out = fn()
-    result["check"] = {k: float(v.double().mean()) for k, v in zip(("logprob", "entropy", "self_certainty"), out)}
+
+def worker(args):
+    """Memory of one candidate (fresh process) or, with --worker timing, interleaved times of all."""
+    import torch
+
+    hidden, weight, ids = build(args)
+    if args.worker == "timing":
+        fns = {n: candidate(n, hidden, weight, ids) for n in args.names.split(",")}
+        result = time_interleaved(fns, args.device, args.repeats)
+    else:
+        fn = candidate(args.worker, hidden, weight, ids)
+        result = peak_extra_memory(fn, args.device)
+        out = fn()
+        result["check"] = {k: float(v.double().mean()) for k, v in zip(("logprob", "entropy", "self_certainty"), out)}
     result["threads"] = torch.get_num_threads()
     print(json.dumps(result))
 
@@ -75,50 +80,49 @@ def main():
     p.add_argument("--V", type=int, default=151936)
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="timing rounds (each candidate once per round)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rounds", type=int, default=1,
-                   help="run the candidate list this many times (alternating) and keep each one's fastest round; "
-                        "use on a shared machine to damp background load")
     p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
     p.add_argument("--out", default="outputs/benchmarks/token_stats.json")
     p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--names", default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return worker(args)
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
     common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V), "--device", args.device, "--dtype",
               args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    script = os.path.abspath(__file__)
     results = {}
-    for rnd in range(args.rounds):
-        for name in (names if rnd % 2 == 0 else names[::-1]):
-            try:
-                r = run_worker(os.path.abspath(__file__), common + ["--worker", name])
-            except RuntimeError as e:
-                print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
-                continue
-            if name not in results or r["median_s"] < results[name]["median_s"]:
-                results[name] = r
+    for name in names:
+        try:
+            results[name] = run_worker(script, common + ["--worker", name])
+        except RuntimeError as e:
+            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
+    if not results:
+        raise SystemExit("no candidate ran")
+    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
+    for name, r in results.items():
+        r.update(timing[name])
     base = results.get("materialised")
     print(f"\ntoken_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
-          f"(threads={next(iter(results.values()))['threads'] if results else '?'})")
+          f"(threads={timing['threads']}, {args.repeats} interleaved timing rounds)")
     print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")
     for name, r in results.items():
-        mem_ratio = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
-        t_ratio = r["median_s"] / base["median_s"] if base else float("nan")
-        r.update(mem_ratio=mem_ratio, time_ratio=t_ratio)
-        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{mem_ratio:>12.4f}{t_ratio:>13.3f}")
+        r["mem_ratio"] = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
+        r["time_ratio"] = r["median_s"] / base["median_s"] if base else float("nan")
+        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{r['mem_ratio']:>12.4f}"
+              f"{r['time_ratio']:>13.3f}")
     if base:
         for name, r in results.items():
             for stat, value in r["check"].items():
                 if abs(value - base["check"][stat]) > 1e-3 * max(1.0, abs(base["check"][stat])):
                     print(f"[MISMATCH] {name} {stat}: {value} vs baseline {base['check'][stat]}")
-        fused = {n: r for n, r in results.items() if n != "materialised"}
-        for name, r in fused.items():
-            ok_mem = r["mem_ratio"] <= 1 / 20
-            ok_time = r["time_ratio"] <= 1.0
-            print(f"target {name}: memory <= 1/20 of baseline: {'PASS' if ok_mem else 'FAIL'} "
-                  f"({1 / r['mem_ratio']:.0f}x less); no slower: {'PASS' if ok_time else 'FAIL'} "
+        for name, r in results.items():
+            if name == "materialised":
+                continue
+            print(f"target {name}: memory <= 1/20 of baseline: {'PASS' if r['mem_ratio'] <= 1 / 20 else 'FAIL'} "
+                  f"({1 / r['mem_ratio']:.0f}x less); no slower: {'PASS' if r['time_ratio'] <= 1.0 else 'FAIL'} "
                   f"({r['time_ratio']:.3f}x)")
     from ttrl_lightning.ops import selected_backend
 

@@ -70,12 +70,6 @@ void row_exp_sums(const float* z, int64_t n, float m, float* s_out, float* t_out
   *t_out = te;
 }
 
-TTRL_MULTIVERSION
-void axpy(float alpha, const float* x, float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
-}
-
 std::vector<at::Tensor> token_stats_cpu(const at::Tensor& hidden, const at::Tensor& weight,
                                         const at::Tensor& token_ids, const c10::optional<at::Tensor>& bias,
                                         double temperature, int64_t block_v, int64_t block_m) {
@@ -153,6 +147,12 @@ float row_exp_inplace(float* s, int64_t n, float m) {
 }
 
 TTRL_MULTIVERSION
+void scale_add(float* s, float a, const float* bias, int64_t n) {
+#pragma omp simd
+  for (int64_t j = 0; j < n; ++j) s[j] = s[j] * a + bias[j];
+}
+
+TTRL_MULTIVERSION
 void row_scale(float* x, int64_t n, float a) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) x[i] *= a;
@@ -174,8 +174,9 @@ std::vector<at::Tensor> attention_with_mass_cpu(const at::Tensor& q_in, const at
   TORCH_CHECK(Hq % Hkv == 0, "Hq must be a multiple of Hkv");
   const int64_t rep = Hq / Hkv, off = Tk - Tq;
   auto f32 = at::TensorOptions().dtype(at::kFloat);
-  at::Tensor q = (q_in.to(at::kFloat) * scale).contiguous();
+  at::Tensor q = q_in.to(at::kFloat).contiguous();  // no copy for contiguous float32 inputs
   at::Tensor k = k_in.to(at::kFloat).contiguous();
+  const float fscale = static_cast<float>(scale);
   at::Tensor groups = groups_in.to(at::kLong).contiguous();
   at::Tensor valid = groups.ge(0);
   // values augmented with indicator columns: vaug[b, h, j] = [v_j, 1[g_j == 0], ..., 1[g_j == G-1]]
@@ -183,7 +184,7 @@ std::vector<at::Tensor> attention_with_mass_cpu(const at::Tensor& q_in, const at
   at::Tensor vaug = at::cat({v_in.to(at::kFloat), onehot.unsqueeze(1).expand({B, Hkv, Tk, G})}, -1).contiguous();
   // additive key bias: 0 for keys, -inf for padding
   at::Tensor kbias = at::where(valid, at::zeros({}, f32), at::full({}, kNegInf, f32)).to(at::kFloat).contiguous();
-  at::Tensor out = at::zeros({B, Hq, Tq, D}, f32), mass = at::zeros({B, Hq, Tq, G}, f32);
+  at::Tensor out = at::empty({B, Hq, Tq, D}, f32), mass = at::empty({B, Hq, Tq, G}, f32);
   const float* kb_ptr = kbias.data_ptr<float>();
   float *op = out.data_ptr<float>(), *mp = mass.data_ptr<float>();
   const int64_t BQ = block_q, BK = block_k;
@@ -210,7 +211,7 @@ std::vector<at::Tensor> attention_with_mass_cpu(const at::Tensor& q_in, const at
         bool any = false;
         for (int64_t r = 0; r < nq; ++r) {
           float* srow = sp + r * nk;
-          axpy(1.0f, kbias_b + j0, srow, nk);  // padding keys -> -inf
+          scale_add(srow, fscale, kbias_b + j0, nk);  // s * scale, padding keys -> -inf
           if (causal) {
             const int64_t last = i0 + r + off;  // last visible key of this row
             for (int64_t j = std::max<int64_t>(last + 1 - j0, 0); j < nk; ++j) srow[j] = kNegInf;
@@ -232,10 +233,14 @@ std::vector<at::Tensor> attention_with_mass_cpu(const at::Tensor& q_in, const at
         const float* arow = accp + r * DA;
         float l = 0.0f;
         for (int64_t x = 0; x < G; ++x) l += arow[D + x];
-        if (l == 0.0f) continue;  // the row saw no key: out = 0, mass = 0 (NaN propagates)
-        const float inv = 1.0f / l;
         float* orow = op + ((b * Hq + hq) * Tq + i0 + r) * D;
         float* mrow = mp + ((b * Hq + hq) * Tq + i0 + r) * G;
+        if (l == 0.0f) {  // the row saw no key: out = 0, mass = 0 (NaN propagates)
+          std::fill(orow, orow + D, 0.0f);
+          std::fill(mrow, mrow + G, 0.0f);
+          continue;
+        }
+        const float inv = 1.0f / l;
         for (int64_t x = 0; x < D; ++x) orow[x] = arow[x] * inv;
         for (int64_t x = 0; x < G; ++x) mrow[x] = arow[D + x] * inv;
       }

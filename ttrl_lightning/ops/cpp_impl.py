@@ -9,8 +9,8 @@ from ttrl_lightning import _C  # noqa: F401  (ImportError here means the extensi
 # at the benchmark size; see benchmarks/token_stats.py.
 BLOCK_V = 4096
 BLOCK_M = 1024
-# Query x key blocks of the attention loop (two GEMMs per block); 64 x 512 measured best at T=2048, d=128.
-BLOCK_Q = 64
+# Query x key blocks of the attention loop (two GEMMs per block); 128 x 512 measured best at T=2048, d=128.
+BLOCK_Q = 128
 BLOCK_K = 512
 
 

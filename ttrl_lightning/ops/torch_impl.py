@@ -104,4 +104,5 @@ def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scal
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, :, None], 0.0)
     mass = out[..., d:].float()
-    return out[..., :d].contiguous(), mass
+    # a strided view of the first d channels (no copy); callers that need a contiguous tensor copy once anyway
+    return out[..., :d], mass
