@@ -91,3 +91,17 @@ def test_bad_inputs_raise():
                 attention_with_mass(bad_q, k, v, groups, G, backend=backend)
             with pytest.raises(ValueError, match="non-finite attention mass"):
                 attention_with_mass(q, bad_k, v, groups, G, backend=backend)
+
+
+def test_output_is_differentiable_and_mass_detached():
+    """With grad enabled the op falls back to the differentiable SDPA path; the gradient matches the reference."""
+    q, k, v, groups, G = attention_inputs(Hq=2, Hkv=1, Tq=6, Tk=9, d=8, pad=True)
+    q1, k1, v1 = (t.clone().requires_grad_() for t in (q, k, v))
+    out, mass = attention_with_mass(q1, k1, v1, groups, G, causal=True, backend="cpp")
+    assert not mass.requires_grad
+    out.sum().backward()
+    q2, k2, v2 = (t.clone().requires_grad_() for t in (q, k, v))
+    ref_out, _ = attention_with_mass_reference(q2, k2, v2, groups, G, causal=True)
+    ref_out.sum().backward()
+    for a, b in ((q1, q2), (k1, k2), (v1, v2)):
+        torch.testing.assert_close(a.grad, b.grad, atol=1e-5, rtol=1e-4)

@@ -116,3 +116,20 @@ def test_never_materialises_full_logits(backend):
     # the check can fail: materialising the logits is caught
     extra_full = _peak_extra_bytes(lambda: token_stats_reference(hidden, weight, ids))
     assert extra_full > full * 0.9
+
+
+def test_token_stats_head_module_matches_reference():
+    from ttrl_lightning.ops import TokenStatsHead
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 301, bias=True)
+    hidden = torch.randn(2, 5, 16)
+    ids = torch.randint(0, 301, (2, 5))
+    with torch.no_grad():
+        got = TokenStatsHead(head, temperature=0.5)(hidden, ids)
+        ref = token_stats_reference(hidden.reshape(-1, 16), head.weight, ids.reshape(-1), head.bias, 0.5)
+    for name, r in zip(("logprob", "entropy", "self_certainty", "lse"), ref):
+        assert got[name].shape == (2, 5)
+        torch.testing.assert_close(got[name].reshape(-1), r, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="disagree"):
+        TokenStatsHead(head)(hidden, ids[:, :-1])

@@ -2,5 +2,6 @@
 without ``[Tq, Tk]`` maps. Backends: see ``ttrl_lightning.ops.backends`` and docs/kernels.md."""
 from .backends import available_backends, selected_backend
 from .functional import attention_with_mass, token_stats
+from .modules import TokenStatsHead
 
-__all__ = ["token_stats", "attention_with_mass", "available_backends", "selected_backend"]
+__all__ = ["token_stats", "attention_with_mass", "TokenStatsHead", "available_backends", "selected_backend"]

@@ -35,13 +35,15 @@ def token_stats(
       lse,
     where mean(z) = (hidden . mean_rows(weight) + mean(bias)) / temperature is one mat-vec.
     ``backend`` overrides the backend for this call (``triton``, ``cuda``, ``cpp``, ``torch``).
+    Forward only: the results carry no gradient.
     """
     check_token_stats_inputs(hidden, weight, token_ids, bias, temperature)
     if hidden.shape[0] == 0:
         z = torch.zeros(0, device=hidden.device)
         return z, z.clone(), z.clone(), z.clone()
     fn = backends.pick("token_stats", hidden.device.type, backend)
-    logprob, entropy, self_certainty, lse = fn(hidden, weight, token_ids, bias, float(temperature))
+    with torch.no_grad():  # forward only: scoring signals carry no gradient
+        logprob, entropy, self_certainty, lse = fn(hidden, weight, token_ids, bias, float(temperature))
     check_token_stats_outputs(lse)
     return logprob, entropy, self_certainty, lse
 
@@ -67,9 +69,15 @@ def attention_with_mass(
     no key, e.g. left padding under a causal mask, get out = 0 and mass = 0).
     Per-token group masses averaged over layers and heads give VisConf's visual engagement
     v_t = A_I / (A_I + A_P + A_G) (VisConf Sec. 3) and LookBack's image-attention mass A_t.
+    When gradients are needed (grad mode on and q/k/v require grad) the call uses the differentiable
+    ``torch`` backend, so ``out`` can be trained through; ``mass`` is always detached.
     """
     check_attention_inputs(q, k, v, key_groups, num_groups)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # the kernels are forward-only; SDPA with indicator channels is differentiable (the mass is detached)
+        backend = "torch"
     fn = backends.pick("attention_with_mass", q.device.type, backend)
     out, mass = fn(q, k, v, key_groups, int(num_groups), bool(causal), scale)
+    mass = mass.detach()
     check_attention_outputs(mass)
     return out, mass
