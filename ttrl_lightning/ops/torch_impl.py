@@ -4,8 +4,9 @@
   ``tile_elems`` floats); per tile one GEMM and an online log-sum-exp update of (max m, s = sum e^{z-m},
   t = sum z e^{z-m}); the label logit is gathered from the tile that holds it.
 * ``attention_with_mass``: the indicator-channel trick: one extra value channel per key group holding
-  1[key in group] (q and k padded with zeros to the same head dim, so scores are unchanged); a single
-  fused SDPA call then returns the output in the first d channels and the group masses in the last G.
+  1[key in group] (q and k padded with zeros to the same head dim, rounded up to a multiple of 16, so
+  scores are unchanged); a single fused SDPA call then returns the output in the first d channels and the
+  group masses in the next G.
   Padding or a bottom-right causal mask with Tq != Tk use query chunks with a per-chunk boolean mask
   (``[B, 1, chunk, Tk]``, never ``[Tq, Tk]``).
 """
@@ -79,16 +80,20 @@ def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scal
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     valid = key_groups >= 0
     ind = F.one_hot(key_groups.long().clamp_min(0), G).to(v.dtype) * valid[..., None].to(v.dtype)
-    qa = F.pad(q, (0, G))
-    ka = F.pad(k, (0, G))
-    va = torch.cat([v, ind[:, None].expand(B, Hkv, Tk, G)], dim=-1)
+    # head dim padded to a multiple of 16: SDPA's CPU kernels run 144 faster than 132 (fp32 and bf16)
+    dp = -(-(d + G) // 16) * 16
+    qa = F.pad(q, (0, dp - d))
+    ka = F.pad(k, (0, dp - d))
+    va = v.new_zeros(B, Hkv, Tk, dp)
+    va[..., :d] = v
+    va[..., d:d + G] = ind[:, None]
     gqa = Hq != Hkv
     has_pad = not bool(valid.all())
     off = Tk - Tq
     if not has_pad and (not causal or off == 0 or Tq == 1):
         out = F.scaled_dot_product_attention(qa, ka, va, scale=scale, is_causal=causal and Tq > 1, enable_gqa=gqa)
     else:
-        out = q.new_empty(B, Hq, Tq, d + G)
+        out = q.new_empty(B, Hq, Tq, dp)
         j = torch.arange(Tk, device=q.device)
         for i0 in range(0, Tq, q_chunk):
             i1 = min(Tq, i0 + q_chunk)
@@ -103,6 +108,6 @@ def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scal
         empty = _rows_without_keys(key_groups, Tq, Tk, causal)
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, :, None], 0.0)
-    mass = out[..., d:].float()
+    mass = out[..., d:d + G].float()
     # a strided view of the first d channels (no copy); callers that need a contiguous tensor copy once anyway
     return out[..., :d], mass
