@@ -1,8 +1,12 @@
-"""``ttrl demo``: the README's main job on the embedded default, on CPU.
+"""``ttrl demo``: the README's main job on the embedded default, on CPU (about a minute).
 
-It simulates a synthetic rollout pool (``ttrl pool simulate``: 600 questions x 32 rollouts x 2 views,
-per-token signals) and runs the VisConf Table-1 best-of-N protocol on it (``ttrl bon``), printing the table
-with paired bootstrap intervals and writing the JSON report and the accuracy-vs-N plot.
+1. ``ttrl fit --config configs/sft/tiny_arith.yaml``: SFT (Pixelis 3.2.1: action-token weighting, feedback
+   dropout) of a tiny randomly initialised Qwen2 on generated tool-call arithmetic traces;
+2. ``ttrl fit --config configs/rft/tiny_grpo_fast.yaml``: a few GRPO steps with the EMA anchor as KL
+   reference and the PID-controlled KL coefficient;
+3. ``ttrl pool simulate`` + ``ttrl bon``: a **synthetic** rollout pool (600 questions x 32 rollouts x 2 views,
+   per-token signals) evaluated with VisConf's Table-1 protocol (N in {8, 16, 32}, 100 subsets, paired
+   bootstrap), writing the JSON report and the accuracy-vs-N plot.
 """
 from __future__ import annotations
 
@@ -11,17 +15,44 @@ import os
 
 from .cli import main as ttrl_main
 
+#: the repository's configs/ folder (the package is installed in editable mode from the repository)
+CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def _config(rel: str) -> str:
+    path = os.path.join(CONFIGS, rel)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"demo config {path} not found: run `ttrl demo` from a checkout of the repository")
+    return path
+
 
 def demo_main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="ttrl demo", description=__doc__)
+    p = argparse.ArgumentParser(prog="ttrl demo", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="outputs/demo", help="output folder")
-    p.add_argument("--questions", type=int, default=600)
+    p.add_argument("--questions", type=int, default=600, help="questions in the simulated pool")
+    p.add_argument("--skip-training", action="store_true", help="only the best-of-N part")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
+    steps = 3 if not args.skip_training else 1
+    step = 0
+    if not args.skip_training:
+        step += 1
+        print(f"== {step}/{steps}  ttrl fit: SFT of a tiny Qwen2 on generated tool-call arithmetic traces")
+        rc = ttrl_main(["fit", "--config", _config("sft/tiny_arith.yaml"),
+                        "--trainer.default_root_dir", os.path.join(args.out, "sft")])
+        if rc:
+            return rc
+        step += 1
+        print(f"\n== {step}/{steps}  ttrl fit: GRPO steps with EMA anchor (KL reference) and PID-controlled beta")
+        rc = ttrl_main(["fit", "--config", _config("rft/tiny_grpo_fast.yaml"),
+                        "--trainer.default_root_dir", os.path.join(args.out, "grpo")])
+        if rc:
+            return rc
+    step += 1
     pool = os.path.join(args.out, "pool.jsonl")
-    print("== 1/2  ttrl pool simulate  (a synthetic pool: numbers describe the selection rules, not a model)")
+    print(f"\n== {step}/{steps}  best-of-N on a synthetic pool (its numbers describe the selection rules, not a model)")
     rc = ttrl_main(["pool", "simulate", "--out", pool, "--questions", str(args.questions), "--seed", "0"])
     if rc:
         return rc
-    print("\n== 2/2  ttrl bon  (VisConf Table-1 protocol: N in {8,16,32}, 100 subsets, paired bootstrap)")
     return ttrl_main(["bon", "--pool", pool, "--out", os.path.join(args.out, "bon_report.json")])

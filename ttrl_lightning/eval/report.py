@@ -54,7 +54,8 @@ def format_table(report: dict) -> str:
     for m, per_n in acc.items():
         vals = [per_n.get(str(n)) for n in ns]
         row = f"{m:<28}" + "".join(f"{100 * v:>9.2f}" if v is not None else f"{'':>9}" for v in vals)
-        row += f"{100 * sum(v for v in vals if v is not None) / max(1, sum(v is not None for v in vals)):>9.2f}"
+        present = [v for v in vals if v is not None]
+        row += f"{100 * sum(present) / max(1, len(present)):>9.2f}"
         b = report.get("bootstrap", {}).get(m, {}).get("overall")
         if b:
             row += f"   {100 * b['diff']:+6.2f} [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]"
@@ -74,17 +75,20 @@ def plot_accuracy(report: dict, path: str, title: str = "Best-of-N accuracy") ->
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for m, per_n in report["accuracy"].items():
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    colours = plt.get_cmap("tab20").colors
+    markers = "osD^vP*Xh<>p"
+    for i, (m, per_n) in enumerate(report["accuracy"].items()):
         ns = sorted(int(n) for n in per_n)
         style = "--" if m in ("first", "oracle") else "-"
-        ax.plot(ns, [100 * per_n[str(n)] for n in ns], style, marker="o", label=m)
+        ax.plot(ns, [100 * per_n[str(n)] for n in ns], style, marker=markers[i % len(markers)],
+                color=colours[i % len(colours)], label=m)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("N (rollouts per question)")
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2, loc="best")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=120)
