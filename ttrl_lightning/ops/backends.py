@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch  # noqa: F401  (the compiled extensions link against torch's libraries: load them first)
+
 log = logging.getLogger("ttrl_lightning.ops")
 
 ENV_VAR = "TTRL_KERNEL_IMPL"

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import torch  # noqa: F401  (loads libc10/libtorch before the extension)
+
 from ttrl_lightning import _C  # noqa: F401  (ImportError here means the extension was not built)
 
 # Tile of the token_stats GEMM: block_m x block_v float32 (16 MiB), cache-friendly and 1/150 of full logits
