@@ -1,6 +1,7 @@
 // Torch bindings of the CUDA signal kernels (csrc/signals/signals_cuda.cu). Built only with a CUDA build of
 // torch (setup.py); the kernels themselves are plain CUDA with raw pointers.
 #include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <cuda_runtime.h>
@@ -34,6 +35,7 @@ void check_launch(int err, const char* what) {
 at::Tensor token_stats_partials(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& token_ids,
                                 const c10::optional<at::Tensor>& bias, double temperature, int64_t split_v) {
   TORCH_CHECK(hidden.is_cuda() && weight.is_cuda() && token_ids.is_cuda(), "CUDA tensors expected");
+  const c10::cuda::CUDAGuard device_guard(hidden.device());
   at::Tensor h = hidden.contiguous();
   at::Tensor w = weight.to(h.scalar_type()).contiguous();
   at::Tensor ids = token_ids.to(at::kLong).contiguous();
@@ -54,6 +56,7 @@ std::vector<at::Tensor> attention_with_mass(const at::Tensor& q, const at::Tenso
                                             const at::Tensor& key_groups, int64_t num_groups, bool causal,
                                             double scale) {
   TORCH_CHECK(q.is_cuda() && k.is_cuda() && v.is_cuda() && key_groups.is_cuda(), "CUDA tensors expected");
+  const c10::cuda::CUDAGuard device_guard(q.device());
   at::Tensor qc = q.contiguous(), kc = k.to(q.scalar_type()).contiguous(), vc = v.to(q.scalar_type()).contiguous();
   at::Tensor g = key_groups.to(at::kLong).contiguous();
   const int64_t B = q.size(0), Hq = q.size(1), Tq = q.size(2), D = q.size(3), Hkv = k.size(1), Tk = k.size(2);
