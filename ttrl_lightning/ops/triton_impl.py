@@ -76,6 +76,24 @@ def _token_stats_kernel(
     tl.store(base + 3 * M + rows, zy, mask=row_ok)
 
 
+def _on_device(t):
+    """Launch on the tensor's GPU (a no-op on CPU under the interpreter)."""
+    import contextlib
+
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+def _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, has_bias, lowp,
+                        block_m, block_v, block_h):
+    _token_stats_kernel[grid](
+        hidden, weight, b_arg, ids, part,
+        M, V, H, 1.0 / float(temperature), split_v,
+        hidden.stride(0), weight.stride(0),
+        HAS_BIAS=has_bias, LOWP=lowp,
+        BLOCK_M=block_m, BLOCK_V=block_v, BLOCK_H=block_h,
+    )
+
+
 def token_stats_triton(hidden, weight, token_ids, bias=None, temperature=1.0):
     M, H = hidden.shape
     V = weight.shape[0]
@@ -91,13 +109,9 @@ def token_stats_triton(hidden, weight, token_ids, bias=None, temperature=1.0):
     part = torch.empty(n_split, 4, M, device=hidden.device, dtype=torch.float32)
     grid = (triton.cdiv(M, block_m), n_split)
     b_arg = bias.contiguous() if bias is not None else hidden  # dummy pointer when HAS_BIAS is False
-    _token_stats_kernel[grid](
-        hidden, weight, b_arg, ids, part,
-        M, V, H, 1.0 / float(temperature), split_v,
-        hidden.stride(0), weight.stride(0),
-        HAS_BIAS=bias is not None, LOWP=lowp,
-        BLOCK_M=block_m, BLOCK_V=block_v, BLOCK_H=block_h,
-    )
+    with _on_device(hidden):
+        _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, bias is not None,
+                            lowp, block_m, block_v, block_h)
     m_p, s_p, t_p, zy_p = part.unbind(1)
     m = m_p.amax(0)
     scale = torch.exp(m_p - m)
@@ -204,12 +218,13 @@ def attention_with_mass_triton(q, k, v, key_groups, num_groups, causal=True, sca
     else:
         block_m, block_n = (128, 64) if block_d <= 64 else (64, 64)
     grid = (triton.cdiv(Tq, block_m), B * Hq)
-    _attn_mass_kernel[grid](
-        q, k, v, groups, out, mass,
-        Hq, Tq, Tk, D, Hq // Hkv, Tk - Tq, scale,
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), groups.stride(0),
-        NUM_GROUPS=num_groups, GP=gp, CAUSAL=bool(causal), LOWP=lowp,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
-    )
+    with _on_device(q):
+        _attn_mass_kernel[grid](
+            q, k, v, groups, out, mass,
+            Hq, Tq, Tk, D, Hq // Hkv, Tk - Tq, scale,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            out.stride(0), out.stride(1), out.stride(2), groups.stride(0),
+            NUM_GROUPS=num_groups, GP=gp, CAUSAL=bool(causal), LOWP=lowp,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+        )
     return out, mass
