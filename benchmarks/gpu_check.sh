@@ -11,7 +11,7 @@
 #   TTRL_CUDA_ARCHS="8.0" bash benchmarks/gpu_check.sh   # A100
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+PY=${PYTHON:-$(command -v python || command -v python3)}
 OUT=${OUT:-outputs/gpu_check}
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
