@@ -1,4 +1,4 @@
-"""Backend correctness check, run as a script (in a subprocess by test_triton_interpret.py, and by
+"""Backend correctness check, run as a script (in a subprocess by test_ops_triton_interpret.py, and by
 benchmarks/gpu_check.sh on a GPU machine).
 
 ``--backend triton --device cpu`` sets TRITON_INTERPRET=1 before triton is imported (the reason this is a
