@@ -52,7 +52,7 @@ class BoNConfig:
     lookback_lambda: float = 1.25
     visconf_alpha: float | None = None
     calibration_eps: float = 1e-6
-    chunk_questions: int = 128
+    chunk_questions: int = 32
 
 
 @dataclass
