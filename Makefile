@@ -10,7 +10,8 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
-$(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt
+# rebuilt when the build inputs change, the C++/CUDA sources included
+$(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt $(shell find csrc -type f 2>/dev/null)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip $(QUIET)
 	# torch is pinned to the CPU wheel that lies on this kind of machine's disk

@@ -12,7 +12,8 @@ Python code is plain; the compiled part lives in ``csrc/``:
 Environment switches:
   TTRL_SKIP_CPU_BUILD=1   do not build the CPU extension
   TTRL_SKIP_CUDA_BUILD=1  do not build the CUDA extension
-  TTRL_FORCE_CUDA_BUILD=1 build the CUDA extension even when no GPU is visible (needs nvcc + CUDA torch)
+  TTRL_FORCE_CUDA_BUILD=1 fail the build, instead of skipping the CUDA extension, when nvcc or a CUDA torch is
+                          missing (the CUDA build itself never needs a visible GPU)
   TTRL_CUDA_ARCHS="8.0;9.0"  architectures for the CUDA build (default "8.0;9.0", i.e. A100 and H100/H200)
 
 The package imports and works when no extension was built: every op has a PyTorch path.
@@ -55,6 +56,9 @@ def _extensions():
         )
     has_nvcc = cpp_extension.CUDA_HOME is not None
     cuda_torch = torch.version.cuda is not None
+    if _flag("TTRL_FORCE_CUDA_BUILD") and not (has_nvcc and cuda_torch):
+        missing = [w for w, ok in (("nvcc (CUDA_HOME)", has_nvcc), ("a CUDA build of torch", cuda_torch)) if not ok]
+        raise RuntimeError(f"TTRL_FORCE_CUDA_BUILD=1 but the CUDA extension cannot be built: missing {', '.join(missing)}")
     if cuda_sources and not _flag("TTRL_SKIP_CUDA_BUILD") and has_nvcc and cuda_torch:
         os.environ.setdefault("TORCH_CUDA_ARCH_LIST", os.environ.get("TTRL_CUDA_ARCHS", "8.0;9.0"))
         binding = [s for s in glob.glob(os.path.join("csrc", "bindings_cuda.cpp"))]
