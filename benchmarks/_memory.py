@@ -102,3 +102,24 @@ def write_json(path: str, payload: dict) -> None:
     with open(path, "w") as fh:
         json.dump(payload, fh, indent=2)
     print(f"wrote {path}")
+
+
+def measure_candidates(script: str, names: list[str], common: list[str]) -> tuple[dict, dict]:
+    """Peak extra memory of each candidate in its own worker process, then one worker that times all the
+    candidates that ran, in interleaved rounds (fair under background load). Candidates that cannot run
+    here (missing backend, no GPU) are skipped with a line saying why.
+
+    Returns ``(results, timing)``: ``results[name]`` holds the memory and timing fields of one candidate.
+    """
+    results = {}
+    for name in names:
+        try:
+            results[name] = run_worker(script, common + ["--worker", name])
+        except RuntimeError as e:
+            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
+    if not results:
+        raise SystemExit("no candidate ran")
+    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
+    for name, r in results.items():
+        r.update(timing[name])
+    return results, timing

@@ -18,7 +18,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import mib, peak_extra_memory, run_worker, time_interleaved, write_json  # noqa: E402
+from _memory import measure_candidates, mib, peak_extra_memory, time_interleaved, write_json  # noqa: E402
 
 NUM_GROUPS = 4
 CANDIDATES = {
@@ -133,17 +133,7 @@ def main():
     common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d), "--device",
               args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
     script = os.path.abspath(__file__)
-    results = {}
-    for name in names:
-        try:
-            results[name] = run_worker(script, common + ["--worker", name])
-        except RuntimeError as e:
-            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
-    if not results:
-        raise SystemExit("no candidate ran")
-    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
-    for name, r in results.items():
-        r.update(timing[name])
+    results, timing = measure_candidates(script, names, common)
     print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "
           f"{args.dtype} on {args.device} ({args.repeats} interleaved timing rounds)")
     base = results.get("sdpa_no_mass")

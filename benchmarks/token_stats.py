@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import mib, peak_extra_memory, run_worker, time_interleaved, write_json  # noqa: E402
+from _memory import measure_candidates, mib, peak_extra_memory, time_interleaved, write_json  # noqa: E402
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
@@ -93,17 +93,7 @@ def main():
     common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V), "--device", args.device, "--dtype",
               args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
     script = os.path.abspath(__file__)
-    results = {}
-    for name in names:
-        try:
-            results[name] = run_worker(script, common + ["--worker", name])
-        except RuntimeError as e:
-            print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
-    if not results:
-        raise SystemExit("no candidate ran")
-    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
-    for name, r in results.items():
-        r.update(timing[name])
+    results, timing = measure_candidates(script, names, common)
     base = results.get("materialised")
     print(f"\ntoken_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
           f"(threads={timing['threads']}, {args.repeats} interleaved timing rounds)")
