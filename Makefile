@@ -28,7 +28,7 @@ demo: $(STAMP)
 	$(VENV)/bin/ttrl demo --out outputs/demo
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" tests
+	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q -m "not slow" tests
 
 test-all: $(STAMP)
-	$(PY) -m pytest -q tests
+	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q tests
