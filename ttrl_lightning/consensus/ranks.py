@@ -6,7 +6,8 @@ from torch import Tensor
 
 from ..signals import check_finite
 
-__all__ = ["average_ranks", "rank_numerators", "rank_weights", "borda_weights"]
+__all__ = ["average_ranks", "rank_numerators", "rank_weights", "borda_weights", "greater_equal_counts",
+           "ranks_from_counts", "borda_from_counts"]
 
 
 def _as_scores(scores) -> Tensor:
@@ -20,11 +21,22 @@ def _as_scores(scores) -> Tensor:
     return s
 
 
-def _greater_and_equal_counts(s: Tensor) -> tuple[Tensor, Tensor]:
-    """For each i: ``#{j: s_j > s_i}`` and ``#{j: s_j == s_i}`` (self included). Works on ``[..., N]``."""
+def greater_equal_counts(s: Tensor) -> tuple[Tensor, Tensor]:
+    """For each i: ``#{j: s_j > s_i}`` and ``#{j: s_j == s_i}`` (self included), along the last dim of
+    ``[..., N]`` (batched: the best-of-N harness passes ``[Q, S, N]``)."""
     gt = (s.unsqueeze(-2) > s.unsqueeze(-1)).sum(-1)
     eq = (s.unsqueeze(-2) == s.unsqueeze(-1)).sum(-1)
     return gt, eq
+
+
+def ranks_from_counts(gt: Tensor, eq: Tensor) -> Tensor:
+    """Average descending ranks ``r_i = 1 + #gt + (#eq - 1) / 2`` (float64)."""
+    return 1.0 + gt.double() + (eq.double() - 1.0) / 2.0
+
+
+def borda_from_counts(gt: Tensor, eq: Tensor, p: float) -> Tensor:
+    """``(N - r_i + 1)^p`` from :func:`greater_equal_counts` (``N`` = last dim)."""
+    return (gt.shape[-1] - ranks_from_counts(gt, eq) + 1.0).pow(p)
 
 
 def average_ranks(scores) -> Tensor:
@@ -32,9 +44,7 @@ def average_ranks(scores) -> Tensor:
 
     ``r_i = 1 + #{j: s_j > s_i} + (#{j: s_j = s_i} - 1) / 2``. ``-inf`` scores are allowed (ranked last).
     """
-    s = _as_scores(scores)
-    gt, eq = _greater_and_equal_counts(s)
-    return 1.0 + gt.double() + (eq.double() - 1.0) / 2.0
+    return ranks_from_counts(*greater_equal_counts(_as_scores(scores)))
 
 
 def rank_numerators(gt: Tensor, eq: Tensor, n: int) -> Tensor:
@@ -55,7 +65,7 @@ def rank_weights(scores) -> Tensor:
     n = s.numel()
     if n == 1:
         return torch.full((1,), 0.5, dtype=torch.float64)
-    gt, eq = _greater_and_equal_counts(s)
+    gt, eq = greater_equal_counts(s)
     return rank_numerators(gt, eq, n).double() / (2.0 * (n - 1))
 
 
@@ -66,5 +76,4 @@ def borda_weights(scores, p: float) -> Tensor:
     """
     if p <= 0:
         raise ValueError(f"Borda exponent p must be > 0, got {p}")
-    r = average_ranks(scores)
-    return (r.numel() - r + 1.0).pow(p)
+    return borda_from_counts(*greater_equal_counts(_as_scores(scores)), p)

@@ -27,7 +27,7 @@ import torch
 from ..registry import Registry
 from .abstention import conformal_set, vote_margin
 from .decision import Decision
-from .ranks import _as_scores, _greater_and_equal_counts, borda_weights, rank_numerators
+from .ranks import _as_scores, borda_weights, greater_equal_counts, rank_numerators
 from .voting import check_answers, weighted_vote
 
 __all__ = ["CONSENSUS", "aggregate", "pixelis_weights"]
@@ -83,7 +83,7 @@ def rank_weighted_consensus(answers: Sequence[str], scores=None):
     n = s.numel()
     if n == 1:
         return answers[0], {answers[0]: 0.5}, None
-    gt, eq = _greater_and_equal_counts(s)
+    gt, eq = greater_equal_counts(s)
     answer, numer = weighted_vote(answers, rank_numerators(gt, eq, n).double())
     return answer, {a: v / (2.0 * (n - 1)) for a, v in numer.items()}, None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..answers import NO_ANSWER
+from .abstention import vote_margin
 from .decision import Decision
 from .rules import majority
 from .voting import check_answers
@@ -62,9 +63,7 @@ def harmonic_mean_select(answers_original: Sequence[str], answers_reframed: Sequ
     if not support:
         return Decision(answer=None, support={}, abstain=True, margin=0.0)
     best = max(support, key=lambda a: key[a])
-    vals = sorted(support.values(), reverse=True)
-    margin = (vals[0] - (vals[1] if len(vals) > 1 else 0.0)) / sum(vals)
-    return Decision(answer=best, support=support, abstain=False, margin=margin)
+    return Decision(answer=best, support=support, abstain=False, margin=vote_margin(support))
 
 
 def dual_view_majority(answers_original: Sequence[str], answers_reframed: Sequence[str]) -> Decision:
@@ -72,6 +71,4 @@ def dual_view_majority(answers_original: Sequence[str], answers_reframed: Sequen
     a0 = check_answers(answers_original, name="answers_original")
     a1 = check_answers(answers_reframed, name="answers_reframed")
     answer, support, _ = majority(a0 + a1)
-    vals = sorted(support.values(), reverse=True)
-    margin = (vals[0] - (vals[1] if len(vals) > 1 else 0.0)) / sum(vals)
-    return Decision(answer=answer, support=support, margin=margin)
+    return Decision(answer=answer, support=support, margin=vote_margin(support))

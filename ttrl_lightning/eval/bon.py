@@ -30,6 +30,7 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
+from ..consensus.ranks import borda_from_counts, greater_equal_counts, rank_numerators
 from ..registry import Registry
 from ..signals import CALIBRATION_QUANTILES
 from .progress import progress_bar
@@ -155,24 +156,12 @@ def _vote(cls: Tensor, weights: Tensor, num_classes: int, first: Tensor | None =
     return torch.where(cand, first, n + 1).argmin(-1)
 
 
-def _gt_eq(s: Tensor) -> tuple[Tensor, Tensor]:
-    """``#{j: s_j > s_i}`` and ``#{j: s_j == s_i}`` along the last dim (``[..., N]`` -> two ``[..., N]``)."""
-    return (s.unsqueeze(-2) > s.unsqueeze(-1)).sum(-1), (s.unsqueeze(-2) == s.unsqueeze(-1)).sum(-1)
-
-
 def _rwc_numerators(gt: Tensor, eq: Tensor) -> Tensor:
     """Exact integers ``2 (N - r_i)``; with ``N = 1`` the single rollout gets the only (non-zero) vote."""
     n = gt.shape[-1]
     if n == 1:
         return torch.ones_like(gt)
-    return 2 * n - 1 - 2 * gt - eq
-
-
-def _borda(gt: Tensor, eq: Tensor, p: float) -> Tensor:
-    """``(N - r_i + 1)^p`` with average ranks ``r_i = 1 + #gt + (#eq - 1) / 2``."""
-    n = gt.shape[-1]
-    rank = 1.0 + gt.double() + (eq.double() - 1.0) / 2.0
-    return (n - rank + 1.0).pow(p)
+    return rank_numerators(gt, eq, n)
 
 
 @dataclass
@@ -211,14 +200,16 @@ class SortedTokens:
         return cls(sorted=srt, prefix=prefix, pooled=pooled, counts=counts, lengths=lengths)
 
 
-def _pooled_order_statistics(tokens: SortedTokens, idx: Tensor, targets: Tensor, block: int = 64) -> Tensor:
-    """Values of the pooled order statistics ``targets`` (1-based ranks) of each subset's tokens.
+def _pooled_order_positions(tokens: SortedTokens, idx: Tensor, targets: Tensor, block: int = 64) -> Tensor:
+    """Positions in ``tokens.pooled`` of the order statistics ``targets`` (1-based ranks) of each subset's
+    tokens.
 
     The number of subset tokens among the ``m + 1`` smallest pooled values is
     ``count_s(m) = sum_{j in subset} counts[m, j]``, non-decreasing in ``m``; the answer is the smallest ``m``
     with ``count_s(m) >= target``. A batched matmul of subset membership with the count rows at every
     ``block``-th position brackets it, a binary search inside the block finishes it.
-    idx: ``[Qc, S, N]`` subset members; targets: ``[Qc, S, K]`` ranks in ``1..n_s``. Returns ``[Qc, S, K]``.
+    idx: ``[Qc, S, N]`` subset members; targets: ``[Qc, S, K]`` ranks in ``1..n_s``. Returns ``[Qc, S, K]``
+    positions (long).
     """
     qc, s, k = targets.shape
     n = idx.shape[-1]
@@ -241,7 +232,7 @@ def _pooled_order_statistics(tokens: SortedTokens, idx: Tensor, targets: Tensor,
     return lo
 
 
-def _pooled_quantile_pair(tokens: SortedTokens, idx: Tensor, n_tok: Tensor, p: float) -> Tensor:
+def _pooled_quantile(tokens: SortedTokens, idx: Tensor, n_tok: Tensor, p: float) -> Tensor:
     """``torch.quantile(pooled subset tokens, p)`` (linear) for every subset: ``[Qc, S]`` float64.
 
     With ``h = (n - 1) p``: ``x_(floor h) + (h - floor h) (x_(floor h + 1) - x_(floor h))`` (0-based order
@@ -253,7 +244,7 @@ def _pooled_quantile_pair(tokens: SortedTokens, idx: Tensor, n_tok: Tensor, p: f
     r = tokens.counts.shape[2]
     h = (n_tok - 1).double() * p
     f = h.floor()
-    pos = _pooled_order_statistics(tokens, idx, (f.long() + 1).unsqueeze(-1))[..., 0]  # [Qc, S]
+    pos = _pooled_order_positions(tokens, idx, (f.long() + 1).unsqueeze(-1))[..., 0]  # [Qc, S]
     x_f = tokens.pooled.gather(1, pos)
     used = tokens.counts.reshape(qc, -1).gather(1, (pos.unsqueeze(-1) * r + idx).reshape(qc, s * n))
     used = used.view(qc, s, n).long()  # tokens of each member among the first pos + 1 pooled values
@@ -272,12 +263,12 @@ def calibrated_confidence_means(tokens: SortedTokens, idx: Tensor, eps: float,
     tokens: the question chunk's :class:`SortedTokens` of self-certainty; idx ``[Qc, S, N]``.
     Returns ``[Qc, S, N]`` float64.
     """
-    qc, r, t = tokens.sorted.shape
+    qc, r, _ = tokens.sorted.shape
     s = idx.shape[1]
     lengths = tokens.lengths
     n_tok = lengths.gather(1, idx.flatten(1)).view_as(idx).sum(-1)  # [Qc, S] pooled tokens per subset
-    q_lo = _pooled_quantile_pair(tokens, idx, n_tok, quantiles[0])
-    q_hi = _pooled_quantile_pair(tokens, idx, n_tok, quantiles[1])
+    q_lo = _pooled_quantile(tokens, idx, n_tok, quantiles[0])
+    q_hi = _pooled_quantile(tokens, idx, n_tok, quantiles[1])
     d = (q_hi - q_lo).clamp_min(eps)
     upper = q_lo + d
     a_q = q_lo[:, None, :].expand(qc, r, s).contiguous()  # [Qc, R, S]
@@ -324,7 +315,7 @@ class _Chunk:
     def ranks(self, name: str) -> tuple[Tensor, Tensor]:
         key = ("ranks", name)
         if key not in self.cache:
-            self.cache[key] = _gt_eq(self.score(name))
+            self.cache[key] = greater_equal_counts(self.score(name))
         return self.cache[key]
 
     def correct_of(self, winner: Tensor) -> Tensor:
@@ -359,7 +350,7 @@ BON_METHODS.register("oracle", ((), lambda ch: ch.member_correct().amax(-1)))
 BON_METHODS.register("majority", ((), lambda ch: _vote_correct(ch, torch.ones_like(ch.cls))))
 BON_METHODS.register("self_certainty", (("K",), lambda ch: _top1(ch, ch.score("K"))))
 BON_METHODS.register("self_certainty_borda",
-                     (("K",), lambda ch, p: _vote_correct(ch, _borda(*ch.ranks("K"), p))))
+                     (("K",), lambda ch, p: _vote_correct(ch, borda_from_counts(*ch.ranks("K"), p))))
 BON_METHODS.register("lookback", (("L",), lambda ch: _top1(ch, ch.score("L"))))
 BON_METHODS.register("lookback_rwc", (("L",), lambda ch: _rwc_correct(ch, "L")))
 BON_METHODS.register("visconf", (("V", "K"), lambda ch: _top1(ch, ch.score("Z"))))
@@ -383,9 +374,7 @@ def _hms(ch: _Chunk) -> Tensor:
     hm = (2 * n0 * n1).double() / (n * (n0 + n1)).clamp_min(1).double()
     hm = torch.where(valid, hm, torch.full_like(hm, -1.0))
     total = torch.where(valid, n0 + n1, torch.full_like(n0, -1))
-    pos = torch.arange(2 * n).expand(qc, s, 2 * n)
-    both = torch.cat([ch.cls, ch.cls1], -1)
-    first = torch.full((qc, s, c), 2 * n, dtype=torch.long).scatter_reduce_(2, both, pos, reduce="amin")
+    first = _first_positions(torch.cat([ch.cls, ch.cls1], -1), c)  # original view first, then reframed
     cand = valid & (hm == hm.amax(-1, keepdim=True))
     tot = torch.where(cand, total, torch.full_like(total, -1))
     cand &= tot == tot.amax(-1, keepdim=True)
