@@ -117,26 +117,29 @@ def _open_text(path: str, mode: str):
     return open(path, mode, encoding="utf-8")
 
 
-def read_records(path: str) -> Iterator[dict]:
-    """Yield validated records from ``.jsonl`` (one JSON object per line) or ``.parquet``."""
+def _parse_records(path: str) -> Iterator[dict]:
+    """Yield the raw records of ``.jsonl`` (one JSON object per line) or ``.parquet``, unvalidated."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"pool file not found: {path}")
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
-        for i, rec in enumerate(table.to_pylist()):
-            yield validate_record(rec, i)
+        yield from pq.read_table(path).to_pylist()
         return
     with _open_text(path, "r") as fh:
         for i, line in enumerate(fh):
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                yield json.loads(line)
             except json.JSONDecodeError as e:
                 raise PoolError(f"record {i} (line {i + 1}): invalid JSON: {e.msg}") from None
-            yield validate_record(rec, i)
+
+
+def read_records(path: str) -> Iterator[dict]:
+    """Yield validated records from ``.jsonl`` or ``.parquet``."""
+    for i, rec in enumerate(_parse_records(path)):
+        yield validate_record(rec, i)
 
 
 def write_records(records: Iterable[dict], path: str) -> None:
@@ -298,4 +301,4 @@ def pool_to_records(pool: RolloutPool) -> Iterator[dict]:
 
 def load_pool(path: str) -> RolloutPool:
     """Read and validate a pool file (``.jsonl`` / ``.parquet``) into its columnar form."""
-    return records_to_pool(read_records(path))
+    return records_to_pool(_parse_records(path))  # records_to_pool validates each record once
