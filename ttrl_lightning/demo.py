@@ -19,6 +19,13 @@ from .cli import main as ttrl_main
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
+#: (title, config under configs/, output subfolder) of the training steps
+TRAINING_STEPS = [
+    ("SFT of a tiny Qwen2 on generated tool-call arithmetic traces", "sft/tiny_arith.yaml", "sft"),
+    ("GRPO steps with EMA anchor (KL reference) and PID-controlled beta", "rft/tiny_grpo_fast.yaml", "grpo"),
+]
+
+
 def _config(rel: str) -> str:
     path = os.path.join(CONFIGS, rel)
     if not os.path.exists(path):
@@ -34,24 +41,17 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--skip-training", action="store_true", help="only the best-of-N part")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    steps = 3 if not args.skip_training else 1
-    step = 0
-    if not args.skip_training:
-        step += 1
-        print(f"== {step}/{steps}  ttrl fit: SFT of a tiny Qwen2 on generated tool-call arithmetic traces")
-        rc = ttrl_main(["fit", "--config", _config("sft/tiny_arith.yaml"),
-                        "--trainer.default_root_dir", os.path.join(args.out, "sft")])
+    training = [] if args.skip_training else TRAINING_STEPS
+    steps = len(training) + 1
+    for step, (title, config, subdir) in enumerate(training, start=1):
+        if step > 1:
+            print()
+        print(f"== {step}/{steps}  ttrl fit: {title}")
+        rc = ttrl_main(["fit", "--config", _config(config), "--trainer.default_root_dir", os.path.join(args.out, subdir)])
         if rc:
             return rc
-        step += 1
-        print(f"\n== {step}/{steps}  ttrl fit: GRPO steps with EMA anchor (KL reference) and PID-controlled beta")
-        rc = ttrl_main(["fit", "--config", _config("rft/tiny_grpo_fast.yaml"),
-                        "--trainer.default_root_dir", os.path.join(args.out, "grpo")])
-        if rc:
-            return rc
-    step += 1
     pool = os.path.join(args.out, "pool.jsonl")
-    print(f"\n== {step}/{steps}  best-of-N on a synthetic pool (its numbers describe the selection rules, not a model)")
+    print(f"\n== {steps}/{steps}  best-of-N on a synthetic pool (its numbers describe the selection rules, not a model)")
     rc = ttrl_main(["pool", "simulate", "--out", pool, "--questions", str(args.questions), "--seed", "0"])
     if rc:
         return rc
