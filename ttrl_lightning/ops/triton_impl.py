@@ -23,6 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .vocab_splits import finish_token_stats
+
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
@@ -112,20 +114,7 @@ def token_stats_triton(hidden, weight, token_ids, bias=None, temperature=1.0):
     with _on_device(hidden):
         _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, bias is not None,
                             lowp, block_m, block_v, block_h)
-    m_p, s_p, t_p, zy_p = part.unbind(1)
-    m = m_p.amax(0)
-    scale = torch.exp(m_p - m)
-    s = (s_p * scale).sum(0)
-    t = (t_p * scale).sum(0)
-    lse = m + torch.log(s)
-    entropy = lse - t / s
-    mean_z = hidden.float() @ weight.mean(0, dtype=torch.float32)
-    if bias is not None:
-        mean_z = mean_z + bias.float().mean()
-    mean_z = mean_z / float(temperature)
-    self_certainty = lse - mean_z - math.log(V)
-    logprob = torch.where(ids >= 0, zy_p.sum(0) - lse, torch.zeros_like(lse))
-    return logprob, entropy, self_certainty, lse
+    return finish_token_stats(part, hidden, weight, ids, bias, temperature)
 
 
 @triton.jit
