@@ -7,6 +7,8 @@ Time: all candidates in one process, called in turns, so background load is shar
 """
 from __future__ import annotations
 
+import argparse
+
 import json
 import os
 import statistics
@@ -123,3 +125,21 @@ def measure_candidates(script: str, names: list[str], common: list[str]) -> tupl
     for name, r in results.items():
         r.update(timing[name])
     return results, timing
+
+
+def add_protocol_args(p, candidates: dict, repeats: int, out: str) -> None:
+    """The options every kernel benchmark shares: device, dtype, timing rounds, seed, candidate subset,
+    output JSON, and the hidden options its worker processes are started with."""
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--repeats", type=int, default=repeats, help="timing rounds (each candidate once per round)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(candidates))
+    p.add_argument("--out", default=out)
+    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--names", default="", help=argparse.SUPPRESS)
+
+
+def protocol_argv(args) -> list[str]:
+    """The shared options of :func:`add_protocol_args` as worker command-line arguments."""
+    return ["--device", args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]

@@ -18,7 +18,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import measure_candidates, mib, peak_extra_memory, time_interleaved, write_json  # noqa: E402
+from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
+                     protocol_argv, time_interleaved, write_json)
 
 NUM_GROUPS = 4
 CANDIDATES = {
@@ -118,20 +119,13 @@ def main():
     p.add_argument("--T", type=int, default=2048)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--d", type=int, default=128)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--repeats", type=int, default=7, help="timing rounds (each candidate once per round)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
-    p.add_argument("--out", default="outputs/benchmarks/attention_mass.json")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--names", default="", help=argparse.SUPPRESS)
+    add_protocol_args(p, CANDIDATES, repeats=7, out="outputs/benchmarks/attention_mass.json")
     args = p.parse_args()
     if args.worker:
         return worker(args)
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
-    common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d), "--device",
-              args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d)]
+    common += protocol_argv(args)
     script = os.path.abspath(__file__)
     results, timing = measure_candidates(script, names, common)
     print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "

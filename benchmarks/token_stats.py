@@ -17,7 +17,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import measure_candidates, mib, peak_extra_memory, time_interleaved, write_json  # noqa: E402
+from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
+                     protocol_argv, time_interleaved, write_json)
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
@@ -78,20 +79,12 @@ def main():
     p.add_argument("--M", type=int, default=4096)
     p.add_argument("--H", type=int, default=1024)
     p.add_argument("--V", type=int, default=151936)
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--repeats", type=int, default=3, help="timing rounds (each candidate once per round)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(CANDIDATES))
-    p.add_argument("--out", default="outputs/benchmarks/token_stats.json")
-    p.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--names", default="", help=argparse.SUPPRESS)
+    add_protocol_args(p, CANDIDATES, repeats=3, out="outputs/benchmarks/token_stats.json")
     args = p.parse_args()
     if args.worker:
         return worker(args)
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
-    common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V), "--device", args.device, "--dtype",
-              args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V)] + protocol_argv(args)
     script = os.path.abspath(__file__)
     results, timing = measure_candidates(script, names, common)
     base = results.get("materialised")
