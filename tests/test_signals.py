@@ -32,6 +32,17 @@ def test_token_signals_match_naive_loop():
     assert all(v.dtype == torch.float32 for v in out.values())
 
 
+def test_token_signals_batched_equals_per_row():
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 4, 11, generator=g)
+    ids = torch.randint(0, 11, (3, 4), generator=g)
+    out = token_signals(logits, ids)
+    for r in range(3):
+        row = token_signals(logits[r], ids[r])
+        for k in out:
+            assert torch.equal(out[k][r], row[k])
+
+
 def test_token_signals_uniform_distribution_has_zero_self_certainty():
     out = token_signals(torch.zeros(3, 50), torch.tensor([0, 1, 2]))
     assert torch.allclose(out["self_certainty"], torch.zeros(3), atol=1e-6)

@@ -58,19 +58,20 @@ def token_signals(logits: Tensor, token_ids: Tensor) -> dict[str, Tensor]:
     """Per-token ``entropy``, ``self_certainty`` and ``logprob`` from full logits, in float32.
 
     Args:
-        logits: ``[T, V]`` unscaled logits of the positions that predicted each sampled token.
-        token_ids: ``[T]`` the sampled token ids.
+        logits: ``[T, V]`` (or any ``[..., V]``, e.g. ``[R, C, V]`` for a rollout batch) unscaled logits of
+            the positions that predicted each sampled token.
+        token_ids: ``[T]`` (``[...]``) the sampled token ids.
 
     Returns:
-        dict of ``[T]`` float32 tensors: ``entropy`` (nats), ``self_certainty`` (``KL(U||p)``, nats) and
-        ``logprob`` (log-probability of the sampled token).
+        dict of ``[T]`` (``[...]``) float32 tensors: ``entropy`` (nats), ``self_certainty``
+        (``KL(U||p)``, nats) and ``logprob`` (log-probability of the sampled token).
     """
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be [T, V], got shape {tuple(logits.shape)}")
-    if token_ids.dim() != 1 or token_ids.shape[0] != logits.shape[0]:
-        raise ValueError(f"token_ids must be [T={logits.shape[0]}], got shape {tuple(token_ids.shape)}")
+    if logits.dim() < 2:
+        raise ValueError(f"logits must be [T, V] (or [..., V]), got shape {tuple(logits.shape)}")
+    if token_ids.shape != logits.shape[:-1]:
+        raise ValueError(f"token_ids must have shape {tuple(logits.shape[:-1])}, got {tuple(token_ids.shape)}")
     check_finite(logits, "logits")
-    vocab = logits.shape[1]
+    vocab = logits.shape[-1]
     if token_ids.numel() and (int(token_ids.min()) < 0 or int(token_ids.max()) >= vocab):
         raise ValueError(f"token_ids must lie in [0, {vocab}), got range "
                          f"[{int(token_ids.min())}, {int(token_ids.max())}]")

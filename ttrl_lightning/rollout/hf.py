@@ -39,10 +39,10 @@ class HFGenerateEngine:
     """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
 
     ``record_signals``: also return per-token signals of the sampled tokens under the raw
-    (pre-temperature) logits. ``signal_source="generate"``: ``logprob``/``entropy`` from the logits that
-    ``generate`` returns, via ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch). ``signal_source="replay"``:
-    a replay pass through the fused signal op ``ttrl_lightning.ops.token_stats`` (also ``self_certainty``;
-    no [R, C, V] logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
+    (pre-temperature) logits: ``logprob``, ``entropy``, ``self_certainty``. ``signal_source="generate"``:
+    from the logits that ``generate`` returns, via ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch).
+    ``signal_source="replay"``: a replay pass through the fused signal op ``ttrl_lightning.ops.token_stats``
+    (no [R, C, V] logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",

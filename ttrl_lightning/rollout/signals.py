@@ -9,22 +9,13 @@ from __future__ import annotations
 import torch
 
 from ttrl_lightning.registry import Registry
+from ttrl_lightning.signals import token_signals
 
 TOKEN_SIGNALS: Registry = Registry("token-signal backend")
 
 
-@TOKEN_SIGNALS.register("torch")
-def torch_token_signals(logits: torch.Tensor, token_ids: torch.Tensor) -> dict[str, torch.Tensor]:
-    """logits: [R, C, V], token_ids: [R, C] -> ``logprob`` log p(y_t) = z_y - logsumexp(z) and
-    ``entropy`` H_t = logsumexp(z) - sum_j p_j z_j, both [R, C], float32."""
-    if logits.shape[:2] != token_ids.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and token_ids {tuple(token_ids.shape)} disagree")
-    z = logits.float()
-    lse = torch.logsumexp(z, dim=-1)
-    logprob = z.gather(-1, token_ids.unsqueeze(-1)).squeeze(-1) - lse
-    p = torch.softmax(z, dim=-1)
-    entropy = lse - (p * z).sum(-1)
-    return {"logprob": logprob, "entropy": entropy}
+# the plain-PyTorch reference of ttrl_lightning.signals, batched over [R, C, V]: logprob, entropy, self_certainty
+TOKEN_SIGNALS.register("torch", token_signals)
 
 
 @torch.no_grad()
