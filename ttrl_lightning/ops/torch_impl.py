@@ -6,7 +6,8 @@
 * ``attention_with_mass``: the indicator-channel trick: one extra value channel per key group holding
   1[key in group] (q and k padded with zeros to the same head dim, rounded up to a multiple of 16, so
   scores are unchanged); a single fused SDPA call then returns the output in the first d channels and the
-  group masses in the next G.
+  group masses in the next G. Forward-only calls run a few heads at a time through padded buffers that
+  are allocated once and refilled (``chunk_elems`` floats each), which keeps the padded copies small.
   Padding or a bottom-right causal mask with Tq != Tk use query chunks with a per-chunk boolean mask
   (``[B, 1, chunk, Tk]``, never ``[Tq, Tk]``).
 """
@@ -73,41 +74,85 @@ def _rows_without_keys(key_groups, Tq, Tk, causal):
     return seen == 0
 
 
-def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scale=None, q_chunk=256):
+def _sdpa_rows(qa, ka, va, valid, causal, scale, gqa, q_chunk):
+    """SDPA over the padded heads; boolean masks per query chunk only when padding or a bottom-right causal
+    offset needs them (``[B, 1, chunk, Tk]``, never ``[Tq, Tk]``)."""
+    Tq, Tk = qa.shape[2], ka.shape[2]
+    off = Tk - Tq
+    if valid is None and (not causal or off == 0 or Tq == 1):
+        return F.scaled_dot_product_attention(qa, ka, va, scale=scale, is_causal=causal and Tq > 1, enable_gqa=gqa)
+    out = qa.new_empty(*qa.shape[:3], va.shape[-1])
+    j = torch.arange(Tk, device=qa.device)
+    for i0 in range(0, Tq, q_chunk):
+        i1 = min(Tq, i0 + q_chunk)
+        kend = min(Tk, i1 + off) if causal else Tk
+        mask = torch.ones(1, 1, 1, kend, dtype=torch.bool, device=qa.device) if valid is None else valid[:, None, None, :kend]
+        if causal:
+            i = torch.arange(i0, i1, device=qa.device)[:, None]
+            mask = mask & (j[None, :kend] <= i + off)[None, None]
+        out[:, :, i0:i1] = F.scaled_dot_product_attention(
+            qa[:, :, i0:i1], ka[:, :, :kend], va[:, :, :kend], attn_mask=mask, scale=scale, enable_gqa=gqa
+        )
+    return out
+
+
+def _kv_heads_per_chunk(B, Hkv, rep, elems_per_kv_head, chunk_elems, device):
+    """Key/value heads per chunk of the forward-only path: the largest divisor of Hkv within ``chunk_elems``
+    whose B x query heads are a multiple of the thread count. SDPA's CPU kernel splits (batch, head, query
+    block) items statically over threads, so an uneven chunk leaves threads idle on the long causal rows
+    (one head on two threads: 1.4x slower). Off-CPU, or when no divisor fits the threads, all heads at once."""
+    if device.type != "cpu":
+        return Hkv
+    threads = torch.get_num_threads()
+    even = [c for c in range(1, Hkv + 1) if Hkv % c == 0 and (B * c * rep) % threads == 0]
+    if not even:
+        return Hkv
+    fitting = [c for c in even if c * elems_per_kv_head <= chunk_elems]
+    return max(fitting) if fitting else min(even)
+
+
+def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scale=None, q_chunk=256,
+                              chunk_elems=1 << 20):
     B, Hq, Tq, d = q.shape
     Hkv, Tk = k.shape[1], k.shape[2]
+    rep = Hq // Hkv
     G = int(num_groups)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     valid = key_groups >= 0
     ind = F.one_hot(key_groups.long().clamp_min(0), G).to(v.dtype) * valid[..., None].to(v.dtype)
     # head dim padded to a multiple of 16: SDPA's CPU kernels run 144 faster than 132 (fp32 and bf16)
     dp = -(-(d + G) // 16) * 16
-    qa = F.pad(q, (0, dp - d))
-    ka = F.pad(k, (0, dp - d))
-    va = v.new_zeros(B, Hkv, Tk, dp)
-    va[..., :d] = v
-    va[..., d:d + G] = ind[:, None]
-    gqa = Hq != Hkv
-    has_pad = not bool(valid.all())
-    off = Tk - Tq
-    if not has_pad and (not causal or off == 0 or Tq == 1):
-        out = F.scaled_dot_product_attention(qa, ka, va, scale=scale, is_causal=causal and Tq > 1, enable_gqa=gqa)
+    gqa = rep != 1
+    valid_or_none = None if bool(valid.all()) else valid
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        # differentiable path: fresh padded tensors for all heads at once (buffers reused in place would
+        # break autograd); the output is a strided view of the first d channels
+        qa, ka = F.pad(q, (0, dp - d)), F.pad(k, (0, dp - d))
+        va = torch.cat([v, ind[:, None].expand(B, Hkv, Tk, G), v.new_zeros(B, Hkv, Tk, dp - d - G)], dim=-1)
+        o = _sdpa_rows(qa, ka, va, valid_or_none, causal, scale, gqa, q_chunk)
+        out, mass = o[..., :d], o[..., d:d + G].float()
     else:
-        out = q.new_empty(B, Hq, Tq, dp)
-        j = torch.arange(Tk, device=q.device)
-        for i0 in range(0, Tq, q_chunk):
-            i1 = min(Tq, i0 + q_chunk)
-            kend = min(Tk, i1 + off) if causal else Tk
-            mask = valid[:, None, None, :kend]
-            if causal:
-                i = torch.arange(i0, i1, device=q.device)[:, None]
-                mask = mask & (j[None, :kend] <= i + off)[None, None]
-            out[:, :, i0:i1] = F.scaled_dot_product_attention(
-                qa[:, :, i0:i1], ka[:, :, :kend], va[:, :, :kend], attn_mask=mask, scale=scale, enable_gqa=gqa
-            )
+        # forward only: a few key/value heads at a time through padded buffers that are allocated once and
+        # refilled, so the padded copies stay small (about chunk_elems floats each) and cache-resident
+        kv_chunk = _kv_heads_per_chunk(B, Hkv, rep, max(Tq * rep, Tk) * dp, chunk_elems, q.device)
+        qa = q.new_zeros(B, kv_chunk * rep, Tq, dp)
+        ka = k.new_zeros(B, kv_chunk, Tk, dp)
+        va = v.new_zeros(B, kv_chunk, Tk, dp)
+        va[..., d:d + G] = ind[:, None]
+        out = q.new_empty(B, Hq, Tq, d)
+        mass = torch.empty(B, Hq, Tq, G, dtype=torch.float32, device=q.device)
+        for h0 in range(0, Hkv, kv_chunk):
+            n = min(Hkv, h0 + kv_chunk) - h0
+            qs, ks, vs = qa[:, :n * rep], ka[:, :n], va[:, :n]
+            qs[..., :d] = q[:, h0 * rep:(h0 + n) * rep]
+            ks[..., :d] = k[:, h0:h0 + n]
+            vs[..., :d] = v[:, h0:h0 + n]
+            o = _sdpa_rows(qs, ks, vs, valid_or_none, causal, scale, gqa, q_chunk)
+            out[:, h0 * rep:(h0 + n) * rep] = o[..., :d]
+            mass[:, h0 * rep:(h0 + n) * rep] = o[..., d:d + G]
+    if valid_or_none is not None or (causal and Tk != Tq):
         empty = _rows_without_keys(key_groups, Tq, Tk, causal)
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, :, None], 0.0)
-    mass = out[..., d:d + G].float()
-    # a strided view of the first d channels (no copy); callers that need a contiguous tensor copy once anyway
-    return out[..., :d], mass
+            mass = mass.masked_fill(empty[:, None, :, None], 0.0)
+    return out, mass
