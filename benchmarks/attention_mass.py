@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +120,7 @@ def main():
     p.add_argument("--T", type=int, default=2048)
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--d", type=int, default=128)
-    add_protocol_args(p, CANDIDATES, repeats=7, out="outputs/benchmarks/attention_mass.json")
+    add_protocol_args(p, CANDIDATES, repeats=11, out="outputs/benchmarks/attention_mass.json")
     args = p.parse_args()
     if args.worker:
         return worker(args)
@@ -131,11 +132,14 @@ def main():
     print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "
           f"{args.dtype} on {args.device} ({args.repeats} interleaved timing rounds)")
     base = results.get("sdpa_no_mass")
-    print(f"{'candidate':<26}{'T':>6}{'peak extra MiB':>16}{'median s':>11}{'time / sdpa':>13}")
+    print(f"{'candidate':<26}{'T':>6}{'peak extra MiB':>16}{'median s':>11}{'time / sdpa':>13}{'paired':>9}")
     for name, r in results.items():
         r["time_ratio_vs_sdpa"] = r["median_s"] / base["median_s"] if base else float("nan")
+        # median over rounds of (this / sdpa in the same round): robust to load that drifts between rounds
+        r["paired_ratio_vs_sdpa"] = (statistics.median(a / b for a, b in zip(r["times_s"], base["times_s"]))
+                                     if base else float("nan"))
         print(f"{name:<26}{r['T']:>6}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.4f}"
-              f"{r['time_ratio_vs_sdpa']:>13.3f}")
+              f"{r['time_ratio_vs_sdpa']:>13.3f}{r['paired_ratio_vs_sdpa']:>9.3f}")
     ours = [n for n in results if n.startswith("ours_") and not n.endswith("_half_T")]
     eager = results.get("eager_output_attentions")
     if eager:
@@ -147,8 +151,8 @@ def main():
     flash = [results[n] for n in ("sdpa_flash_no_mass", "flash_attn2_no_mass") if n in results]
     for n in ours:
         r = results[n]
-        line = f"target {n}: within 1.25x of SDPA: {'PASS' if r['time_ratio_vs_sdpa'] <= 1.25 else 'FAIL'} " \
-               f"({r['time_ratio_vs_sdpa']:.3f}x)"
+        line = f"target {n}: within 1.25x of SDPA: {'PASS' if r['paired_ratio_vs_sdpa'] <= 1.25 else 'FAIL'} " \
+               f"({r['paired_ratio_vs_sdpa']:.3f}x paired, {r['time_ratio_vs_sdpa']:.3f}x of medians)"
         if eager:
             line += f"; faster than eager: {'PASS' if r['median_s'] < eager['median_s'] else 'FAIL'} " \
                     f"({eager['median_s'] / r['median_s']:.2f}x faster)"
