@@ -1,5 +1,5 @@
-"""The CUDA kernels compile with nvcc alone (they use no torch headers) and the torch bindings type-check against
-the installed torch headers; skipped when nvcc is absent.
+"""The CUDA kernels compile with nvcc alone (they use no torch headers) and the torch bindings type-check
+against the installed torch headers; skipped when nvcc is absent.
 
 Running them needs a GPU: benchmarks/gpu_check.sh builds the extension and runs the correctness checks there.
 """
@@ -42,7 +42,7 @@ def test_nvcc_compiles_kernels_for_sm90(source, tmp_path):
 
 
 def _cuda_include_dir():
-    """The toolkit's include dir: $CUDA_HOME / $CUDA_PATH, torch's CUDA_HOME, next to nvcc, /usr/local/cuda."""
+    """The toolkit's include dir: $CUDA_HOME, $CUDA_PATH, torch's CUDA_HOME, next to nvcc, /usr/local/cuda."""
     from torch.utils import cpp_extension
 
     nvcc = _nvcc()
@@ -55,10 +55,10 @@ def _cuda_include_dir():
 
 
 def test_cuda_bindings_compile_against_torch_headers(tmp_path):
-    """csrc/bindings_cuda.cpp is type-checked (g++ -fsyntax-only) against the installed torch's headers and the
-    CUDA runtime headers, so an ATen/c10 API mismatch shows here and not only on a GPU machine. A CPU build
-    of torch ships the c10/cuda headers but not the generated ``cuda_cmake_macros.h``; a one-line stand-in is
-    written to a temporary include dir in that case (it only selects shared-library export macros)."""
+    """csrc/bindings_cuda.cpp is type-checked (g++ -fsyntax-only) against the installed torch's headers and
+    the CUDA runtime headers, so an ATen/c10 API mismatch shows here and not only on a GPU machine. A CPU
+    build of torch ships the c10/cuda headers but not the generated ``cuda_cmake_macros.h``; a one-line
+    stand-in is written to a temporary include dir in that case (it only selects export macros)."""
     from torch.utils import cpp_extension
 
     cxx = shutil.which("g++") or shutil.which("c++")
@@ -67,7 +67,8 @@ def test_cuda_bindings_compile_against_torch_headers(tmp_path):
         pytest.skip("needs a C++ compiler and the CUDA toolkit headers (cuda_runtime.h under CUDA_HOME)")
     torch_incs = cpp_extension.include_paths()
     extra = []
-    if not any(os.path.exists(os.path.join(p, "c10", "cuda", "impl", "cuda_cmake_macros.h")) for p in torch_incs):
+    macros = os.path.join("c10", "cuda", "impl", "cuda_cmake_macros.h")
+    if not any(os.path.exists(os.path.join(p, macros)) for p in torch_incs):
         shim = tmp_path / "shim" / "c10" / "cuda" / "impl"
         shim.mkdir(parents=True)
         (shim / "cuda_cmake_macros.h").write_text("#pragma once\n#define C10_CUDA_BUILD_SHARED_LIBS\n")
