@@ -110,16 +110,32 @@ def test_output_is_differentiable_and_mass_detached():
 @pytest.mark.parametrize("kv_heads_per_chunk", [1, 2])
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("pad", [True, False])
-def test_torch_backend_head_chunks(kv_heads_per_chunk, causal, pad):
-    """The forward-only torch path refills its padded buffers head chunk by head chunk (3 kv heads in chunks
-    of 1 or 2, the last one partial); every chunk must match the reference, GQA included."""
-    from ttrl_lightning.ops.torch_impl import attention_with_mass_torch
+def test_torch_backend_head_chunks(kv_heads_per_chunk, causal, pad, monkeypatch):
+    """The forward-only torch path refills its padded buffers head chunk by head chunk (4 kv heads in chunks
+    of 1 or 2, GQA with 2 query heads each); every chunk must match the reference. The thread count is pinned
+    to 2 so that the chunk rule (a divisor of Hkv, B x query heads a multiple of the threads) is known."""
+    from ttrl_lightning.ops import torch_impl
 
-    q, k, v, groups, G = attention_inputs(Hq=6, Hkv=3, Tq=11, Tk=23, d=20, pad=pad)
-    dp = -(-(20 + G) // 16) * 16
-    chunk_elems = kv_heads_per_chunk * max(11 * 2, 23) * dp
+    monkeypatch.setattr(torch_impl.torch, "get_num_threads", lambda: 2)
+    q, k, v, groups, G = attention_inputs(Hq=8, Hkv=4, Tq=11, Tk=23, d=20, pad=pad)
+    per_head = max(11 * 2, 23) * torch_impl.padded_head_dim(20, G)
+    chunk_elems = kv_heads_per_chunk * per_head
+    assert torch_impl._kv_heads_per_chunk(2, 4, 2, per_head, chunk_elems, q.device) == kv_heads_per_chunk
     ref_out, ref_mass = attention_with_mass_reference(q, k, v, groups, G, causal)
     with torch.no_grad():
-        out, mass = attention_with_mass_torch(q, k, v, groups, G, causal, chunk_elems=chunk_elems)
+        out, mass = torch_impl.attention_with_mass_torch(q, k, v, groups, G, causal, chunk_elems=chunk_elems)
     torch.testing.assert_close(out, ref_out, atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(mass, ref_mass, atol=1e-5, rtol=1e-4)
+
+
+def test_head_chunks_balance_threads(monkeypatch):
+    """Chunks are divisors of Hkv whose B x query heads fill the threads evenly; else all heads at once."""
+    from ttrl_lightning.ops import torch_impl
+
+    monkeypatch.setattr(torch_impl.torch, "get_num_threads", lambda: 2)
+    chunk, cpu = torch_impl._kv_heads_per_chunk, torch.device("cpu")
+    assert chunk(1, 16, 1, 100, 350, cpu) == 2  # 3 would fit the budget but splits unevenly over 2 threads
+    assert chunk(1, 16, 1, 100, 50, cpu) == 2  # nothing fits: the smallest even chunk
+    assert chunk(1, 3, 1, 100, 10**9, cpu) == 3  # no even divisor: all heads
+    assert chunk(2, 3, 1, 100, 150, cpu) == 1  # B = 2 makes one head per chunk even
+    assert chunk(1, 16, 1, 100, 350, torch.device("meta")) == 16  # off-CPU: all heads

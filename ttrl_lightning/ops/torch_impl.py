@@ -151,16 +151,16 @@ def attention_with_mass_torch(q, k, v, key_groups, num_groups, causal=True, scal
         va[..., d:d + G] = ind[:, None]
         out = q.new_empty(B, Hq, Tq, d)
         mass = torch.empty(B, Hq, Tq, G, dtype=torch.float32, device=q.device)
-        for h0 in range(0, Hkv, kv_chunk):
-            n = min(Hkv, h0 + kv_chunk) - h0
-            qs, ks, vs = qa[:, :n * rep], ka[:, :n], va[:, :n]
-            qs[..., :d] = q[:, h0 * rep:(h0 + n) * rep]
-            ks[..., :d] = k[:, h0:h0 + n]
-            vs[..., :d] = v[:, h0:h0 + n]
-            o = _sdpa_rows(qs, ks, vs, valid_or_none, causal, scale, gqa, q_chunk)
-            out[:, h0 * rep:(h0 + n) * rep] = o[..., :d]
-            mass[:, h0 * rep:(h0 + n) * rep] = o[..., d:d + G]
-    if valid_or_none is not None or (causal and Tk != Tq):
+        for h0 in range(0, Hkv, kv_chunk):  # kv_chunk divides Hkv: every chunk is full
+            qh = slice(h0 * rep, (h0 + kv_chunk) * rep)
+            qa[..., :d] = q[:, qh]
+            ka[..., :d] = k[:, h0:h0 + kv_chunk]
+            va[..., :d] = v[:, h0:h0 + kv_chunk]
+            o = _sdpa_rows(qa, ka, va, valid_or_none, causal, scale, gqa, q_chunk)
+            out[:, qh] = o[..., :d]
+            mass[:, qh] = o[..., d:d + G]
+    # without padding every row sees a key (causal row i sees keys 0 .. i + Tk - Tq, and Tq <= Tk)
+    if valid_or_none is not None:
         empty = _rows_without_keys(key_groups, Tq, Tk, causal)
         if bool(empty.any()):
             out = out.masked_fill(empty[:, None, :, None], 0.0)
