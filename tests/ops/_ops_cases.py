@@ -1,7 +1,20 @@
-"""Shared input builders for the signal-op tests (odd shapes on purpose: V=1271, T=41, d=24)."""
+"""Shared input builders for the signal-op tests (odd shapes on purpose: V=1271, T=41, d=24) and the skip of
+backends that were not built."""
 from __future__ import annotations
 
+import pytest
 import torch
+
+from ttrl_lightning.ops import available_backends
+
+CPU_BACKENDS = ["torch", "cpp"]
+
+
+def require_backend(backend):
+    """Skip (with the reason) when ``backend`` is not built here; ``make test`` turns a missing ``cpp`` into a
+    failure through TTRL_REQUIRE_BACKENDS (tests/ops/test_ops_extension_required.py)."""
+    if backend not in available_backends():
+        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
 
 
 def token_stats_inputs(dtype=torch.float32, M=41, H=40, V=1271, bias=True, seed=0):

@@ -4,18 +4,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _ops_cases import attention_inputs
+from _ops_cases import CPU_BACKENDS, attention_inputs, require_backend
 from ttrl_lightning.ops import attention_with_mass, available_backends
 from ttrl_lightning.ops.reference import attention_probs_reference, attention_with_mass_reference
 
-CPU_BACKENDS = ["torch", "cpp"]
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 MASS_TOL = {torch.float32: dict(atol=1e-5, rtol=1e-4), torch.bfloat16: dict(atol=8e-3, rtol=0)}
-
-
-def _require(backend):
-    if backend not in available_backends():
-        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
 
 
 SHAPES = {
@@ -32,7 +26,7 @@ SHAPES = {
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_matches_reference(backend, dtype, causal, shape):
-    _require(backend)
+    require_backend(backend)
     q, k, v, groups, G = attention_inputs(dtype, **SHAPES[shape])
     ref_out, ref_mass = attention_with_mass_reference(q, k, v, groups, G, causal)
     out, mass = attention_with_mass(q, k, v, groups, G, causal, backend=backend)
@@ -62,7 +56,7 @@ def test_reference_against_sdpa_and_hand_mask():
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_custom_scale_and_single_group(backend):
-    _require(backend)
+    require_backend(backend)
     q, k, v, groups, _ = attention_inputs(Hq=2, Hkv=1, Tq=7, Tk=11, pad=False)
     groups = torch.zeros_like(groups)
     ref_out, ref_mass = attention_with_mass_reference(q, k, v, groups, 1, True, scale=0.3)

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from _ops_cases import CPU_BACKENDS, require_backend
 from ttrl_lightning.ops import available_backends, selected_backend
 from ttrl_lightning.ops import backends
 
@@ -26,10 +27,9 @@ def test_torch_always_available_and_auto_resolves():
     assert selected_backend("attention_with_mass", "cpu") in ("cpp", "torch")
 
 
-@pytest.mark.parametrize("name", ["torch", "cpp"])
+@pytest.mark.parametrize("name", CPU_BACKENDS)
 def test_env_override_picks_backend(name):
-    if name not in available_backends():
-        pytest.skip(f"{name} backend not built here")
+    require_backend(name)
     proc = _import_with(name)  # a fresh interpreter: the extension must load without torch imported first
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == name
@@ -52,8 +52,7 @@ def test_backend_on_wrong_device_raises():
 
     from ttrl_lightning.ops import token_stats
 
-    if "cpp" not in available_backends():
-        pytest.skip("cpp extension not built")
+    require_backend("cpp")
     h = torch.zeros(2, 3)
     with pytest.raises(RuntimeError, match="unavailable|does not run"):
         token_stats(h, torch.zeros(5, 3), torch.zeros(2, dtype=torch.long), backend="cuda")

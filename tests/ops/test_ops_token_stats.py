@@ -2,27 +2,25 @@
 from __future__ import annotations
 
 import math
+import os
+import sys
 
 import pytest
 import torch
 
-from _ops_cases import token_stats_inputs
+from _ops_cases import CPU_BACKENDS, require_backend, token_stats_inputs
 from ttrl_lightning.ops import available_backends, token_stats
 from ttrl_lightning.ops.reference import token_stats_reference
 
-CPU_BACKENDS = ["torch", "cpp"]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def _require(backend):
-    if backend not in available_backends():
-        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("bias,temperature", [(True, 0.7), (False, 1.0)])
 def test_matches_reference(backend, dtype, bias, temperature):
-    _require(backend)
+    require_backend(backend)
     hidden, weight, ids, b = token_stats_inputs(dtype, bias=bias)
     ref = token_stats_reference(hidden, weight, ids, b, temperature)  # fp32 maths on the same rounded inputs
     got = token_stats(hidden, weight, ids, b, temperature, backend=backend)
@@ -49,7 +47,7 @@ def test_reference_formulas_by_hand():
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_many_vocab_blocks_and_extreme_logits(backend):
     """Several vocabulary blocks with the max moving between them; large logits must not overflow."""
-    _require(backend)
+    require_backend(backend)
     hidden, weight, ids, _ = token_stats_inputs(M=9, H=8, V=9000, bias=False, seed=3)
     weight[8500:] *= 30.0  # the max moves to the last block
     ref = token_stats_reference(hidden, weight, ids)
@@ -84,26 +82,21 @@ def test_empty_batch():
 
 
 def _peak_extra_bytes(fn):
-    """Peak resident memory added by fn() (Linux: VmHWM reset through /proc/self/clear_refs)."""
+    """Peak resident memory added by fn(), measured as benchmarks/token_stats.py measures it (_memory.py)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-    except OSError:
-        pytest.skip("cannot reset the peak RSS on this system")
-
-    def field(name):
-        with open("/proc/self/status") as fh:
-            return next(int(line.split()[1]) * 1024 for line in fh if line.startswith(name + ":"))
-
-    before = field("VmRSS")
-    fn()
-    return field("VmHWM") - before
+        from _memory import peak_extra_memory, reset_peak_rss
+    finally:
+        sys.path.pop(0)
+    if not reset_peak_rss():
+        pytest.skip("cannot reset the peak RSS on this system (/proc/self/clear_refs needs Linux)")
+    return peak_extra_memory(fn, "cpu")["peak_extra_bytes"]
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_never_materialises_full_logits(backend):
     """[M, V] float32 logits would add 256 MiB here; the fused op must stay well below a quarter of that."""
-    _require(backend)
+    require_backend(backend)
     M, H, V = 1024, 32, 65536
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(M, H, generator=gen)
