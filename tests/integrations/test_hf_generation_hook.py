@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _tiny_models import llama, qwen2_vl, text_batch, vl_batch
+from tests.integrations._tiny_models import llama, qwen2_vl, text_batch, vl_batch
 from ttrl_lightning.integrations import generate_with_signals, score_rollouts
 
 N_NEW = 5

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from _tiny_models import llama, qwen2_vl, qwen3, text_batch, vl_batch
+from tests.integrations._tiny_models import llama, qwen2_vl, qwen3, text_batch, vl_batch
 from ttrl_lightning.integrations import GROUP_NAMES, IMAGE, score_rollouts
 from ttrl_lightning.integrations.groups import image_token_ids, key_groups_from_ids, special_token_ids
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _ops_cases import CPU_BACKENDS, attention_inputs, require_backend
+from tests.ops._ops_cases import CPU_BACKENDS, attention_inputs, require_backend
 from ttrl_lightning.ops import attention_with_mass, available_backends
 from ttrl_lightning.ops.reference import attention_probs_reference, attention_with_mass_reference
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from _ops_cases import CPU_BACKENDS, require_backend
+from tests.ops._ops_cases import CPU_BACKENDS, require_backend
 from ttrl_lightning.ops import available_backends, selected_backend
 from ttrl_lightning.ops import backends
 

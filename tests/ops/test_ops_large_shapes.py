@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _ops_cases import attention_inputs, token_stats_inputs
+from tests.ops._ops_cases import attention_inputs, token_stats_inputs
 from ttrl_lightning.ops import attention_with_mass, available_backends, token_stats
 from ttrl_lightning.ops.reference import attention_with_mass_reference, token_stats_reference
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from _ops_cases import CPU_BACKENDS, require_backend, token_stats_inputs
+from tests.ops._ops_cases import CPU_BACKENDS, require_backend, token_stats_inputs
 from ttrl_lightning.ops import available_backends, token_stats
 from ttrl_lightning.ops.reference import token_stats_reference
 
