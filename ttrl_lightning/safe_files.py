@@ -1,0 +1,79 @@
+"""Writes that lose nothing: every output file of the package goes through :func:`atomic_write`.
+
+* The content is written to a unique temporary file in the target's directory (``.<name>.<random>.tmp``),
+  flushed and fsynced, then renamed over the target with ``os.replace`` (atomic on POSIX). A reader sees the
+  old file or the new one, never a truncated one; two writers of the same target never share a temporary
+  file; a failure or an interrupt leaves the previous file untouched and removes the temporary.
+* :func:`same_file` tells whether two spellings (relative, symlinked, ``./x`` vs ``x``) name one file, so a
+  command can refuse to write its input onto itself before anything is opened for writing.
+* :func:`partial_path` is where an interrupted run writes what it finished, beside a complete result of an
+  earlier run instead of over it (``report.json`` -> ``report.partial.json``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import IO, Iterator
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary file beside ``path`` for writing; on a clean exit it replaces ``path``.
+
+    ``mode``: ``"w"`` (text, ``encoding``) or ``"wb"`` (bytes). On an exception (KeyboardInterrupt included)
+    the temporary file is removed and ``path`` is left as it was.
+    """
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_path(path: str | os.PathLike) -> "contextlib.AbstractContextManager[str]":
+    """Like :func:`atomic_write` for writers that want a file *name* (e.g. ``pyarrow.parquet.write_table``,
+    ``matplotlib.savefig``): yields the temporary path, renamed over ``path`` on a clean exit."""
+    return _atomic_path(os.fspath(path))
+
+
+@contextlib.contextmanager
+def _atomic_path(path: str) -> Iterator[str]:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    base, ext = os.path.splitext(os.path.basename(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=f".tmp{ext}")
+    os.close(fd)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when ``a`` and ``b`` name the same file (through links and other spellings); False when ``b``
+    does not exist yet and its resolved path differs from ``a``'s."""
+    try:
+        return os.path.samefile(a, b)
+    except FileNotFoundError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def partial_path(path: str | os.PathLike) -> str:
+    """``dir/report.json`` -> ``dir/report.partial.json``: where an interrupted run writes its partial result."""
+    base, ext = os.path.splitext(os.fspath(path))
+    return f"{base}.partial{ext}"
