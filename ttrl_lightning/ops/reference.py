@@ -9,8 +9,6 @@ import math
 
 import torch
 
-IGNORE_INDEX = -100
-
 
 def token_stats_reference(
     hidden: torch.Tensor,
