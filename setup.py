@@ -3,8 +3,8 @@
 Python code is plain; the compiled part lives in ``csrc/``:
 
 * the CPU extension ``ttrl_lightning._C`` (C++ with OpenMP) is built whenever ``csrc/`` has CPU sources
-  (``csrc/**/*_cpu.cpp``, plus ``csrc/bindings_cpu.cpp`` if present; the signal kernels keep their pybind
-  module in the same translation unit so the build stays one compile);
+  (``csrc/**/*_cpu.cpp``; the signal kernels keep their pybind module in the same translation unit, so the
+  build stays one compile);
 * the CUDA extension ``ttrl_lightning._C_cuda`` (``csrc/**/*_cuda.cu`` + ``csrc/bindings_cuda.cpp``) is
   built only when ``nvcc`` and a CUDA build of torch are present. The ``.cu`` files use no torch headers, so
   ``nvcc -c`` alone can compile-check them (tests/ops/test_ops_cuda_compile.py).
@@ -17,6 +17,11 @@ Environment switches:
   TTRL_CUDA_ARCHS="8.0;9.0"  architectures for the CUDA build (default "8.0;9.0", i.e. A100 and H100/H200)
 
 The package imports and works when no extension was built: every op has a PyTorch path.
+
+The training configs ship as package data with one copy in the repository: the top-level ``configs/``
+folder is mapped to the package ``ttrl_lightning.configs`` (``package_dir``), so a wheel carries its YAML
+files and an editable install points at the folder itself; ``ttrl_lightning.cli.configs.config_path``
+resolves them with ``importlib.resources``.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ import os
 from setuptools import find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: the package the top-level configs/ folder becomes (ttrl_lightning.cli.configs.CONFIGS_PACKAGE)
+CONFIGS_PACKAGE = "ttrl_lightning.configs"
 
 
 def _flag(name: str) -> bool:
@@ -45,11 +52,10 @@ def _extensions():
 
     exts = []
     if cpu_sources and not _flag("TTRL_SKIP_CPU_BUILD"):
-        binding = [s for s in glob.glob(os.path.join("csrc", "bindings_cpu.cpp"))]
         exts.append(
             cpp_extension.CppExtension(
                 name="ttrl_lightning._C",
-                sources=binding + cpu_sources,
+                sources=cpu_sources,
                 extra_compile_args={"cxx": ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]},
                 extra_link_args=["-fopenmp"],
             )
@@ -82,8 +88,9 @@ setup(
     description="Test-time RL and best-of-N answer selection for language and vision-language models, on Lightning",
     long_description=open(os.path.join(HERE, "README.md"), encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    packages=find_packages(include=["ttrl_lightning", "ttrl_lightning.*"]),
-    package_data={"ttrl_lightning": ["py.typed"]},
+    packages=find_packages(include=["ttrl_lightning", "ttrl_lightning.*"]) + [CONFIGS_PACKAGE],
+    package_dir={CONFIGS_PACKAGE: "configs"},
+    package_data={"ttrl_lightning": ["py.typed"], CONFIGS_PACKAGE: ["*.yaml", "**/*.yaml"]},
     python_requires=">=3.10",
     install_requires=[
         line.strip()

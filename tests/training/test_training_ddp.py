@@ -30,7 +30,7 @@ def test_ddp_two_ranks_stay_identical(tmp_path):
     path = tmp_path / "ddp.yaml"
     path.write_text(yaml.safe_dump(cfg))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    proc = subprocess.run([sys.executable, "-m", "ttrl_lightning.training_cli", "fit", "--config", str(path)],
+    proc = subprocess.run([sys.executable, "-m", "ttrl_lightning.cli", "fit", "--config", str(path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     r0 = torch.load(tmp_path / "dump" / "rank0.pt", weights_only=False)

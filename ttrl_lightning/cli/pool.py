@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-from .simulate import SimulationConfig
+from ..data.simulate import SimulationConfig
 
 
 def _simulate_parser(sub) -> None:
@@ -40,8 +40,8 @@ def pool_main(argv: list[str]) -> int:
     c.add_argument("dst")
     args = parser.parse_args(argv)
 
-    from .pool import load_pool, pool_to_records, read_records, write_records
-    from .simulate import simulate_pool
+    from ..data.pool import load_pool, pool_to_records, read_records, write_records
+    from ..data.simulate import simulate_pool
 
     if args.cmd == "simulate":
         cfg = SimulationConfig(**{f.name: getattr(args, f.name) for f in dataclasses.fields(SimulationConfig)})

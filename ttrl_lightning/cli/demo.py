@@ -13,24 +13,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from .cli import main as ttrl_main
+from . import main as ttrl_main
+from .configs import config_path
 
-#: the repository's configs/ folder (the package is installed in editable mode from the repository)
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-
-
-#: (title, config under configs/, output subfolder) of the training steps
+#: (title, packaged config, output subfolder) of the training steps
 TRAINING_STEPS = [
     ("SFT of a tiny Qwen2 on generated tool-call arithmetic traces", "sft/tiny_arith.yaml", "sft"),
     ("GRPO steps with EMA anchor (KL reference) and PID-controlled beta", "rft/tiny_grpo_fast.yaml", "grpo"),
 ]
-
-
-def _config(rel: str) -> str:
-    path = os.path.join(CONFIGS, rel)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"demo config {path} not found: run `ttrl demo` from a checkout of the repository")
-    return path
 
 
 def demo_main(argv: list[str]) -> int:
@@ -47,7 +37,7 @@ def demo_main(argv: list[str]) -> int:
         if step > 1:
             print()
         print(f"== {step}/{steps}  ttrl fit: {title}")
-        rc = ttrl_main(["fit", "--config", _config(config), "--trainer.default_root_dir", os.path.join(args.out, subdir)])
+        rc = ttrl_main(["fit", "--config", config_path(config), "--trainer.default_root_dir", os.path.join(args.out, subdir)])
         if rc:
             return rc
     pool = os.path.join(args.out, "pool.jsonl")

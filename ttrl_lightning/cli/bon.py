@@ -6,8 +6,8 @@ import os
 import sys
 import time
 
-from .bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
-from .report import build_report, format_table, plot_accuracy, write_report
+from ..eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
+from ..eval.report import build_report, format_table, plot_accuracy, write_report
 
 
 def build_parser() -> argparse.ArgumentParser:
