@@ -50,13 +50,13 @@ def qwen3(seed=0):
 
 
 def vl_batch(seed=0, B=2, T=16, grid=(1, 4, 4), left_pad=(0, 2), prompt_len=10):
-    """Prompt [pad] text <vstart> <image>x4 <vend> text | response; left padding per row; response_mask set."""
+    """Prompt [pad] text <vstart> <image>x4 <vend> text | completion; left padding per row; completion_mask set."""
     gen = torch.Generator().manual_seed(seed)
     n_img = grid[0] * grid[1] * grid[2] // 4
     ids = torch.randint(3, 80, (B, T), generator=gen)
     attn = torch.ones(B, T, dtype=torch.long)
     mm = torch.zeros(B, T, dtype=torch.long)
-    resp = torch.zeros(B, T, dtype=torch.long)
+    completion = torch.zeros(B, T, dtype=torch.long)
     for b in range(B):
         p = left_pad[b]
         ids[b, :p] = 0
@@ -65,21 +65,21 @@ def vl_batch(seed=0, B=2, T=16, grid=(1, 4, 4), left_pad=(0, 2), prompt_len=10):
         ids[b, p + 2:p + 2 + n_img] = IMAGE_ID
         mm[b, p + 2:p + 2 + n_img] = 1
         ids[b, p + 2 + n_img] = VEND_ID
-        resp[b, prompt_len:] = 1
+        completion[b, prompt_len:] = 1
     patch = 3 * 2 * 14 * 14
     pixels = torch.randn(B * grid[0] * grid[1] * grid[2], patch, generator=gen)
     thw = torch.tensor([list(grid)] * B)
-    return dict(input_ids=ids, attention_mask=attn, response_mask=resp, pixel_values=pixels, image_grid_thw=thw,
-                mm_token_type_ids=mm)
+    return dict(input_ids=ids, attention_mask=attn, completion_mask=completion, pixel_values=pixels,
+                image_grid_thw=thw, mm_token_type_ids=mm)
 
 
 def text_batch(seed=0, B=2, T=12, left_pad=(0, 3), prompt_len=6):
     gen = torch.Generator().manual_seed(seed)
     ids = torch.randint(3, 80, (B, T), generator=gen)
     attn = torch.ones(B, T, dtype=torch.long)
-    resp = torch.zeros(B, T, dtype=torch.long)
+    completion = torch.zeros(B, T, dtype=torch.long)
     for b in range(B):
         ids[b, :left_pad[b]] = 0
         attn[b, :left_pad[b]] = 0
-        resp[b, prompt_len:] = 1
-    return dict(input_ids=ids, attention_mask=attn, response_mask=resp)
+        completion[b, prompt_len:] = 1
+    return dict(input_ids=ids, attention_mask=attn, completion_mask=completion)

@@ -35,12 +35,14 @@ class AttentionMassRecorder:
         self._steps: list[list] = []  # per step: [mass sum over layers and heads [B, Tq, G], heads counted]
         self._last_layer = None
 
-    def groups_for(self, num_keys: int, device, batch: int | None = None) -> torch.Tensor:
+    def track_keys(self, num_keys: int, batch: int | None = None) -> None:
+        """Follow the keys of the forward about to run: rows repeated when ``batch`` is a multiple of the
+        recorded sequences (``generate(num_return_sequences=n)`` / beam search repeat every prompt n times,
+        consecutively), keys appended since the first forward labelled GENERATED."""
         rows = self.key_groups.shape[0]
         if batch is not None and batch != rows:
             if batch % rows:
                 raise ValueError(f"attention batch {batch} is not a multiple of the recorder's {rows} sequences")
-            # generate(num_return_sequences=n) / beam search repeat every prompt n times, consecutively
             self.key_groups = self.key_groups.repeat_interleave(batch // rows, dim=0)
         have = self.key_groups.shape[1]
         if num_keys > have:
@@ -48,6 +50,12 @@ class AttentionMassRecorder:
             self.key_groups = torch.cat([self.key_groups, extra], dim=1)
         elif num_keys < have and not self._steps:
             raise ValueError(f"the recorder has groups for {have} keys but the first forward sees {num_keys}")
+
+    def groups_for(self, num_keys: int, device) -> torch.Tensor:
+        """[B, num_keys] groups of the first ``num_keys`` keys (no side effects; ``track_keys`` first)."""
+        if num_keys > self.key_groups.shape[1]:
+            raise ValueError(f"the recorder tracks {self.key_groups.shape[1]} keys, asked for {num_keys}: "
+                             "call track_keys first")
         return self.key_groups[:, :num_keys].to(device)
 
     def add(self, layer_idx: int | None, mass: torch.Tensor) -> None:
@@ -64,6 +72,7 @@ class AttentionMassRecorder:
         self._last_layer = layer_idx
 
     def mass(self) -> torch.Tensor:
+        """[B, T_queries, G]: the recorded mass averaged over layers and heads, all steps concatenated."""
         if not self._steps:
             raise RuntimeError("no attention was recorded: is the model using attn_implementation='ttrl_mass'?")
         return torch.cat([s / n for s, n in self._steps], dim=1)
@@ -111,7 +120,8 @@ def ttrl_mass_attention(module, query, key, value, attention_mask, dropout=0.0, 
         raise NotImplementedError("ttrl_mass attention does not support sliding-window layers shorter than the context")
     if dropout and module.training:
         raise NotImplementedError("ttrl_mass attention records signals in eval mode only (dropout > 0)")
-    groups = recorder.groups_for(key.shape[2], key.device, key.shape[0])
+    recorder.track_keys(key.shape[2], key.shape[0])
+    groups = recorder.groups_for(key.shape[2], key.device)
     if attention_mask is not None:
         groups = torch.where(_keys_visible_to_last_query(attention_mask, key.shape[0]), groups, PAD)
     out, mass = attention_with_mass(query, key, value, groups, recorder.num_groups, causal=True, scale=scaling)

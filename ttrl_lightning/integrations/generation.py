@@ -12,6 +12,7 @@ import contextlib
 
 import torch
 
+from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.ops import token_stats
 
 from .attention import AttentionMassRecorder, mass_attention, recording
@@ -65,7 +66,8 @@ class GenerationSignalRecorder:
         return False
 
     def signals(self, sequences: torch.Tensor) -> RolloutSignals:
-        """sequences: [B, T0 + N] as returned by generate. Tokens after the first EOS are outside the mask."""
+        """sequences: [B, T0 + N] as returned by generate. Tokens after the first EOS are outside the
+        completion mask (``masking.completion_mask_at_eos``); their signals are NaN."""
         new = sequences[:, self.prompt_len:]
         n = new.shape[1]
         if len(self._stats) < n:
@@ -78,24 +80,24 @@ class GenerationSignalRecorder:
         if bias is not None:
             z_y = z_y + bias.float()[new]
         logprob = z_y / self.temperature - lse
-        mask = torch.ones_like(new, dtype=torch.bool)
         eos = self.model.generation_config.eos_token_id
-        if eos is not None:
-            eos_ids = torch.tensor([eos] if isinstance(eos, int) else list(eos), device=new.device)
-            is_eos = torch.isin(new, eos_ids).int()
-            mask = (is_eos.cumsum(1) - is_eos) == 0  # up to and including the first EOS
+        eos_ids = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+        ends = new
+        if len(eos_ids) > 1:  # every EOS id ends a row: map them all to the first one
+            ends = torch.where(torch.isin(new, torch.tensor(eos_ids, device=new.device)), eos_ids[0], new)
+        mask = completion_mask_at_eos(ends, eos_ids[0] if eos_ids else None).bool()
         nan = torch.tensor(float("nan"), device=new.device)
-        group_mass = image_mass = engagement = None
+        group_mass = image_attention = engagement = None
         if self.record_attention:
             mass = self.mass_recorder.mass()[:, self.prompt_len - 1:self.prompt_len - 1 + n]
             group_mass = torch.where(mask[..., None], mass, nan)
             has_image = (self.mass_recorder.key_groups == IMAGE).any(1)  # rows expanded like the sequences
             if bool(has_image.any()):
                 keep = mask & has_image[:, None]
-                image_mass = torch.where(keep, mass[..., IMAGE], nan)
+                image_attention = torch.where(keep, mass[..., IMAGE], nan)
                 engagement = torch.where(keep, visual_engagement_from_mass(mass), nan)
         return RolloutSignals(mask, torch.where(mask, logprob, nan), torch.where(mask, entropy, nan),
-                              torch.where(mask, sc, nan), group_mass, image_mass, engagement)
+                              torch.where(mask, sc, nan), group_mass, image_attention, engagement)
 
 
 @torch.no_grad()

@@ -45,21 +45,21 @@ def special_token_ids(config) -> list[int]:
 def key_groups_from_ids(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor | None,
-    response_mask: torch.Tensor | None,
+    completion_mask: torch.Tensor | None,
     image_ids: Iterable[int] = (),
     special_ids: Iterable[int] = (),
     mm_token_type_ids: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """key_groups: [B, T] int64 with PAD where attention_mask == 0, IMAGE at image placeholders (or where
-    mm_token_type_ids > 0), GENERATED where response_mask is set, SPECIAL at special ids, PROMPT elsewhere.
+    mm_token_type_ids > 0), GENERATED where completion_mask is set, SPECIAL at special ids, PROMPT elsewhere.
     Image placeholders win over the other labels; padding wins over everything."""
     groups = torch.full_like(input_ids, PROMPT, dtype=torch.long)
     special = torch.zeros_like(input_ids, dtype=torch.bool)
     for sid in special_ids:
         special |= input_ids == sid
     groups[special] = SPECIAL
-    if response_mask is not None:
-        groups[response_mask.bool()] = GENERATED
+    if completion_mask is not None:
+        groups[completion_mask.bool()] = GENERATED
     image = torch.zeros_like(special)
     for iid in image_ids:
         image |= input_ids == iid

@@ -34,7 +34,7 @@ def _eager_reference(model, batch):
     ent[:, 1:] = -(logp[:, :-1].exp() * logp[:, :-1]).sum(-1)
     sc[:, 1:] = -logp[:, :-1].mean(-1) - math.log(V)
     attn = torch.stack([a.float() for a in out.attentions]).mean(dim=(0, 2))  # mean over layers, heads: [B, T, T]
-    groups = key_groups_from_ids(ids, batch["attention_mask"], batch["response_mask"],
+    groups = key_groups_from_ids(ids, batch["attention_mask"], batch["completion_mask"],
                                  image_token_ids(model.config), special_token_ids(model.config),
                                  batch.get("mm_token_type_ids"))
     onehot = torch.nn.functional.one_hot(groups.clamp_min(0), len(GROUP_NAMES)).float() * (groups >= 0)[..., None]
@@ -43,7 +43,7 @@ def _eager_reference(model, batch):
     return lp, ent, sc, mass, len(out.attentions)
 
 
-def _assert_close_on_response(got, want, mask, atol=2e-5):
+def _assert_close_on_completion(got, want, mask, atol=2e-5):
     torch.testing.assert_close(got[mask], want[mask], atol=atol, rtol=1e-4)
     assert torch.isnan(got[~mask]).all()
 
@@ -55,16 +55,16 @@ def test_vl_signals_match_eager_attention_and_full_logits(kind):
     sig = score_rollouts(model, batch)
     lp, ent, sc, mass, n_layers = _eager_reference(model, batch)
     assert n_layers == model.config.text_config.num_hidden_layers  # decoder layers only
-    mask = batch["response_mask"].bool()
-    _assert_close_on_response(sig.logprob, lp, mask)
-    _assert_close_on_response(sig.entropy, ent, mask)
-    _assert_close_on_response(sig.self_certainty, sc, mask)
+    mask = batch["completion_mask"].bool()
+    _assert_close_on_completion(sig.logprob, lp, mask)
+    _assert_close_on_completion(sig.entropy, ent, mask)
+    _assert_close_on_completion(sig.self_certainty, sc, mask)
     torch.testing.assert_close(sig.group_mass[mask], mass[mask], atol=2e-5, rtol=1e-4)
     torch.testing.assert_close(sig.group_mass[mask].sum(-1), torch.ones(int(mask.sum())), atol=1e-5, rtol=0)
     want_v = mass[..., 0] / (mass[..., 0] + mass[..., 1] + mass[..., 2])
-    _assert_close_on_response(sig.visual_engagement, want_v, mask)
-    _assert_close_on_response(sig.image_mass, mass[..., IMAGE], mask)
-    assert (sig.image_mass[mask] > 0).all()
+    _assert_close_on_completion(sig.visual_engagement, want_v, mask)
+    _assert_close_on_completion(sig.image_attention, mass[..., IMAGE], mask)
+    assert (sig.image_attention[mask] > 0).all()
     # the attention implementation is restored after scoring
     assert model.config._attn_implementation == "sdpa"
     rows = sig.per_rollout()
@@ -77,19 +77,28 @@ def test_text_only_model_reports_no_visual_engagement(factory):
     batch = text_batch()
     sig = score_rollouts(model, batch)
     lp, ent, sc, mass, _ = _eager_reference(model, batch)
-    mask = batch["response_mask"].bool()
-    _assert_close_on_response(sig.logprob, lp, mask)
-    _assert_close_on_response(sig.entropy, ent, mask)
-    _assert_close_on_response(sig.self_certainty, sc, mask)
+    mask = batch["completion_mask"].bool()
+    _assert_close_on_completion(sig.logprob, lp, mask)
+    _assert_close_on_completion(sig.entropy, ent, mask)
+    _assert_close_on_completion(sig.self_certainty, sc, mask)
     torch.testing.assert_close(sig.group_mass[mask], mass[mask], atol=2e-5, rtol=1e-4)
-    assert sig.visual_engagement is None and sig.image_mass is None
+    assert sig.visual_engagement is None and sig.image_attention is None
 
 
 def test_score_rollouts_rejects_bad_batches():
     model = llama()
     batch = text_batch()
-    bad = dict(batch, response_mask=torch.ones_like(batch["input_ids"]))
+    bad = dict(batch, completion_mask=torch.ones_like(batch["input_ids"]))
     with pytest.raises(ValueError, match="position 0"):
         score_rollouts(model, bad)
     with pytest.raises(ValueError, match=r"must be \[B, T\]"):
-        score_rollouts(model, dict(batch, response_mask=batch["response_mask"][:, :-1]))
+        score_rollouts(model, dict(batch, completion_mask=batch["completion_mask"][:, :-1]))
+    renamed = {("response_mask" if k == "completion_mask" else k): v for k, v in batch.items()}
+    with pytest.raises(ValueError, match="needs 'completion_mask'.*response_mask"):  # no silent second name
+        score_rollouts(model, renamed)
+
+
+def test_replay_gives_the_model_its_mode_back():
+    model = llama().train()
+    sig = score_rollouts(model, text_batch(), record_attention=False)
+    assert model.training and sig.group_mass is None and sig.image_attention is None
