@@ -47,7 +47,9 @@ class Rollouts:
     prompt_ids: [R, P] left-padded; prompt_mask: [R, P];
     completion_ids: [R, C] right-padded; completion_mask: [R, C] (1 up to and including EOS / stop);
     texts: R completion strings (cut at EOS / stop); group: [R] index of the prompt of each row;
-    signals: optional per-token tensors [R, C] (e.g. ``logprob``, ``entropy`` of the sampling model).
+    signals: optional per-token tensors [R, C] float32, NaN outside ``completion_mask``, named as the
+    pool schema's per-token fields (``data.pool.TOKEN_FIELDS``: ``logprob``, ``entropy``, ``self_certainty``
+    of the sampling model ...). ``records_from_rollouts`` turns a ``Rollouts`` into pool records.
     """
 
     prompt_ids: torch.Tensor

@@ -6,17 +6,9 @@ from typing import Sequence
 
 import torch
 
+from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
-from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, replay_token_signals
-
-
-def completion_mask_at_eos(ids: torch.Tensor, eos_id: int | None) -> torch.Tensor:
-    """ids: [R, C] -> mask [R, C]: 1 up to and including the first ``eos_id`` of each row."""
-    if eos_id is None:
-        return torch.ones_like(ids, dtype=torch.long)
-    is_eos = ids == eos_id
-    after = torch.cumsum(is_eos.long(), dim=1) - is_eos.long()  # number of EOS strictly before t
-    return (after == 0).long()
+from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
 def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: Sequence[str]) -> torch.Tensor:
@@ -39,10 +31,11 @@ class HFGenerateEngine:
     """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
 
     ``record_signals``: also return per-token signals of the sampled tokens under the raw
-    (pre-temperature) logits: ``logprob``, ``entropy``, ``self_certainty``. ``signal_source="generate"``:
-    from the logits that ``generate`` returns, via ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch).
-    ``signal_source="replay"``: a replay pass through the fused signal op ``ttrl_lightning.ops.token_stats``
-    (no [R, C, V] logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
+    (pre-temperature) logits: ``logprob``, ``entropy``, ``self_certainty`` ([R, C] float32, NaN outside
+    the completion mask). ``signal_source="generate"``: from the logits that ``generate`` returns, via
+    ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch). ``signal_source="replay"``: ``replay_token_signals``,
+    the teacher-forced replay through the fused signal op ``ttrl_lightning.ops.token_stats`` (no [R, C, V]
+    logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
@@ -114,7 +107,7 @@ class HFGenerateEngine:
         )
         if self.record_signals and self.signal_source == "generate":
             logits = torch.stack(out.logits, dim=1)  # [R, C, V]
-            rollouts.signals = {k: v * mask for k, v in TOKEN_SIGNALS[self.signal_backend](logits, comp).items()}
+            rollouts.signals = mask_signals(TOKEN_SIGNALS[self.signal_backend](logits, comp), mask)
         elif self.record_signals:
             backend = None if self.signal_backend == "auto" else self.signal_backend
             rollouts.signals = replay_token_signals(model, rollouts, 1.0, backend)

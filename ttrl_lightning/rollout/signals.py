@@ -1,13 +1,18 @@
-"""Per-token signals of sampled tokens, computed from the sampler's logits.
+"""Per-token signals of sampled tokens: from the sampler's logits, or by a replay of the finished rollouts.
 
-This is the seam to the fused signal ops: backends are registered by name in ``TOKEN_SIGNALS``; the
-plain-PyTorch ``"torch"`` backend is always present, and a fused backend (``ttrl_lightning.ops``) can
-register itself under another name and be picked with ``HFGenerateEngine(signal_backend=...)``.
+This is the seam to the fused signal ops. Backends that turn ``generate``'s logits into signals are
+registered by name in ``TOKEN_SIGNALS``; the plain-PyTorch ``"torch"`` backend is always present, and a
+fused backend (``ttrl_lightning.ops``) can register itself under another name and be picked with
+``HFGenerateEngine(signal_backend=...)``. The replay (``replay_token_signals``) is the package's one
+teacher-forced replay, ``integrations.score_rollouts``, run on a ``Rollouts`` batch.
+
+Every signal tensor is [R, C] float32, NaN outside the completion mask (``ttrl_lightning.masking``).
 """
 from __future__ import annotations
 
 import torch
 
+from ttrl_lightning.masking import position_ids_from_mask
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.signals import token_signals
 
@@ -17,36 +22,33 @@ TOKEN_SIGNALS: Registry = Registry("token-signal backend")
 # the plain-PyTorch reference of ttrl_lightning.signals, batched over [R, C, V]: logprob, entropy, self_certainty
 TOKEN_SIGNALS.register("torch", token_signals)
 
+#: The signals a replay without attention recording returns, named as the pool schema's per-token fields.
+REPLAY_SIGNALS = ("logprob", "entropy", "self_certainty")
+
+
+def mask_signals(signals: dict[str, torch.Tensor], completion_mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """[R, C] signals -> float32 with NaN where ``completion_mask`` is 0 (the package's padding convention)."""
+    keep = completion_mask.bool()
+    return {k: torch.where(keep, v.float(), float("nan")) for k, v in signals.items()}
+
 
 @torch.no_grad()
 def replay_token_signals(model, rollouts, temperature: float = 1.0, backend: str | None = None) -> dict:
-    """Per-token signals of a finished rollout batch by a replay pass through the fused signal op.
+    """Per-token signals of a finished rollout batch by a teacher-forced replay (no [R, C, V] logits).
 
-    One forward of the decoder (no [R, C, V] logits), then ``ttrl_lightning.ops.token_stats`` on the final
-    hidden states of the positions that predict each completion token and the LM head. Returns
-    ``logprob``, ``entropy``, ``self_certainty`` as [R, C] float32 tensors (0 where completion_mask is 0).
+    Builds the [R, P + C] batch (prompt then completion, position ids from the attention mask, so left
+    padding does not shift positions) and runs ``integrations.score_rollouts`` without attention
+    recording: one forward of the decoder, then ``ttrl_lightning.ops.token_stats`` on the final hidden
+    states of the positions that predict each completion token and the LM head. Returns ``logprob``,
+    ``entropy``, ``self_certainty`` as [R, C] float32 tensors, NaN where completion_mask is 0.
     ``backend``: the ops backend (None = the ops' automatic choice).
     """
-    from ttrl_lightning.ops import token_stats
+    from ttrl_lightning.integrations.scoring import score_rollouts
 
-    ids, attn = rollouts.input_ids(), rollouts.attention_mask()
-    R, C = rollouts.completion_ids.shape
-    pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
-    was_training = model.training
-    model.eval()
-    try:
-        hidden = model.get_decoder()(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
-    finally:
-        model.train(was_training)
-    h = hidden[:, -C - 1:-1]  # position t predicts completion token t
-    head = model.get_output_embeddings()
-    mask = rollouts.completion_mask.bool()
-    lp, ent, sc, _ = token_stats(h[mask].float(), head.weight.float(), rollouts.completion_ids[mask],
-                                 None if getattr(head, "bias", None) is None else head.bias.float(),
-                                 temperature, backend=backend)
-    out = {}
-    for name, v in (("logprob", lp), ("entropy", ent), ("self_certainty", sc)):
-        full = torch.zeros(R, C, dtype=torch.float32, device=h.device)
-        full[mask] = v
-        out[name] = full
-    return out
+    attn = rollouts.attention_mask()
+    P = rollouts.prompt_ids.shape[1]
+    batch = {"input_ids": rollouts.input_ids(), "attention_mask": attn,
+             "completion_mask": torch.cat([torch.zeros_like(rollouts.prompt_mask), rollouts.completion_mask], 1),
+             "position_ids": position_ids_from_mask(attn)}
+    sig = score_rollouts(model, batch, temperature, record_attention=False, backend=backend)
+    return {name: getattr(sig, name)[:, P:] for name in REPLAY_SIGNALS}
