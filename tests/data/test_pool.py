@@ -41,6 +41,9 @@ def test_records_to_pool_extracts_groups_and_marks_gold():
     (lambda r: r["rollouts"][1].update(view="sideways"), r"rollouts\[1\].view"),
     (lambda r: r.update(gold=3), "'gold'"),
     (lambda r: r["rollouts"][2].update(self_certainty="abc"), r"rollouts\[2\].self_certainty"),
+    (lambda r: r.update(question="1+11?"), r"record 0 \(id='q1'\): unknown field 'question'"),
+    (lambda r: r["rollouts"][3].update(image_mass=[0.1]), r"rollouts\[3\]: unknown field 'image_mass'"),
+    (lambda r: r["rollouts"][0].update(observation="7"), r"rollouts\[0\]: unknown field 'observation'"),
 ])
 def test_bad_records_name_record_and_field(mutate, match):
     rec = _rec()
@@ -89,8 +92,55 @@ def test_simulator_is_seeded_and_validated():
     a = simulate_pool(num_questions=20, rollouts=8, tokens=8, seed=4)
     b = simulate_pool(num_questions=20, rollouts=8, tokens=8, seed=4)
     assert torch.equal(a.answer_class, b.answer_class) and torch.equal(a.signals["entropy"], b.signals["entropy"])
-    assert bool((a.signals["image_attention"] <= a.signals["visual_engagement"]).all())
     with pytest.raises(ValueError):
         simulate_pool(num_questions=0)
     with pytest.raises(ValueError):
         simulate_pool(correct_rate=1.0)
+
+
+def test_simulated_visual_signals_follow_the_documented_rule():
+    """simulate.py: visual_engagement_t = sigmoid(-1 + 0.6 x + n_t) with x = s (y - 1/2) + N(0, 1), and
+    image_attention_t = visual_engagement_t * sigmoid(1 + n'_t), n, n' ~ N(0, token_noise^2), zero-padded
+    after each rollout's length. Recomputed from the pool: a simulator that broke the rule (another scale,
+    a shared noise, no dependence on correctness) fails one of these moments."""
+    s, noise = 2.0, 0.5
+    pool = simulate_pool(num_questions=300, rollouts=8, tokens=16, seed=4, signal_strength=s, token_noise=noise)
+    valid = torch.arange(16)[None, None] < pool.lengths[..., None]
+    ve, ia = pool.signals["visual_engagement"].double(), pool.signals["image_attention"].double()
+    assert (ve[~valid] == 0).all() and (ia[~valid] == 0).all()
+    n_img = torch.logit(ia[valid] / ve[valid]) - 1.0  # = n'_t
+    assert abs(float(n_img.mean())) < 0.02 and abs(float(n_img.std()) - noise) < 0.02
+    logit_ve = torch.logit(ve).where(valid, 0.0)
+    assert abs(float(torch.corrcoef(torch.stack([n_img, logit_ve[valid]]))[0, 1])) < 0.03  # independent noises
+    per_rollout = logit_ve.sum(-1) / valid.sum(-1)  # -1 + 0.6 x + mean noise
+    correct = pool.class_correct.gather(1, pool.answer_class[:, 0])
+    gap = float(per_rollout[correct].mean() - per_rollout[~correct].mean())
+    assert abs(gap - 0.6 * s) < 0.15  # E[x | y=1] - E[x | y=0] = s
+    expected_mean = -1.0 + 0.6 * s * (float(correct.double().mean()) - 0.5)
+    assert abs(float(per_rollout.mean()) - expected_mean) < 0.06
+
+
+def _choice_records():
+    rolls = [{"answer": None, "text": "The answer is (b).", "view": "original"}, {"answer": "A", "view": "original"}]
+    return [{"id": "mc1", "gold": "B", "choices": {"A": "cat", "B": "dog"}, "rollouts": rolls},
+            {"id": "open", "gold": "7", "choices": None, "rollouts": [{"answer": "7"}, {"answer": "8"}]},
+            {"id": "mc2", "gold": "D", "choices": {"A": "1", "C": "3", "D": "4"}, "rollouts": rolls}]
+
+
+@pytest.mark.parametrize("ext", ["jsonl", "parquet"])
+def test_choices_survive_files_and_the_columnar_pool(tmp_path, ext):
+    """Records with different option letters (a Parquet struct would merge them into one set of fields)."""
+    path = str(tmp_path / f"pool.{ext}")
+    records = [validate_record(r, i) for i, r in enumerate(_choice_records())]
+    write_records(records, path)
+    back = list(read_records(path))
+    assert [r["choices"] for r in back] == [r["choices"] for r in records]
+    assert back == records
+    pool = records_to_pool(back)
+    assert pool.choices == [r["choices"] for r in records]
+    again = list(pool_to_records(pool))
+    assert [r["choices"] for r in again] == pool.choices
+    assert records_to_pool(again).class_names == pool.class_names == [["B", "A"], ["7", "8"], ["B", "A"]]
+    path2 = str(tmp_path / f"again.{ext}")
+    write_records(again, path2)
+    assert load_pool(path2).choices == pool.choices

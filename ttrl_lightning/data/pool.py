@@ -12,12 +12,13 @@ Record schema (one per question)::
          "num_tokens": int | null},       # optional, when no per-token array is given
         ...]}
 
-Per-token arrays of one rollout must share one length (its number of generated tokens). A bad record
-raises :class:`PoolError` naming the record and the field.
+Per-token arrays of one rollout must share one length (its number of generated tokens). A bad record,
+or a key the schema does not name, raises :class:`PoolError` naming the record and the field.
+``rollout.records_from_rollouts`` writes these records from the rollout engine's output.
 
 :class:`RolloutPool` is the columnar form: answers grouped into per-question equivalence classes
-(``answers.canonical_answer_classes``), gold correctness per class, and the original view's per-token
-signals as padded ``[Q, R, T]`` tensors.
+(``answers.canonical_answer_classes``), gold correctness per class, the options of multiple-choice
+questions, and the original view's per-token signals as padded ``[Q, R, T]`` tensors.
 """
 from __future__ import annotations
 
@@ -32,13 +33,16 @@ from torch import Tensor
 
 from ..answers import NO_ANSWER, answers_equal, canonical_answer_classes, extract_answer
 
-__all__ = ["PoolError", "RolloutPool", "TOKEN_FIELDS", "VIEWS", "validate_record", "read_records",
-           "write_records", "records_to_pool", "pool_to_records", "load_pool"]
+__all__ = ["PoolError", "RolloutPool", "RECORD_FIELDS", "ROLLOUT_FIELDS", "TOKEN_FIELDS", "VIEWS",
+           "validate_record", "read_records", "write_records", "records_to_pool", "pool_to_records", "load_pool"]
 
 #: Per-token signal fields of a rollout.
 TOKEN_FIELDS = ("entropy", "self_certainty", "logprob", "visual_engagement", "image_attention")
 #: Self-Harmony's views, in the order used everywhere (index 0 = original).
 VIEWS = ("original", "reframed")
+#: The keys of a record and of one of its rollouts; any other key is rejected.
+RECORD_FIELDS = ("id", "gold", "choices", "rollouts")
+ROLLOUT_FIELDS = ("answer", "text", "view", *TOKEN_FIELDS, "num_tokens")
 
 
 class PoolError(ValueError):
@@ -50,6 +54,12 @@ def _where(idx: int, rec: dict) -> str:
     return f"record {idx}" + (f" (id={rid!r})" if rid is not None else "")
 
 
+def _reject_unknown(obj: dict, known: tuple[str, ...], where: str) -> None:
+    unknown = [k for k in obj if k not in known]
+    if unknown:
+        raise PoolError(f"{where}: unknown field {unknown[0]!r} (the schema has {', '.join(known)})")
+
+
 def validate_record(rec: dict, idx: int = 0) -> dict:
     """Check one record against the schema and return it normalised (view defaults, float arrays)."""
     where = _where(idx, rec)
@@ -58,6 +68,7 @@ def validate_record(rec: dict, idx: int = 0) -> dict:
     for key in ("id", "rollouts"):
         if key not in rec:
             raise PoolError(f"{where}: missing field {key!r}")
+    _reject_unknown(rec, RECORD_FIELDS, where)
     if not isinstance(rec["id"], str) or not rec["id"]:
         raise PoolError(f"{where}: field 'id' must be a non-empty string")
     gold = rec.get("gold")
@@ -75,6 +86,7 @@ def validate_record(rec: dict, idx: int = 0) -> dict:
         f = f"{where}: rollouts[{j}]"
         if not isinstance(ro, dict):
             raise PoolError(f"{f} must be an object")
+        _reject_unknown(ro, ROLLOUT_FIELDS, f)
         ans, text = ro.get("answer"), ro.get("text")
         if ans is not None and not isinstance(ans, str):
             raise PoolError(f"{f}.answer must be a string or null")
@@ -124,7 +136,10 @@ def _parse_records(path: str) -> Iterator[dict]:
     if path.endswith(".parquet"):
         import pyarrow.parquet as pq
 
-        yield from pq.read_table(path).to_pylist()
+        for rec in pq.read_table(path).to_pylist():
+            if isinstance(rec.get("choices"), list):  # a Parquet map reads back as (key, value) pairs
+                rec["choices"] = dict(rec["choices"])
+            yield rec
         return
     with _open_text(path, "r") as fh:
         for i, line in enumerate(fh):
@@ -143,13 +158,23 @@ def read_records(path: str) -> Iterator[dict]:
 
 
 def write_records(records: Iterable[dict], path: str) -> None:
-    """Write records as ``.jsonl`` or ``.parquet`` (chosen by the extension)."""
+    """Write records as ``.jsonl`` or ``.parquet`` (chosen by the extension).
+
+    In Parquet, ``choices`` is a string -> string map column: inferred as a struct, the options of all
+    records would merge into one set of fields and each record would read back the others' letters as null.
+    """
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if path.endswith(".parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        pq.write_table(pa.Table.from_pylist(list(records)), path)
+        records = list(records)
+        table = pa.Table.from_pylist(records)
+        col = table.schema.get_field_index("choices")
+        if col >= 0:
+            choices = pa.array([rec.get("choices") for rec in records], type=pa.map_(pa.string(), pa.string()))
+            table = table.set_column(col, "choices", choices)
+        pq.write_table(table, path)
         return
     with _open_text(path, "w") as fh:
         for rec in records:
@@ -168,6 +193,8 @@ class RolloutPool:
         no_answer_class: ``[Q]`` class id of ``NO_ANSWER`` (-1 when no rollout was unextractable).
         lengths: ``[Q, R]`` generated tokens per original-view rollout (0 when unknown).
         signals: name -> ``[Q, R, T]`` float32 per-token signals of the original view, zero-padded.
+        choices: per question, the options of a multiple-choice question (None: open question; the
+            default is None for every question).
     """
 
     ids: list[str]
@@ -178,6 +205,13 @@ class RolloutPool:
     no_answer_class: Tensor
     lengths: Tensor
     signals: dict[str, Tensor] = field(default_factory=dict)
+    choices: list[dict[str, str] | None] | None = None
+
+    def __post_init__(self):
+        if self.choices is None:
+            self.choices = [None] * len(self.ids)
+        if len(self.choices) != len(self.ids):
+            raise ValueError(f"choices has {len(self.choices)} entries for {len(self.ids)} questions")
 
     @property
     def num_questions(self) -> int:
@@ -200,15 +234,6 @@ class RolloutPool:
             raise ValueError(f"method {method!r} needs per-token {missing} in the pool, which has "
                              f"{sorted(self.signals) or 'no per-token arrays'}")
 
-    def subset(self, index: Tensor | list[int]) -> "RolloutPool":
-        idx = torch.as_tensor(index, dtype=torch.long)
-        il = idx.tolist()
-        return RolloutPool(
-            ids=[self.ids[i] for i in il], gold=[self.gold[i] for i in il],
-            class_names=[self.class_names[i] for i in il], answer_class=self.answer_class[idx],
-            class_correct=self.class_correct[idx], no_answer_class=self.no_answer_class[idx],
-            lengths=self.lengths[idx], signals={k: v[idx] for k, v in self.signals.items()})
-
 
 def records_to_pool(records: Iterable[dict]) -> RolloutPool:
     """Build the columnar pool: extract answers, group equivalent answers, mark gold-correct classes.
@@ -216,7 +241,7 @@ def records_to_pool(records: Iterable[dict]) -> RolloutPool:
     Every question must have the same number of rollouts per view (the protocol samples subsets of a
     fixed pool size); per-token arrays must be present for all original-view rollouts or for none.
     """
-    ids, golds, class_names, cls_rows, correct_rows, na_rows, len_rows = [], [], [], [], [], [], []
+    ids, golds, choices, class_names, cls_rows, correct_rows, na_rows, len_rows = [], [], [], [], [], [], [], []
     sig_rows: dict[str, list[list[list[float]]]] = {}
     counts = None
     for qi, rec in enumerate(records):
@@ -238,6 +263,7 @@ def records_to_pool(records: Iterable[dict]) -> RolloutPool:
         correct = [gold is not None and n != NO_ANSWER and answers_equal(n, gold) for n in names]
         ids.append(rec["id"])
         golds.append(gold)
+        choices.append(rec["choices"])
         class_names.append(names)
         cls_rows.append((class_of[: c[0]], class_of[c[0]:]))
         correct_rows.append(correct)
@@ -277,7 +303,7 @@ def records_to_pool(records: Iterable[dict]) -> RolloutPool:
             signals[name] = t
     return RolloutPool(ids=ids, gold=golds, class_names=class_names, answer_class=answer_class,
                        class_correct=class_correct, no_answer_class=torch.tensor(na_rows, dtype=torch.long),
-                       lengths=lengths, signals=signals)
+                       lengths=lengths, signals=signals, choices=choices)
 
 
 def pool_to_records(pool: RolloutPool) -> Iterator[dict]:
@@ -296,7 +322,7 @@ def pool_to_records(pool: RolloutPool) -> Iterator[dict]:
                     if not pool.signals and n:
                         ro["num_tokens"] = n
                 rollouts.append(ro)
-        yield {"id": pool.ids[i], "gold": pool.gold[i], "choices": None, "rollouts": rollouts}
+        yield {"id": pool.ids[i], "gold": pool.gold[i], "choices": pool.choices[i], "rollouts": rollouts}
 
 
 def load_pool(path: str) -> RolloutPool:
