@@ -21,8 +21,9 @@ import time
 import torch
 
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, draw_subsets, evaluate_pool
+from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
 from ttrl_lightning.eval.reference import evaluate_question
+from ttrl_lightning.eval.subsets import fixed_subsets
 
 
 def main() -> None:
@@ -51,11 +52,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed + 1)
     sample = torch.randperm(pool.num_questions, generator=gen)[: args.loop_questions].tolist()
     r0, r1 = pool.num_rollouts_in_view(0), pool.num_rollouts_in_view(1)
-    subsets = {}
-    for n in cfg.ns:
-        g = torch.Generator().manual_seed(cfg.seed * 1_000_003 + n)
-        subsets[n] = (draw_subsets(pool.num_questions, r0, n, cfg.subsets, g),
-                      draw_subsets(pool.num_questions, r1, n, cfg.subsets, g))
+    subsets = {n: fixed_subsets(pool.num_questions, (r0, r1), n, cfg.subsets, cfg.seed) for n in cfg.ns}
     t0 = time.perf_counter()
     max_diff = 0.0
     for q in sample:

@@ -1,0 +1,203 @@
+"""The best-of-N methods (VisConf Table 1), one registry entry each, vectorised over questions and subsets.
+
+Each :class:`BoNMethod` says what it decides with and what it needs, so the evaluation loop and the
+per-question reference read these fields instead of testing method names:
+
+===========================  ===================  =========  =====  =========================================
+method                       rule                 score      views  source
+===========================  ===================  =========  =====  =========================================
+``first``                    expected accuracy    --         1      one random rollout
+``oracle``                   any correct          --         1      upper bound
+``majority``                 ``majority``         --         1      Self-Consistency
+``self_certainty``           ``top1``             ``K``      1      Kang et al. 2025
+``self_certainty_borda``     ``borda`` (``p``)    ``K``      1      Kang et al. 2025; one entry per exponent
+``lookback``                 ``top1``             ``L``      1      LookBack
+``lookback_rwc``             ``rwc``              ``L``      1      VisConf sec. 5 on LookBack's score
+``visconf``                  ``top1``             ``Z``      1      VisConf sec. 4
+``visconf_rwc``              ``rwc``              ``Z``      1      VisConf sec. 5
+``visconf_wc``               ``wc``               ``Z``      1      VisConf sec. 7.2 (ablation)
+``min_length``               ``top1`` on ``-n``   ``len``    1      baseline
+``hms``                      ``hms``              --         2      Self-Harmony
+``dual_view_majority``       majority of both     --         2      Self-Harmony's baseline
+===========================  ===================  =========  =====  =========================================
+
+Rules are those of :mod:`ttrl_lightning.consensus` with the same tie rules (top-1 ties -> lowest rollout
+index, vote ties -> the answer whose earliest supporting rollout has the lowest index). A method with a
+``param`` is swept: ``self_certainty_borda`` gives one report entry ``self_certainty_borda_p{p}`` per value
+of ``BoNConfig.borda_p``, and ``self_certainty_borda_p1.5`` names one such entry directly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, NamedTuple, Sequence
+
+import torch
+from torch import Tensor
+
+from ..consensus.ranks import borda_from_counts
+from ..registry import Registry
+from .chunk import QuestionChunk
+from .config import BoNConfig
+from .rollout_scores import ROLLOUT_SCORES
+from .votes import first_positions, rwc_numerators, vote
+
+__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "PlannedMethod", "expand_methods"]
+
+DEFAULT_METHODS = ("first", "oracle", "majority", "self_certainty", "self_certainty_borda", "lookback",
+                   "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
+                   "dual_view_majority")
+
+
+@dataclass(frozen=True)
+class BoNMethod:
+    """One best-of-N method.
+
+    ``correct(chunk, **params) -> [Qc, S]`` correctness in [0, 1] per subset (vectorised);
+    ``rule``: the decision it applies -- a :data:`~ttrl_lightning.consensus.CONSENSUS` rule, a two-view rule
+    (``hms``, ``dual_view_majority``) or a pool statistic (``first``, ``oracle``);
+    ``score``: the per-rollout score it ranks or weights by (a key of
+    :data:`~.rollout_scores.ROLLOUT_SCORES`), or ``None``;
+    ``needs_views``: it reads the reframed view's rollouts too (``N`` then counts rollouts per view);
+    ``param`` / ``sweep``: the keyword of ``correct`` that is swept, and the :class:`~.config.BoNConfig` field
+    holding its values (one report entry ``{name}_{param}{value:g}`` each).
+    """
+
+    name: str
+    correct: Callable[..., Tensor]
+    rule: str
+    score: str | None = None
+    needs_views: bool = False
+    param: str | None = None
+    sweep: str | None = None
+
+    @property
+    def signals(self) -> tuple[str, ...]:
+        """Per-token pool signals the method needs (those of its score)."""
+        return ROLLOUT_SCORES[self.score].signals if self.score else ()
+
+    @property
+    def needs_token_counts(self) -> bool:
+        """Whether every rollout must have a token count (``min_length``)."""
+        return bool(self.score) and ROLLOUT_SCORES[self.score].needs_token_counts
+
+    @property
+    def calibrates_subsets(self) -> bool:
+        """Whether its score is recomputed inside every subset (VisConf's ``Z``)."""
+        return bool(self.score) and ROLLOUT_SCORES[self.score].per_subset
+
+
+#: ``name -> BoNMethod``
+BON_METHODS: Registry[BoNMethod] = Registry("best-of-N method")
+
+
+def _register(name: str, correct: Callable[..., Tensor], rule: str, score: str | None = None, **fields) -> None:
+    BON_METHODS.register(name, BoNMethod(name, correct, rule, score, **fields))
+
+
+def _top1(ch: QuestionChunk, score: Tensor) -> Tensor:
+    pos = score.argmax(-1, keepdim=True)  # first maximum = lowest original index
+    return ch.correct_of(ch.cls.gather(2, pos).squeeze(-1))
+
+
+def _vote_correct(ch: QuestionChunk, weights: Tensor) -> Tensor:
+    if "first" not in ch.cache:
+        ch.cache["first"] = first_positions(ch.cls, ch.num_classes)
+    return ch.correct_of(vote(ch.cls, weights, ch.num_classes, ch.cache["first"]))
+
+
+def _rwc_correct(ch: QuestionChunk, name: str) -> Tensor:
+    return _vote_correct(ch, rwc_numerators(*ch.ranks(name)))
+
+
+_register("first", lambda ch: ch.member_correct().mean(-1), "first")
+_register("oracle", lambda ch: ch.member_correct().amax(-1), "oracle")
+_register("majority", lambda ch: _vote_correct(ch, torch.ones_like(ch.cls)), "majority")
+_register("self_certainty", lambda ch: _top1(ch, ch.score("K")), "top1", "K")
+_register("self_certainty_borda", lambda ch, p: _vote_correct(ch, borda_from_counts(*ch.ranks("K"), p)),
+          "borda", "K", param="p", sweep="borda_p")
+_register("lookback", lambda ch: _top1(ch, ch.score("L")), "top1", "L")
+_register("lookback_rwc", lambda ch: _rwc_correct(ch, "L"), "rwc", "L")
+_register("visconf", lambda ch: _top1(ch, ch.score("Z")), "top1", "Z")
+_register("visconf_rwc", lambda ch: _rwc_correct(ch, "Z"), "rwc", "Z")
+_register("visconf_wc", lambda ch: _vote_correct(ch, ch.score("Z")), "wc", "Z")
+_register("min_length", lambda ch: _top1(ch, -ch.score("len")), "top1", "len")
+
+
+def _hms(ch: QuestionChunk) -> Tensor:
+    """Self-Harmony HMS, vectorised: see ``consensus.views.harmonic_mean_select``."""
+    if ch.cls1 is None:
+        raise ValueError("method 'hms' needs reframed-view rollouts in the pool")
+    qc, s, n = ch.cls.shape
+    c = ch.num_classes
+    ex = torch.arange(c)[None, None, :] == ch.no_answer[:, None, None]
+    ones = torch.ones_like(ch.cls)
+    n0 = torch.zeros(qc, s, c, dtype=torch.long).scatter_add_(2, ch.cls, ones).masked_fill(ex, 0)
+    n1 = torch.zeros(qc, s, c, dtype=torch.long).scatter_add_(2, ch.cls1, ones).masked_fill(ex, 0)
+    valid = (n0 > 0) & (n1 > 0)
+    # 2 n0 n1 / (n0 N + n1 N): one division of exact integers, as the reference does
+    hm = (2 * n0 * n1).double() / (n * (n0 + n1)).clamp_min(1).double()
+    hm = torch.where(valid, hm, torch.full_like(hm, -1.0))
+    total = torch.where(valid, n0 + n1, torch.full_like(n0, -1))
+    first = first_positions(torch.cat([ch.cls, ch.cls1], -1), c)  # original view first, then reframed
+    cand = valid & (hm == hm.amax(-1, keepdim=True))
+    tot = torch.where(cand, total, torch.full_like(total, -1))
+    cand &= tot == tot.amax(-1, keepdim=True)
+    winner = torch.where(cand, first, torch.full_like(first, 2 * n + 1)).argmin(-1)
+    return ch.correct_of(winner) * valid.any(-1).double()  # no common answer: no label, counted wrong
+
+
+def _dual_view_majority(ch: QuestionChunk) -> Tensor:
+    if ch.cls1 is None:
+        raise ValueError("method 'dual_view_majority' needs reframed-view rollouts in the pool")
+    both = torch.cat([ch.cls, ch.cls1], -1)
+    return ch.correct_of(vote(both, torch.ones_like(both), ch.num_classes))
+
+
+_register("hms", _hms, "hms", needs_views=True)
+_register("dual_view_majority", _dual_view_majority, "dual_view_majority", needs_views=True)
+
+
+class PlannedMethod(NamedTuple):
+    """One report entry: its ``report`` name, the registered ``method`` and the keyword ``params`` of its
+    ``correct`` (a swept method's value)."""
+
+    report: str
+    method: BoNMethod
+    params: dict
+
+
+def _swept_entry(name: str) -> PlannedMethod | None:
+    """``{method}_{param}{value}`` (e.g. ``self_certainty_borda_p1.5``) as one entry of a swept method."""
+    for registered in BON_METHODS:
+        method = BON_METHODS[registered]
+        prefix = f"{method.name}_{method.param}"
+        if method.param is not None and name.startswith(prefix):
+            try:
+                value = float(name[len(prefix):])
+            except ValueError:
+                continue
+            return PlannedMethod(name, method, {method.param: value})
+    return None
+
+
+def expand_methods(methods: Sequence[str], cfg: BoNConfig) -> list[PlannedMethod]:
+    """The report entries of ``methods``: a swept method expands to one entry per value of its config field
+    (``self_certainty_borda`` -> ``self_certainty_borda_p{p}`` for every ``cfg.borda_p``); an unknown name
+    raises ``KeyError`` listing the known ones."""
+    out = []
+    for name in methods:
+        if name not in BON_METHODS:
+            entry = _swept_entry(name)
+            if entry is None:
+                BON_METHODS[name]  # raises with the known names on a typo
+            out.append(entry)
+            continue
+        method = BON_METHODS[name]
+        if method.sweep is None:
+            out.append(PlannedMethod(name, method, {}))
+            continue
+        values = getattr(cfg, method.sweep)
+        if not values:
+            raise ValueError(f"{name} needs at least one --{method.sweep.replace('_', '-')} value")
+        out.extend(PlannedMethod(f"{name}_{method.param}{v:g}", method, {method.param: float(v)}) for v in values)
+    return out
