@@ -59,10 +59,11 @@ def config_path(rel: str) -> str:
     Raises :class:`ConfigNotFoundError`, listing the packaged configs, when there is no such config.
     """
     name = rel.replace(os.sep, "/").removeprefix("./").removeprefix("configs/")
+    parts = name.split("/")
     node = _root()
-    for part in name.split("/"):
+    for part in parts:
         node = node.joinpath(part)
-    if not name.endswith(CONFIG_SUFFIXES) or not node.is_file():
+    if not name.endswith(CONFIG_SUFFIXES) or ".." in parts or not node.is_file():
         available = "\n  ".join(packaged_configs())
         raise ConfigNotFoundError(f"no packaged config {rel!r}; the packaged configs are:\n  {available}")
     path = os.fspath(node)  # a real file: the package is installed on a file system (wheel or editable)

@@ -1,0 +1,65 @@
+"""`ttrl fit|validate` (ttrl_lightning/cli/fit.py): a quiet command that says where its run went."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ttrl_lightning.cli import main
+from ttrl_lightning.cli.configs import config_path
+
+#: third-party start-up noise that must not reach the user (issue: a quiet main command)
+NOISE = (
+    "💡 Tip",                          # Lightning's litlogger / litmodels adverts
+    "litlogger",
+    "litmodels",
+    "args parameter is intended",      # LightningCLI: both `args` and `sys.argv` given
+    "anonymous setting has no effect",  # W&B, from WandbLogger's anonymous=None
+    "LeafSpec",                        # torch pytree deprecation inside Lightning
+    "git root",                        # W&B, when its folder does not exist yet
+    "\x1b[",                           # terminal codes while the output is not a terminal
+)
+
+
+def test_tiny_sft_fit_is_quiet_and_says_where_the_run_went(tmp_path):
+    """The tiny SFT config, 2 steps, run as `python -m ttrl_lightning.cli fit` with the output captured (not a
+    terminal): none of the noise, the checkpoint and the config land under the config's default_root_dir, one
+    run folder each, and the last lines name them."""
+    cmd = [sys.executable, "-m", "ttrl_lightning.cli", "fit", "--config", config_path("sft/tiny_arith.yaml"),
+           "--trainer.max_steps=2", "--trainer.limit_val_batches=1", "--trainer.default_root_dir=runs/sft"]
+    env = {**os.environ, "WANDB_MODE": "offline", "OMP_NUM_THREADS": "1"}
+    for var in ("WANDB_SILENT", "WANDB_QUIET", "FORCE_COLOR", "PYTHONWARNINGS"):
+        env.pop(var, None)
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    printed = proc.stdout + proc.stderr
+    assert proc.returncode == 0, printed[-4000:]
+    for noise in NOISE:
+        assert noise not in printed, (noise, printed[-4000:])
+
+    ckpt = re.search(r"^checkpoint: (\S.*)$", proc.stdout, re.M).group(1)
+    config = re.search(r"^config: +(\S.*)$", proc.stdout, re.M).group(1)
+    assert (tmp_path / ckpt).is_file() and ckpt.endswith(".ckpt")
+    run = os.path.dirname(os.path.dirname(ckpt))  # <root>/<project>/<run id>/checkpoints/<file>
+    assert run.startswith(os.path.join("runs", "sft") + os.sep)
+    assert config == os.path.join(run, "config.yaml") and (tmp_path / config).is_file()
+    assert "w_act: 2.0" in (tmp_path / config).read_text()
+    assert not (tmp_path / "outputs").exists()  # nothing in a shared outputs/ (config.yaml used to be there)
+
+
+def test_fit_help_starts_with_usage(capsys, recwarn):
+    """`ttrl fit --help` from Python (sys.argv holds other arguments) prints usage with no warning first."""
+    with pytest.raises(SystemExit) as e:
+        main(["fit", "--help"])
+    assert e.value.code in (0, None)
+    assert capsys.readouterr().out.startswith("usage: ttrl [options] fit")
+    assert not [w for w in recwarn if "sys.argv" in str(w.message)]
+
+
+def test_command_line_is_restored():
+    from ttrl_lightning.cli.fit import _command_line
+
+    before = list(sys.argv)
+    with _command_line(["fit", "--config", "x.yaml"]):
+        assert sys.argv[1:] == ["fit", "--config", "x.yaml"] and sys.argv[0] == before[0]
+    assert sys.argv == before
