@@ -17,10 +17,11 @@ import torch
 from torch import nn
 
 from ttrl_lightning.registry import Registry
+from ttrl_lightning.tools.protocol import TOOL_TOKENS
 
-# Special tokens of the built-in character tokenizer. ``<call>``/``</call>`` wrap a tool call (name + args),
-# ``<out>``/``</out>`` wrap a tool output, ``<hid>`` replaces a tool-output token hidden by feedback dropout.
-SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", "<call>", "</call>", "<out>", "</out>", "<hid>"]
+# Special tokens of the built-in character tokenizer: padding / sequence markers, then the tool-call
+# protocol's tokens (call and observation delimiters, the hidden-observation token; tools/protocol.py).
+SPECIAL_TOKENS = ["<pad>", "<eos>", "<bos>", "<unk>", *TOOL_TOKENS]
 CHAR_ALPHABET = string.digits + string.ascii_letters + string.punctuation + " \n"
 
 TINY_CONFIGS: Registry = Registry("tiny model config")
@@ -30,7 +31,8 @@ def build_char_tokenizer(alphabet: str = CHAR_ALPHABET, specials: list[str] | No
     """A ``PreTrainedTokenizerFast`` with one token per character of ``alphabet`` plus ``specials``.
 
     Built in code with ``tokenizers`` (WordLevel model on single characters), so no file is downloaded.
-    Special tokens are matched as whole strings before splitting, e.g. ``"<call>"`` is one token.
+    Special tokens are matched as whole strings before splitting, e.g. ``CALL_START`` (``"<call>"``) is one
+    token.
     """
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast

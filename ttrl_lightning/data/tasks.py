@@ -6,6 +6,7 @@ Two kinds of examples, both made from a seeded ``random.Random`` (same seed, sam
 * SFT traces (``TASKS[name].trace(rng)`` -> a list of ``Segment``), chain-of-thought-action style
   (Pixelis 3.2.1): the prompt, tool calls ``<call>add(12,7)</call>`` (action tokens, up-weighted), tool
   outputs ``<out>19</out>`` (observations: not trained on, hidden by feedback dropout) and the final answer.
+  Calls and observations are written with ``tools.protocol`` (``format_call``, ``format_observation``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ttrl_lightning.registry import Registry
+from ttrl_lightning.tools.protocol import format_call, format_observation
 
 SegmentKind = Literal["prompt", "text", "action", "observation"]
 
@@ -74,9 +76,9 @@ class ArithmeticTask:
         acc = nums[0]
         for op, n in zip(ops, nums[1:]):
             name, fn = _OPS[op]
-            segs.append(Segment(f"<call>{name}({acc},{n})</call>", "action"))
+            segs.append(Segment(format_call(name, acc, n), "action"))
             acc = fn(acc, n)
-            segs.append(Segment(f"<out>{acc}</out>", "observation"))
+            segs.append(Segment(format_observation(acc), "observation"))
         segs.append(Segment(str(acc) + self.eos, "text"))
         return segs
 
