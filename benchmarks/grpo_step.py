@@ -55,15 +55,15 @@ def run_ours(model_dir, prompts, args) -> dict:
     import lightning.pytorch as pl
 
     from ttrl_lightning.data.datamodules import PromptDataModule
-    from ttrl_lightning.modules import GRPOModule
+    from ttrl_lightning.modules import GRPOModule, PolicySpec
     from ttrl_lightning.rewards.simple import ExactAnswer
 
     counter = TokenCounter()
     pl.seed_everything(args.seed)
-    module = GRPOModule(model=model_dir, lr=args.lr, num_generations=args.n, max_new_tokens=args.max_new_tokens,
-                        temperature=1.0, rewards=[ExactAnswer(), counter], reward_weights=[1.0, 0.0],
-                        kl_coef=args.beta, reference="initial", loss_aggregation="token_mean",
-                        max_grad_norm=1.0, seed=args.seed)
+    module = GRPOModule(policy=PolicySpec(model=model_dir, lr=args.lr, seed=args.seed), num_generations=args.n,
+                        max_new_tokens=args.max_new_tokens, temperature=1.0, rewards=[ExactAnswer(), counter],
+                        reward_weights=[1.0, 0.0], kl_coef=args.beta, reference="initial",
+                        loss_aggregation="token_mean", max_grad_norm=1.0)
     data = PromptDataModule(task="arith", n_train=len(prompts), batch_size=args.prompts, seed=args.seed)
     times = {}
 

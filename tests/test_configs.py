@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ttrl_lightning.training_cli import TTRLCLI, make_cli
+from ttrl_lightning.cli.fit import TTRLCLI, make_cli
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))
 BASE = ROOT / "configs" / "sft" / "tiny_arith.yaml"
 
@@ -56,6 +56,7 @@ def test_print_config_runs(capsys):
     assert e.value.code in (0, None)
     out = capsys.readouterr().out
     assert "SFTModule" in out and "w_act: 2.0" in out
+    assert "policy:\n      model: tiny:qwen2" in out and "lr: 0.003" in out  # the PolicySpec group
 
 
 def test_rewards_by_name_and_by_class_path():
@@ -90,7 +91,20 @@ def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = ROOT / "configs" / "rft" / "tiny_grpo_fast.yaml"
     assert main(["fit", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0
-    rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
-    beta = [float(r["pid/beta"]) for r in rows if r.get("pid/beta")]
-    assert len(beta) == 4 and all(1e-3 <= b <= 100 for b in beta)
+    rows = [r for r in csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))) if r.get("pid/beta")]
+    assert len(rows) == 4
+    # beta_t by hand from the logged KL observations k_t (Pixelis appendix 6.1, the PIDKLController defaults
+    # of the config: target 0.15, Kp 0.30, Ki 0.05, Kd 0 during the 100 warm-up steps, EMA 0.9,
+    # beta_0 = kl_coef = 0.1)
+    smoothed, integral, beta_prev = None, 0.0, 0.1
+    for r in rows:
+        k = float(r["train/kl"])
+        smoothed = k if smoothed is None else 0.9 * smoothed + 0.1 * k
+        error = smoothed - 0.15
+        integral = min(max(integral + error, -5.0), 5.0)
+        beta = min(max(0.1 + 0.30 * error + 0.05 * integral, 1e-3), 100.0)
+        assert float(r["train/beta"]) == pytest.approx(beta_prev, rel=1e-6)  # the loss of step t used beta_{t-1}
+        assert float(r["pid/beta"]) == pytest.approx(beta, rel=1e-6)
+        assert float(r["pid/kl_smoothed"]) == pytest.approx(smoothed, rel=1e-6, abs=1e-12)
+        beta_prev = beta
     assert main(["validate", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0

@@ -1,14 +1,18 @@
-"""GRPOModule: the step against a hand-assembled loss, learning on a toy reward, hook overrides, EMA anchor."""
+"""GRPOModule: the step against a hand-assembled loss, learning on a toy reward, hook overrides (rewards with
+abstaining groups), the EMA anchor and PID controller in a run, log-probs against generate's."""
 import copy
 
 import lightning.pytorch as pl
 import pytest
 import torch
 
-from ttrl_lightning.callbacks import EMAAnchor, PIDKLController, ema_update_
+from ttrl_lightning.callbacks import EMAAnchor, PIDKLController
 from ttrl_lightning.data.datamodules import PromptDataModule
-from ttrl_lightning.modules import GRPOModule
+from ttrl_lightning.modules import GRPOModule, PolicySpec, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
+from ttrl_lightning.rollout import HFGenerateEngine, Rollouts, SamplingParams
+
+TINY = PolicySpec(model="tiny:qwen2")
 
 
 def sevens(*, prompts, completions, **_):
@@ -23,7 +27,7 @@ def _trainer(steps, callbacks=(), **kw):
 
 
 def test_grpo_loss_matches_hand_assembled_formula():
-    m = GRPOModule(model="tiny:qwen2", rewards=[sevens], num_generations=4, max_new_tokens=5, kl_coef=0.3,
+    m = GRPOModule(policy=TINY, rewards=[sevens], num_generations=4, max_new_tokens=5, kl_coef=0.3,
                    loss_aggregation="seq_mean")
     m.configure_model()
     ref = copy.deepcopy(m.policy)
@@ -33,7 +37,9 @@ def test_grpo_loss_matches_hand_assembled_formula():
     m.set_reference_model(ref)
     batch = {"prompt": ["1+2=", "30-4="], "answer": ["3", "26"]}
     r = m.rollout(batch)
-    rewards = m.score(r, batch)
+    scored = m.rewards(r, batch)
+    rewards = scored.rewards
+    assert scored.mask(2).tolist() == [True, True]  # the base hook keeps every group
     torch.testing.assert_close(rewards, torch.tensor(sevens(prompts=None, completions=r.texts)))
     adv = group_advantages(rewards.view(2, 4)).view(8)
     logp = m.sequence_logprobs(m.policy, r)
@@ -57,8 +63,8 @@ def test_grpo_loss_matches_hand_assembled_formula():
 
 def test_grpo_learns_toy_reward():
     pl.seed_everything(0)
-    m = GRPOModule(model="tiny:qwen2", rewards=[sevens], num_generations=8, max_new_tokens=6, lr=1e-2,
-                   kl_coef=0.0, reference="none", seed=0)
+    m = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=1e-2, seed=0), rewards=[sevens], num_generations=8,
+                   max_new_tokens=6, kl_coef=0.0, reference="none")
     data = PromptDataModule(task="arith", n_train=64, batch_size=4)
     trainer = _trainer(16)
     trainer.fit(m, data)
@@ -66,29 +72,29 @@ def test_grpo_learns_toy_reward():
     batch = ["1+2=", "5+5=", "12-3=", "9+1="]
     m.eval()
     final = sum(sevens(completions=m.engine.generate(m.policy, batch, eng_params).texts, prompts=None)) / 32
-    fresh = GRPOModule(model="tiny:qwen2", rewards=[sevens], seed=0)
+    fresh = GRPOModule(policy=PolicySpec(model="tiny:qwen2", seed=0), rewards=[sevens])
     fresh.configure_model()
     start = sum(sevens(completions=fresh.engine.generate(fresh.policy, batch, eng_params).texts, prompts=None)) / 32
     print(f"\ntoy reward (share of '7'): {start:.3f} -> {final:.3f}")
     assert final > start + 0.15
 
 
-class ConstantScore(GRPOModule):
+class AlternatingRewards(GRPOModule):
     """A subclass overriding one hook only (as CC-RFT/TTRL do)."""
 
-    def score(self, rollouts, batch):
-        self.score_calls = getattr(self, "score_calls", 0) + 1
-        return torch.arange(rollouts.completion_ids.shape[0], dtype=torch.float32) % 2
+    def rewards(self, rollouts, batch):
+        self.reward_calls = getattr(self, "reward_calls", 0) + 1
+        return RolloutRewards(torch.arange(rollouts.completion_ids.shape[0], dtype=torch.float32) % 2)
 
 
 def test_hooks_are_overridable_and_ema_pid_run():
     pl.seed_everything(0)
-    m = ConstantScore(model="tiny:qwen2", num_generations=2, max_new_tokens=4, kl_coef=0.1, reference="external",
-                      lr=1e-2)
+    m = AlternatingRewards(policy=PolicySpec(model="tiny:qwen2", lr=1e-2), num_generations=2, max_new_tokens=4,
+                           kl_coef=0.1, reference="external")
     ema, pid = EMAAnchor(rho=0.9), PIDKLController(warmup_steps=1)
     trainer = _trainer(3, callbacks=[ema, pid])
     trainer.fit(m, PromptDataModule(n_train=8, batch_size=2))
-    assert m.score_calls == 3
+    assert m.reward_calls == 3
     assert m.reference_model is ema.ema_model
     assert pid.controller.state.step == 3 and m.kl_coef == pid.controller.beta
     assert ema.num_updates == 3
@@ -97,37 +103,22 @@ def test_hooks_are_overridable_and_ema_pid_run():
     assert max(diffs) > 0
 
 
-def test_ema_update_formula_and_no_weight_swap():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(3, 2)
-    ema = copy.deepcopy(model)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(1.0)
-    before_model = {k: v.clone() for k, v in model.state_dict().items()}
-    before_ema = {k: v.clone() for k, v in ema.state_dict().items()}
-    ema_update_(ema, model, 0.99)
-    for k in before_model:
-        torch.testing.assert_close(ema.state_dict()[k], 0.99 * before_ema[k] + 0.01 * before_model[k])
-        assert torch.equal(model.state_dict()[k], before_model[k])  # never written into the trained model
-
-
 def test_reference_none_requires_zero_beta_and_bad_reward_raises():
     with pytest.raises(ValueError, match="kl_coef=0"):
         GRPOModule(reference="none", kl_coef=0.1)
-    m = GRPOModule(model="tiny:qwen2", rewards=[lambda **kw: [float("nan")] * len(kw["completions"])],
+    m = GRPOModule(policy=TINY, rewards=[lambda **kw: [float("nan")] * len(kw["completions"])],
                    num_generations=2, max_new_tokens=2)
     m.configure_model()
     batch = {"prompt": ["1+1="], "answer": ["2"]}
     with pytest.raises(ValueError, match="non-finite"):
-        m.score(m.rollout(batch), batch)
+        m.rewards(m.rollout(batch), batch)
 
 
 class MajorityVoteGRPO(GRPOModule):
     """TTRL-style subclass: the label of each prompt is the majority answer of its own N samples (no ground
     truth), passed to the unchanged reward callables as the ``answer`` column."""
 
-    def score(self, rollouts, batch):
+    def rewards(self, rollouts, batch):
         from collections import Counter
 
         from ttrl_lightning.rewards.simple import first_integer
@@ -139,17 +130,17 @@ class MajorityVoteGRPO(GRPOModule):
             votes = Counter(a for a in answers[g * n:(g + 1) * n] if a is not None)
             labels.append(votes.most_common(1)[0][0] if votes else "")
         self.last_labels = labels
-        return super().score(rollouts, {"prompt": batch["prompt"], "answer": labels})
+        return super().rewards(rollouts, {"prompt": batch["prompt"], "answer": labels})
 
 
 def test_subclass_with_pseudo_labels():
     from ttrl_lightning.rewards.simple import first_integer
 
-    m = MajorityVoteGRPO(model="tiny:qwen2", num_generations=6, max_new_tokens=4, kl_coef=0.0, reference="none")
+    m = MajorityVoteGRPO(policy=TINY, num_generations=6, max_new_tokens=4, kl_coef=0.0, reference="none")
     m.configure_model()
     batch = {"prompt": ["1+2=", "4+4=", "7-2="], "answer": ["3", "8", "5"]}
     r = m.rollout(batch)
-    rewards = m.score(r, batch)
+    rewards = m.rewards(r, batch).rewards
     assert any(m.last_labels)
     for g, label in enumerate(m.last_labels):
         texts = r.texts[g * 6:(g + 1) * 6]
@@ -157,3 +148,116 @@ def test_subclass_with_pseudo_labels():
         assert rewards[g * 6:(g + 1) * 6].tolist() == [1.0 if label and first_integer(t) == label else 0.0
                                                        for t in texts]
     assert rewards.sum() >= 1
+
+
+# ----------------------------------------------------------------------------- abstaining groups
+def _rows(r: Rollouts, keep: list[int]) -> Rollouts:
+    """The rollout rows ``keep`` (whole groups, in order) as a Rollouts of their own."""
+    idx = torch.tensor(keep)
+    groups = sorted({int(r.group[i]) for i in keep})
+    return Rollouts(prompt_ids=r.prompt_ids[idx], prompt_mask=r.prompt_mask[idx],
+                    completion_ids=r.completion_ids[idx], completion_mask=r.completion_mask[idx],
+                    texts=[r.texts[i] for i in keep], group=torch.tensor([groups.index(int(r.group[i])) for i in keep]),
+                    n=r.n, signals={k: v[idx] for k, v in r.signals.items()})
+
+
+class FixedBatch(GRPOModule):
+    """Trains on a fixed rollout batch with fixed rewards; groups in ``abstain`` get ``group_mask`` False.
+    Plain SGD with lr 1 (and no clipping), so one step changes the weights by exactly minus the gradient."""
+
+    fixed: Rollouts
+    fixed_rewards: torch.Tensor
+    abstain: tuple[int, ...] = ()
+
+    def rollout(self, batch):
+        return self.fixed
+
+    def rewards(self, rollouts, batch):
+        keep = torch.ones(rollouts.completion_ids.shape[0] // rollouts.n, dtype=torch.bool)
+        keep[list(self.abstain)] = False
+        return RolloutRewards(self.fixed_rewards, keep)
+
+    def group_advantages(self, rollouts, scored):
+        self.last_advantages = super().group_advantages(rollouts, scored)
+        return self.last_advantages
+
+    def configure_optimizers(self):
+        return torch.optim.SGD([p for p in self.policy.parameters() if p.requires_grad], lr=1.0)
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean", "token_mean"])
+def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
+    """With group 0 abstaining, one training step (i) gives group 0's rows advantage exactly 0, (ii) has the
+    same loss and changes the weights by the same amount (the same gradient, policy and KL terms included)
+    as the step on the batch without group 0's rows, (iii) logs one abstained group; and (iv) without the
+    abstention the update differs, so (ii) is not trivially true."""
+    from ttrl_lightning.models import load_model
+
+    source = GRPOModule(policy=TINY, num_generations=4, max_new_tokens=5)
+    source.configure_model()
+    full = source.rollout({"prompt": ["1+2=", "30-4=", "7+7="]})  # G = 3 groups of N = 4
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
+    reference = load_model("tiny:qwen2", source.tokenizer, seed=1)  # a different policy: the KL term is not 0
+
+    def step(rollouts, rewards, abstain=()):
+        m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
+                       loss_aggregation=aggregation, max_grad_norm=None)
+        m.fixed, m.fixed_rewards, m.abstain = rollouts, rewards, abstain
+        m.set_reference_model(reference)
+        m.configure_model()
+        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
+        trainer = _trainer(1)
+        trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+        delta = {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}
+        return m, delta, trainer.callback_metrics
+
+    masked, d_masked, logs_masked = step(full, rewards, abstain=(0,))
+    kept, d_kept, logs_kept = step(_rows(full, list(range(4, 12))), rewards[4:])
+    unmasked, d_unmasked, _ = step(full, rewards)
+
+    assert masked.last_advantages[:4].tolist() == [0.0] * 4
+    assert masked.last_advantages[4:].abs().min() > 0.1
+    torch.testing.assert_close(masked.last_advantages[4:], kept.last_advantages)
+    assert float(logs_masked["train/abstained_groups"]) == 1 and float(logs_kept["train/abstained_groups"]) == 0
+    torch.testing.assert_close(logs_masked["train/loss"], logs_kept["train/loss"], rtol=1e-5, atol=1e-7)
+    assert float(logs_masked["train/reward"]) == pytest.approx(float(rewards[4:].mean()))  # kept groups only
+    for k in d_kept:
+        torch.testing.assert_close(d_masked[k], d_kept[k], rtol=1e-4, atol=1e-7, msg=k)
+    moved = max(float((d_unmasked[k] - d_kept[k]).abs().max()) for k in d_kept)
+    assert moved > 1e-4  # group 0's rows do contribute when they are not masked
+
+
+def test_rewards_hook_must_return_rollout_rewards():
+    class Bare(GRPOModule):
+        def rewards(self, rollouts, batch):
+            return torch.zeros(rollouts.completion_ids.shape[0])
+
+    m = Bare(policy=TINY, num_generations=2, max_new_tokens=2)
+    m.configure_model()
+    batch = {"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}
+    r = m.rollout(batch)
+    with pytest.raises(TypeError, match="RolloutRewards"):
+        m.scored(r, batch)
+    with pytest.raises(ValueError, match=r"group_mask must be a bool tensor of shape \[2\]"):
+        RolloutRewards(torch.zeros(4), torch.ones(3, dtype=torch.bool)).check(4, 2)
+    with pytest.raises(ValueError, match=r"shape \[4\]"):
+        RolloutRewards(torch.zeros(3)).check(4, 2)
+
+
+# ----------------------------------------------------------------------------- log-probs
+def test_generate_signals_match_training_logprobs():
+    """Log-probs and entropies recorded by ``generate`` (KV cache, left padding) and the module's
+    ``sequence_logprobs`` all equal those of one full forward + log_softmax over the vocabulary."""
+    from tests.rollout._full_forward import full_forward_signals
+
+    module = GRPOModule(policy=TINY, temperature=1.0, num_generations=3, max_new_tokens=8)
+    module.configure_model()
+    eng = HFGenerateEngine(module.tokenizer, record_signals=True)
+    r = eng.generate(module.policy, ["1+1=", "17-12="], SamplingParams(n=3, max_new_tokens=8, seed=0))
+    ref = full_forward_signals(module.policy, r)
+    with torch.no_grad():
+        lp = module.sequence_logprobs(module.policy, r)
+    m = r.completion_mask.bool()
+    torch.testing.assert_close(lp[m].double(), ref["logprob"][m], atol=1e-4, rtol=1e-4)
+    for k in ("logprob", "entropy"):
+        torch.testing.assert_close(r.signals[k][m].double(), ref[k][m], atol=1e-4, rtol=1e-4, msg=k)

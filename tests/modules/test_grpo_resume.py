@@ -9,11 +9,11 @@ from ttrl_lightning.data.datamodules import PromptDataModule
 
 
 def _run(tmp, steps, ckpt_path=None, save_every=None):
-    from ttrl_lightning.modules import GRPOModule
+    from ttrl_lightning.modules import GRPOModule, PolicySpec
 
     pl.seed_everything(0)
-    module = GRPOModule(model="tiny:qwen2", num_generations=4, max_new_tokens=5, lr=5e-3, kl_coef=0.1,
-                        reference="external", seed=0, num_iterations=2)
+    module = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), num_generations=4,
+                        max_new_tokens=5, kl_coef=0.1, reference="external", num_iterations=2)
     cbs = [EMAAnchor(rho=0.9), PIDKLController(warmup_steps=3), RankStateDump(str(tmp / "dump"))]
     if save_every:
         cbs.append(ModelCheckpoint(dirpath=str(tmp / "ckpt"), every_n_train_steps=save_every, save_top_k=-1))

@@ -116,6 +116,11 @@ def test_aggregations_and_logprobs():
     m = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
     assert token_mean(x, m).item() == pytest.approx(7 / 3)
     assert seq_mean(x, m).item() == pytest.approx((1.5 + 4.0) / 2)
+    # a row without a masked token (an abstained group's row) is left out of the mean, not averaged as 0
+    x3, m3 = torch.cat([x, torch.full((1, 3), 5.0)]), torch.cat([m, torch.zeros(1, 3)])
+    assert seq_mean(x3, m3).item() == pytest.approx((1.5 + 4.0) / 2)
+    assert token_mean(x3, m3).item() == pytest.approx(7 / 3)
+    assert seq_mean(x, torch.zeros_like(m)).item() == 0.0
     logits = torch.randn(2, 3, 7)
     ids = torch.randint(0, 7, (2, 3))
     ref = torch.log_softmax(logits, -1).gather(-1, ids[..., None])[..., 0]

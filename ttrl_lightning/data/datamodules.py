@@ -1,7 +1,7 @@
 """Lightning DataModules over generated tasks.
 
 * ``SFTDataModule``: tokenised traces with the masks ``SFTModule`` needs (``labels``, ``action_mask``,
-  ``obs_span``).
+  ``observation_span``).
 * ``PromptDataModule``: batches of ``{"prompt": [...], "answer": [...]}`` for GRPO-style modules; the
   module tokenises and rolls out.
 
@@ -17,61 +17,69 @@ import torch
 from torch.utils.data import DataLoader
 
 from ttrl_lightning.data.tasks import Segment, generate_prompts, generate_traces
+from ttrl_lightning.masking import IGNORE_INDEX
+from ttrl_lightning.seeding import derived_generator
+from ttrl_lightning.tools.protocol import split_observation
 
-IGNORE_INDEX = -100
+#: segment kind -> (its tokens are labels (trained on), its tokens are action tokens); observations are
+#: neither and get an observation span id instead (``encode_trace``)
+SEGMENT_ROLES: dict[str, tuple[bool, bool]] = {
+    "prompt": (False, False),
+    "text": (True, False),
+    "action": (True, True),
+    "observation": (False, False),
+}
 
 
 def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]:
-    """Token ids and per-token masks of one trace, tokenising segment by segment.
+    """Token ids, labels and per-token masks of one trace, tokenising segment by segment.
 
     Returns lists of equal length T:
-      ``input_ids``; ``loss_mask`` (1 on text/action tokens); ``action_mask`` (1 on action tokens);
-      ``obs_span`` (k >= 1 on the content tokens of the k-th tool output, 0 elsewhere; the ``<out>``/
-      ``</out>`` delimiters stay visible so the model still sees that a call returned).
+      ``input_ids``;
+      ``labels``: the token id on text/action tokens, ``IGNORE_INDEX`` on prompt and observation tokens
+      (the tokens that carry no loss; there is no separate loss mask: ``labels != IGNORE_INDEX`` is it);
+      ``action_mask``: 1 on action (tool call) tokens;
+      ``observation_span``: k >= 1 on the content tokens of the k-th observation (tool output), 0
+      elsewhere; the observation delimiters stay visible (``tools.protocol.split_observation``), so the
+      model still sees that a call returned.
     """
     ids: list[int] = []
-    loss: list[int] = []
+    labels: list[int] = []
     act: list[int] = []
-    obs: list[int] = []
+    span: list[int] = []
     n_obs = 0
 
-    def add(text: str, loss_v: int, act_v: int, obs_v: int) -> None:
+    def add(text: str, labelled: bool, action: bool, span_id: int) -> None:
         if not text:
             return
         t = tokenizer(text, add_special_tokens=False)["input_ids"]
         ids.extend(t)
-        loss.extend([loss_v] * len(t))
-        act.extend([act_v] * len(t))
-        obs.extend([obs_v] * len(t))
+        labels.extend(t if labelled else [IGNORE_INDEX] * len(t))
+        act.extend([int(action)] * len(t))
+        span.extend([span_id] * len(t))
 
     for seg in segments:
-        if seg.kind == "prompt":
-            add(seg.text, 0, 0, 0)
-        elif seg.kind == "text":
-            add(seg.text, 1, 0, 0)
-        elif seg.kind == "action":
-            add(seg.text, 1, 1, 0)
-        elif seg.kind == "observation":
-            n_obs += 1
-            text = seg.text
-            if text.startswith("<out>") and text.endswith("</out>"):
-                add("<out>", 0, 0, 0)
-                add(text[len("<out>") : -len("</out>")], 0, 0, n_obs)
-                add("</out>", 0, 0, 0)
-            else:
-                add(text, 0, 0, n_obs)
-        else:
+        if seg.kind not in SEGMENT_ROLES:
             raise ValueError(f"unknown segment kind {seg.kind!r}")
+        labelled, action = SEGMENT_ROLES[seg.kind]
+        if seg.kind == "observation":
+            n_obs += 1
+            start, content, end = split_observation(seg.text)
+            add(start, False, False, 0)
+            add(content, False, False, n_obs)
+            add(end, False, False, 0)
+        else:
+            add(seg.text, labelled, action, 0)
     if not ids:
         raise ValueError("empty trace")
-    return {"input_ids": ids, "loss_mask": loss, "action_mask": act, "obs_span": obs}
+    return {"input_ids": ids, "labels": labels, "action_mask": act, "observation_span": span}
 
 
 def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: int | None = None) -> dict:
-    """Right-pad encoded traces into a batch.
+    """Right-pad encoded traces into a batch (cut at ``max_length``).
 
-    Returns ``input_ids, attention_mask, labels, action_mask, obs_span``: all ``[B, T]``; ``labels`` is
-    ``input_ids`` with ``IGNORE_INDEX`` where ``loss_mask`` is 0 (the module shifts by one).
+    Returns ``input_ids, attention_mask, labels, action_mask, observation_span``: all ``[B, T]``; padding
+    gets ``pad_id`` / 0 / ``IGNORE_INDEX`` / False / 0 (the module shifts the labels by one).
     """
     if not items:
         raise ValueError("empty batch")
@@ -84,17 +92,15 @@ def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: i
         "attention_mask": torch.zeros(B, T, dtype=torch.long),
         "labels": torch.full((B, T), IGNORE_INDEX, dtype=torch.long),
         "action_mask": torch.zeros(B, T, dtype=torch.bool),
-        "obs_span": torch.zeros(B, T, dtype=torch.long),
+        "observation_span": torch.zeros(B, T, dtype=torch.long),
     }
     for i, x in enumerate(items):
         n = min(len(x["input_ids"]), T)
-        ids = torch.tensor(x["input_ids"][:n])
-        out["input_ids"][i, :n] = ids
+        out["input_ids"][i, :n] = torch.tensor(x["input_ids"][:n])
         out["attention_mask"][i, :n] = 1
-        lm = torch.tensor(x["loss_mask"][:n], dtype=torch.bool)
-        out["labels"][i, :n] = torch.where(lm, ids, torch.full_like(ids, IGNORE_INDEX))
+        out["labels"][i, :n] = torch.tensor(x["labels"][:n])
         out["action_mask"][i, :n] = torch.tensor(x["action_mask"][:n], dtype=torch.bool)
-        out["obs_span"][i, :n] = torch.tensor(x["obs_span"][:n])
+        out["observation_span"][i, :n] = torch.tensor(x["observation_span"][:n])
     return out
 
 
@@ -132,8 +138,9 @@ class ResumableDataLoader(DataLoader):
 
 
 class EpochSeededSampler(torch.utils.data.Sampler):
-    """Random permutation of ``range(n)`` seeded by (seed, epoch); Lightning calls ``set_epoch`` at the start
-    of every epoch, so a resumed run draws the same order as the uninterrupted one."""
+    """Random permutation of ``range(n)`` seeded by ``derive_seed(seed, "shuffle", epoch)``; Lightning calls
+    ``set_epoch`` at the start of every epoch, so a resumed run draws the same order as the uninterrupted
+    one."""
 
     def __init__(self, n: int, seed: int):
         self.n, self.seed, self.epoch = n, seed, 0
@@ -142,7 +149,7 @@ class EpochSeededSampler(torch.utils.data.Sampler):
         self.epoch = epoch
 
     def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+        g = derived_generator(self.seed, "shuffle", self.epoch)
         return iter(torch.randperm(self.n, generator=g).tolist())
 
     def __len__(self) -> int:

@@ -1,7 +1,8 @@
-"""Shared LightningModule plumbing: the policy model, its tokenizer and the optimizer."""
+"""Shared LightningModule plumbing: the policy spec, the policy model, its tokenizer and the optimizer."""
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Mapping
 
 import lightning.pytorch as pl
 import torch
@@ -9,43 +10,81 @@ import torch
 from ttrl_lightning.models import load_model, load_tokenizer
 
 
-class PolicyModule(pl.LightningModule):
-    """Holds ``self.policy`` (a transformers causal LM, optionally with LoRA) and ``self.tokenizer``.
+@dataclass(frozen=True)
+class PolicySpec:
+    """What every training phase needs to build and optimise the policy.
 
-    model: ``"tiny:<arch>"`` (random tiny model of a real architecture, CPU runs) or a local checkpoint path.
-    The model is built in ``configure_model`` so sharded strategies (FSDP) can build it in their context.
+    model: ``"tiny:<arch>"`` (random tiny model of a real architecture, CPU runs) or a local checkpoint path;
+    tiny_kwargs: sizes of a tiny model (``hidden``, ``layers``, ...); lora: PEFT ``LoraConfig`` keyword
+    arguments (None: full fine-tuning); dtype: torch dtype name of the weights (None: the checkpoint's);
+    lr, weight_decay, betas: AdamW; seed: initialisation of a tiny model and the root of every derived seed
+    of the module (``seeding.derive_seed``).
+
+    In a config: ``init_args: {policy: {model: tiny:qwen2, lr: 1.0e-3}, <the module's own arguments>}``.
     """
 
-    def __init__(
-        self,
-        model: str = "tiny:qwen2",
-        tiny_kwargs: dict[str, Any] | None = None,
-        lora: dict[str, Any] | None = None,
-        dtype: str | None = None,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        seed: int = 0,
-    ):
+    model: str = "tiny:qwen2"
+    tiny_kwargs: dict[str, Any] | None = None
+    lora: dict[str, Any] | None = None
+    dtype: str | None = None
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    seed: int = 0
+
+    @classmethod
+    def of(cls, spec: PolicySpec | Mapping[str, Any] | None) -> PolicySpec:
+        """``spec`` as a ``PolicySpec``: a mapping (a checkpoint's or a YAML file's hyperparameters) is
+        converted, None gives the defaults."""
+        if spec is None:
+            return cls()
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, Mapping):
+            known = set(cls.__dataclass_fields__)
+            if set(spec) - known:
+                raise TypeError(f"unknown policy field(s) {sorted(set(spec) - known)}; known: {sorted(known)}")
+            spec = dict(spec)
+            if "betas" in spec:
+                spec["betas"] = tuple(spec["betas"])
+            return cls(**spec)
+        raise TypeError(f"policy must be a PolicySpec or a mapping, got {type(spec).__name__}")
+
+
+class PolicyModule(pl.LightningModule):
+    """Holds ``self.policy`` (a transformers causal LM, optionally with LoRA), ``self.tokenizer`` and
+    ``self.policy_spec`` (the ``PolicySpec`` they were built from).
+
+    The model is built in ``configure_model`` so sharded strategies (FSDP) can build it in their context.
+    This class saves the hyperparameters of the whole subclass chain (``save_hyperparameters`` collects the
+    ``__init__`` arguments of every class in it): a subclass only adds its own arguments, and lists those
+    that cannot be saved (callables, engines) in ``unsaved_init_args``. The policy is saved as a plain
+    mapping, so checkpoints load with ``torch.load(weights_only=True)`` and reload through
+    ``load_from_checkpoint``.
+    """
+
+    #: ``__init__`` arguments left out of the saved hyperparameters (objects, not configuration)
+    unsaved_init_args: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, policy: PolicySpec = PolicySpec()):
         super().__init__()
-        self.tokenizer = load_tokenizer(model)
+        self.policy_spec = PolicySpec.of(policy)
+        self.save_hyperparameters(ignore=list(self.unsaved_init_args))
+        self.save_hyperparameters({"policy": asdict(self.policy_spec)})
+        self.tokenizer = load_tokenizer(self.policy_spec.model)
         self.policy: torch.nn.Module | None = None
 
     def configure_model(self) -> None:
         if self.policy is not None:
             return
-        h = self.hparams
-        self.policy = load_model(h.model, self.tokenizer, tiny_kwargs=h.tiny_kwargs, lora=h.lora, dtype=h.dtype,
-                                 seed=h.seed)
+        s = self.policy_spec
+        self.policy = load_model(s.model, self.tokenizer, tiny_kwargs=s.tiny_kwargs, lora=s.lora,
+                                 dtype=s.dtype, seed=s.seed)
         self.policy.train()  # from_pretrained returns eval mode; the trainer expects train mode
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]
         if not params:
             raise ValueError("the policy has no trainable parameters")
-        h = self.hparams
-        return torch.optim.AdamW(params, lr=h.lr, weight_decay=h.weight_decay, betas=tuple(h.betas))
-
-    def trainable_state(self) -> dict[str, torch.Tensor]:
-        """Copies of the trainable tensors of the policy (for tests and rank-sync checks)."""
-        return {k: v.detach().cpu().clone() for k, v in self.policy.state_dict().items()}
+        s = self.policy_spec
+        return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, betas=tuple(s.betas))

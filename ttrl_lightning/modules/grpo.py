@@ -3,27 +3,31 @@
 One training step (``training_step``), each part a short overridable hook:
 
     rollouts   = self.rollout(batch)                  # N samples per prompt (rollout engine)
-    rewards    = self.score(rollouts, batch)          # [R] from reward callables (rewards/base.py)
-    advantages = self.compute_advantages(rewards.view(G, N)).view(R)
+    scored     = self.rewards(rollouts, batch)        # RolloutRewards: rewards [R], group_mask [G]
+    advantages = self.group_advantages(rollouts, scored)   # compute_advantages per group; 0 where masked
     for it in range(num_iterations):                  # optimizer steps on this rollout batch
         logp   = self.sequence_logprobs(self.policy, rollouts)        # [R, C]
-        loss   = aggregate(self.policy_loss(logp, old_logp, advantages) + beta * self.kl_penalty(logp, ref))
+        loss   = aggregate(self.policy_loss(logp, old_logp, advantages) + beta * self.kl_penalty(logp, ref),
+                           completion_mask of the groups kept by group_mask)
 
-CC-RFT and TTRL subclass it and override ``score`` (curiosity/coherence rewards, pseudo-labels) or
-``compute_advantages`` (value-weighted baselines) without copying the step. The KL reference is a frozen
-copy of the initial policy (``reference="initial"``), or the EMA policy set by the ``EMAAnchor`` callback;
-``beta`` (``self.kl_coef``) is fixed or driven by the ``PIDKLController`` callback, which reads
-``self.kl_observation`` (mean token KL of the last step) after every batch.
+CC-RFT and TTRL subclass it and override ``rewards`` (curiosity/coherence rewards, pseudo-labels; a group
+without a pseudo-label abstains through ``group_mask``) or ``compute_advantages`` (value-weighted
+baselines) without copying the step. The KL reference is a frozen copy of the initial policy
+(``reference="initial"``), or the EMA policy set by the ``EMAAnchor`` callback; ``beta`` (``self.kl_coef``)
+is fixed or driven by the ``PIDKLController`` callback, which reads ``self.kl_observation`` (mean token KL
+of the last step) after every batch.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Sequence
 
 import torch
 from torchmetrics import MeanMetric
 
-from ttrl_lightning.modules.base import PolicyModule
+from ttrl_lightning.masking import masked_token_mean, position_ids_from_mask
+from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -34,33 +38,62 @@ from ttrl_lightning.modules.losses import (
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams
 from ttrl_lightning.rollout.hf import HFGenerateEngine
+from ttrl_lightning.seeding import derive_seed
 
 REFERENCES = ("initial", "none", "external")
+
+
+@dataclass(frozen=True)
+class RolloutRewards:
+    """What the ``rewards`` hook returns for R = G * N rollouts (prompt-major: N rows per group).
+
+    rewards: [R] float, one per rollout row;
+    group_mask: [G] bool, False for a group that abstains (e.g. no pseudo-label: TTRL, Pixelis' abstention):
+    its rows get advantage 0 and are left out of the loss (no gradient, no weight in the aggregation), and
+    the step counts them (``train/abstained_groups``). None: every group is kept.
+    """
+
+    rewards: torch.Tensor
+    group_mask: torch.Tensor | None = None
+
+    def check(self, num_rows: int, num_groups: int) -> RolloutRewards:
+        """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] bool)."""
+        r = self.rewards
+        if not isinstance(r, torch.Tensor) or r.shape != (num_rows,):
+            got = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
+            raise ValueError(f"rewards must be a tensor of shape [{num_rows}], got {got}")
+        self.mask(num_groups)
+        return self
+
+    def mask(self, num_groups: int) -> torch.Tensor:
+        """group_mask as a [num_groups] bool tensor on the rewards' device (all True when None)."""
+        if self.group_mask is None:
+            return torch.ones(num_groups, dtype=torch.bool, device=self.rewards.device)
+        m = torch.as_tensor(self.group_mask, device=self.rewards.device)
+        if m.dtype != torch.bool or m.shape != (num_groups,):
+            raise ValueError(f"group_mask must be a bool tensor of shape [{num_groups}], got {m.dtype} "
+                             f"{tuple(m.shape)}")
+        return m
 
 
 class GRPOModule(PolicyModule):
     """GRPO (DeepSeekMath; Pixelis 3.2.2 and appendix 6).
 
-    Args beyond ``PolicyModule``: ``num_generations`` N samples per prompt; decoding ``temperature``,
-    ``top_p``, ``top_k``, ``max_new_tokens``, ``stop``; ``rewards`` (registry names or callables) with
-    ``reward_weights``; ``scale_rewards`` (divide by group std); ``eps_low``/``eps_high`` clip range;
-    ``kl_coef`` initial beta; ``reference``: ``"initial"`` (frozen copy of the starting policy, checkpointed),
-    ``"external"`` (set by a callback such as ``EMAAnchor``) or ``"none"`` (no KL term, kl_coef must be 0);
-    ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``; ``num_iterations`` optimizer steps per rollout
-    batch (> 1 makes the clip active); ``max_grad_norm``.
+    Args beyond ``policy`` (``PolicySpec``; GRPO's default learning rate is 1e-4): ``num_generations`` N
+    samples per prompt; decoding ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``, ``stop``;
+    ``rewards`` (registry names or callables) with ``reward_weights``; ``scale_rewards`` (divide by group
+    std); ``eps_low``/``eps_high`` clip range; ``kl_coef`` initial beta; ``reference``: ``"initial"`` (frozen
+    copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as ``EMAAnchor``) or
+    ``"none"`` (no KL term, kl_coef must be 0); ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``;
+    ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``.
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
     """
 
+    unsaved_init_args: ClassVar[tuple[str, ...]] = ("rewards", "engine")
+
     def __init__(
         self,
-        model: str = "tiny:qwen2",
-        tiny_kwargs: dict[str, Any] | None = None,
-        lora: dict[str, Any] | None = None,
-        dtype: str | None = None,
-        lr: float = 1e-4,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        seed: int = 0,
+        policy: PolicySpec = PolicySpec(lr=1e-4),
         num_generations: int = 4,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -80,8 +113,7 @@ class GRPOModule(PolicyModule):
         record_signals: bool = False,
         engine: RolloutEngine | None = None,
     ):
-        super().__init__(model, tiny_kwargs, lora, dtype, lr, weight_decay, betas, seed)
-        self.save_hyperparameters(ignore=["rewards", "engine"])
+        super().__init__(policy)
         if reference not in REFERENCES:
             raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
         if reference == "none" and kl_coef != 0:
@@ -146,26 +178,46 @@ class GRPOModule(PolicyModule):
                               max_new_tokens=h.max_new_tokens, stop=tuple(h.stop), seed=seed)
 
     def rollout_seed(self) -> int:
-        """Seed of this step's sampling: a function of (seed, global_step, rank), so resumes replay it."""
-        return int(self.hparams.seed) * 1_000_003 + int(self.global_step) * 997 + int(self.global_rank)
+        """Seed of this step's sampling: ``derive_seed(seed, "rollout", global_step, global_rank)``, so
+        resumes replay it."""
+        return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """Sample N completions per prompt of ``batch["prompt"]``."""
         return self.engine.generate(self.policy, batch["prompt"], self.sampling_params(self.rollout_seed()))
 
-    def score(self, rollouts: Rollouts, batch: dict[str, list]) -> torch.Tensor:
-        """Rewards [R]: weighted sum of the reward callables, batch columns repeated N times per prompt."""
+    def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+        """Rewards [R]: weighted sum of the reward callables, batch columns repeated N times per prompt;
+        every group kept (a subclass that abstains on a group returns its ``group_mask``)."""
         n = rollouts.n
         prompts = [p for p in batch["prompt"] for _ in range(n)]
         columns = {k: [v for v in vals for _ in range(n)] for k, vals in batch.items() if k != "prompt"}
         ids = [row[: int(m.sum())].tolist() for row, m in zip(rollouts.completion_ids, rollouts.completion_mask)]
         per_fn = torch.stack([call_reward(fn, prompts, rollouts.texts, completion_ids=ids, **columns)
                               for fn in self.reward_fns], dim=1)  # [R, F]
-        return (per_fn.to(self.reward_weights.device) * self.reward_weights).sum(1)
+        return RolloutRewards((per_fn.to(self.reward_weights.device) * self.reward_weights).sum(1))
+
+    def scored(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+        """``self.rewards(rollouts, batch)``, checked: a ``RolloutRewards`` of R rewards and G group flags."""
+        out = self.rewards(rollouts, batch)
+        if not isinstance(out, RolloutRewards):
+            raise TypeError(f"{type(self).__name__}.rewards must return RolloutRewards, "
+                            f"got {type(out).__name__}")
+        R = rollouts.completion_ids.shape[0]
+        return out.check(R, R // rollouts.n)
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """rewards [G, N] -> advantages [G, N] (group-relative)."""
         return group_advantages(rewards, scale=self.hparams.scale_rewards)
+
+    def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
+        """Advantages [R]: ``compute_advantages`` of the [G, N] rewards, exactly 0 on the rows of groups
+        that ``scored.group_mask`` leaves out."""
+        R, n = rollouts.completion_ids.shape[0], rollouts.n
+        rewards = scored.rewards.view(R // n, n)
+        advantages = self.compute_advantages(rewards)
+        keep = scored.mask(R // n).to(advantages.device)
+        return torch.where(keep[:, None], advantages, torch.zeros_like(advantages)).reshape(R)
 
     def policy_loss(self, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor) -> dict:
         """Token-level clipped surrogate [R, C] (+ the clip indicator)."""
@@ -181,7 +233,7 @@ class GRPOModule(PolicyModule):
         """log pi(completion token | prefix) [R, C] under ``model`` (sampling temperature applied)."""
         ids, attn = rollouts.input_ids(), rollouts.attention_mask()
         C = rollouts.completion_ids.shape[1]
-        pos = (attn.long().cumsum(-1) - 1).clamp(min=0)
+        pos = position_ids_from_mask(attn)
         logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1).logits[:, :-1]
         t = self.hparams.temperature
         if t > 0:
@@ -192,9 +244,13 @@ class GRPOModule(PolicyModule):
     def training_step(self, batch, batch_idx):
         rollouts = self.rollout(batch)
         R, n = rollouts.completion_ids.shape[0], rollouts.n
-        rewards = self.score(rollouts, batch).to(self.device)
-        advantages = self.compute_advantages(rewards.view(R // n, n)).reshape(R)
-        mask = rollouts.completion_mask.float()
+        scored = self.scored(rollouts, batch)
+        rewards = scored.rewards.to(self.device)
+        keep_group = scored.mask(R // n).to(self.device)
+        keep_row = keep_group.repeat_interleave(n)
+        advantages = self.group_advantages(rollouts, scored).to(self.device)
+        completion_mask = rollouts.completion_mask.float()
+        kept_tokens = completion_mask * keep_row[:, None]  # abstained groups' rows carry no loss
         use_kl = self.hparams.reference != "none"
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
@@ -208,7 +264,7 @@ class GRPOModule(PolicyModule):
             if use_kl:
                 kl = self.kl_penalty(logp, ref_logp)
                 token_loss = token_loss + self.kl_coef * kl
-            loss = agg(token_loss, mask)
+            loss = agg(token_loss, kept_tokens)
             opt.zero_grad()
             self.manual_backward(loss)
             if self.hparams.max_grad_norm:
@@ -216,18 +272,22 @@ class GRPOModule(PolicyModule):
             opt.step()
         self.engine.sync_weights(self.policy)
         with torch.no_grad():
-            kl_mean = token_mean_of(kl.detach(), mask) if use_kl else torch.zeros((), device=self.device)
+            kl_mean = (masked_token_mean(kl.detach(), completion_mask) if use_kl
+                       else torch.zeros((), device=self.device))
             self.kl_observation = kl_mean
-            self.train_reward(rewards)
-            self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
+            kept = rewards[keep_row]
+            if kept.numel():
+                self.train_reward(kept)
+                self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
             self.log_dict({
                 "train/loss": loss.detach(),
                 "train/kl": kl_mean,
                 "train/beta": torch.tensor(self.kl_coef),
-                "train/clip_frac": token_mean_of(parts["clipped"].float(), mask),
-                "train/completion_len": mask.sum(1).mean(),
-                "train/reward_std": rewards.std() if R > 1 else torch.zeros(()),
+                "train/clip_frac": masked_token_mean(parts["clipped"].float(), kept_tokens),
+                "train/completion_len": completion_mask.sum(1).mean(),
+                "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
                 "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
+                "train/abstained_groups": (~keep_group).sum().float(),
             })
         return loss.detach()
 
@@ -235,10 +295,8 @@ class GRPOModule(PolicyModule):
         h = self.hparams
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=h.max_new_tokens, stop=tuple(h.stop))
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
-        rewards = self.score(rollouts, batch)
-        self.val_accuracy(rewards)
-        self.log("val/reward", self.val_accuracy, on_epoch=True, prog_bar=True)
-
-
-def token_mean_of(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+        scored = self.scored(rollouts, batch)
+        kept = scored.rewards[scored.mask(len(batch["prompt"]))]
+        if kept.numel():
+            self.val_accuracy(kept)
+            self.log("val/reward", self.val_accuracy, on_epoch=True, prog_bar=True)

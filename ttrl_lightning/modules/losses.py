@@ -11,9 +11,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from ttrl_lightning.masking import IGNORE_INDEX, masked_token_mean
 from ttrl_lightning.registry import Registry
-
-IGNORE_INDEX = -100
 
 
 def _check_finite(name: str, x: torch.Tensor) -> None:
@@ -27,7 +26,7 @@ def action_weighted_ce(
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Next-token CE with action tokens up-weighted (Pixelis 3.2.1).
 
-    logits: [B, T, V] (position t predicts token t+1); labels: [B, T] (``-100`` = no loss);
+    logits: [B, T, V] (position t predicts token t+1); labels: [B, T] (``IGNORE_INDEX`` = no loss);
     action_mask: [B, T] (True where token t is part of a tool name/argument).
     With CE_t = -log softmax(logits[:, t-1])[labels[:, t]] and w_t = (w_act if action_t else 1) for t with a
     label:  loss = sum_t w_t CE_t / sum_t w_t   (a weighted mean, so the loss scale does not depend on w_act).
@@ -48,32 +47,33 @@ def action_weighted_ce(
     w = torch.where(act, torch.full_like(ce, w_act), torch.ones_like(ce)) * valid
     loss = (w * ce).sum() / w.sum()
     with torch.no_grad():
-        stats = {
-            "ce_text": (ce * (valid & ~act)).sum() / (valid & ~act).sum().clamp(min=1),
-            "ce_action": (ce * (valid & act)).sum() / (valid & act).sum().clamp(min=1),
-        }
+        stats = {"ce_text": masked_token_mean(ce, valid & ~act),
+                 "ce_action": masked_token_mean(ce, valid & act)}
     return loss, stats
 
 
 def feedback_dropout(
-    input_ids: torch.Tensor, obs_span: torch.Tensor, p: float, hide_id: int, generator: torch.Generator | None
+    input_ids: torch.Tensor, observation_span: torch.Tensor, p: float, hide_id: int,
+    generator: torch.Generator | None
 ) -> torch.Tensor:
-    """Hide whole tool outputs with probability ``p`` each (Pixelis 3.2.1, default 5%).
+    """Hide whole observations (tool outputs) with probability ``p`` each (Pixelis 3.2.1, default 5%).
 
-    input_ids, obs_span: [B, T]; obs_span holds k >= 1 on the tokens of the k-th tool output of a row.
-    Each (row, k) span is hidden independently: its tokens become ``hide_id`` (length kept, so later
-    positions and labels do not move). Returns a new tensor; ``p == 0`` returns the input unchanged.
+    input_ids, observation_span: [B, T]; observation_span holds k >= 1 on the tokens of the k-th
+    observation of a row (0 elsewhere). Each (row, k) span is hidden independently: its tokens become
+    ``hide_id`` (length kept, so later positions and labels do not move). Returns a new tensor; ``p == 0``
+    returns the input unchanged.
     """
     if not 0 <= p <= 1:
         raise ValueError(f"feedback dropout p must be in [0, 1], got {p}")
-    if input_ids.shape != obs_span.shape:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and obs_span {tuple(obs_span.shape)} disagree")
-    if p == 0 or obs_span.max() <= 0:
+    if input_ids.shape != observation_span.shape:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and observation_span "
+                         f"{tuple(observation_span.shape)} disagree")
+    if p == 0 or observation_span.max() <= 0:
         return input_ids
-    B, K = obs_span.shape[0], int(obs_span.max())
-    drop = torch.rand(B, K + 1, generator=generator, device="cpu").to(obs_span.device) < p
-    drop[:, 0] = False  # span id 0 = not a tool output
-    hide = drop.gather(1, obs_span)
+    B, K = observation_span.shape[0], int(observation_span.max())
+    drop = torch.rand(B, K + 1, generator=generator, device="cpu").to(observation_span.device) < p
+    drop[:, 0] = False  # span id 0 = not an observation
+    hide = drop.gather(1, observation_span)
     return torch.where(hide, torch.full_like(input_ids, hide_id), input_ids)
 
 
@@ -125,15 +125,20 @@ LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 @LOSS_AGGREGATIONS.register("token_mean")
 def token_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """x, mask: [R, C] -> sum(x * m) / sum(m) (every token weighs the same; DAPO)."""
-    return (x * mask).sum() / mask.sum().clamp(min=1)
+    """x, mask: [R, C] -> sum(x * m) / sum(m) (every token weighs the same; DAPO):
+    ``masking.masked_token_mean``."""
+    return masked_token_mean(x, mask)
 
 
 @LOSS_AGGREGATIONS.register("seq_mean")
 def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """x, mask: [R, C] -> mean_r [sum_t x m / sum_t m] (every sequence weighs the same; GRPO paper)."""
-    per_seq = (x * mask).sum(1) / mask.sum(1).clamp(min=1)
-    return per_seq.mean()
+    """x, mask: [R, C] -> mean over the S sequences with a masked token of sum_t x m / sum_t m (every
+    sequence weighs the same; GRPO paper). A row without a masked token (a masked-out group's row) is
+    left out of the mean, so it changes neither the loss nor its scale."""
+    mask = mask.to(x.dtype)
+    counts = mask.sum(1)
+    per_seq = (x * mask).sum(1) / counts.clamp(min=1)
+    return per_seq.sum() / (counts > 0).sum().clamp(min=1)
 
 
 def completion_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:

@@ -1,40 +1,34 @@
 """``SFTModule``: supervised fine-tuning on chain-of-thought-action traces (Pixelis 3.2.1)."""
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torchmetrics import MeanMetric
 
-from ttrl_lightning.modules.base import PolicyModule
+from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.losses import action_weighted_ce, feedback_dropout
+from ttrl_lightning.seeding import derived_generator
+from ttrl_lightning.tools.protocol import HIDDEN_OBSERVATION_TOKEN
 
 
 class SFTModule(PolicyModule):
     """Teacher-forced next-token CE with action tokens weighted by ``w_act`` (default 2) and feedback
-    dropout: each earlier tool output is hidden (its tokens replaced by ``hide_token``) with probability
-    ``feedback_dropout`` (default 0.05) during training.
+    dropout: each earlier observation (tool output) is hidden (its tokens replaced by ``hide_token``) with
+    probability ``feedback_dropout`` (default 0.05) during training.
 
-    Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, obs_span`` all [B, T].
-    The dropout draws come from a generator seeded by (seed, global_step), so a resumed run draws the same.
+    Args beyond ``policy`` (``PolicySpec``): ``w_act``, ``feedback_dropout``, ``hide_token``.
+    Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, observation_span``,
+    all [B, T]. The dropout draws come from a generator seeded by
+    ``derive_seed(seed, "feedback_dropout", global_step, global_rank)``, so a resumed run draws the same.
     """
 
     def __init__(
         self,
-        model: str = "tiny:qwen2",
-        tiny_kwargs: dict[str, Any] | None = None,
-        lora: dict[str, Any] | None = None,
-        dtype: str | None = None,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        seed: int = 0,
+        policy: PolicySpec = PolicySpec(),
         w_act: float = 2.0,
         feedback_dropout: float = 0.05,
-        hide_token: str = "<hid>",
+        hide_token: str = HIDDEN_OBSERVATION_TOKEN,
     ):
-        super().__init__(model, tiny_kwargs, lora, dtype, lr, weight_decay, betas, seed)
-        self.save_hyperparameters()
+        super().__init__(policy)
         hide_id = self.tokenizer.convert_tokens_to_ids(hide_token)
         if hide_id is None or hide_id == self.tokenizer.unk_token_id:
             raise ValueError(f"hide_token {hide_token!r} is not in the tokenizer's vocabulary")
@@ -43,14 +37,14 @@ class SFTModule(PolicyModule):
         self.val_loss = MeanMetric()
 
     def _dropout_generator(self) -> torch.Generator:
-        return torch.Generator().manual_seed(int(self.hparams.seed) * 1_000_003 + int(self.global_step) * 7919
-                                             + int(self.global_rank))
+        return derived_generator(self.policy_spec.seed, "feedback_dropout", self.global_step,
+                                 self.global_rank)
 
     def loss(self, batch: dict[str, torch.Tensor], train: bool) -> tuple[torch.Tensor, dict]:
         ids = batch["input_ids"]
         if train and self.hparams.feedback_dropout > 0:
-            ids = feedback_dropout(ids, batch["obs_span"], self.hparams.feedback_dropout, self.hide_id,
-                                   self._dropout_generator())
+            ids = feedback_dropout(ids, batch["observation_span"], self.hparams.feedback_dropout,
+                                   self.hide_id, self._dropout_generator())
         logits = self.policy(input_ids=ids, attention_mask=batch["attention_mask"]).logits
         return action_weighted_ce(logits, batch["labels"], batch["action_mask"], self.hparams.w_act)
 
