@@ -4,8 +4,6 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..signals import check_finite
-
 __all__ = ["average_ranks", "rank_numerators", "rank_weights", "borda_weights", "greater_equal_counts",
            "ranks_from_counts", "borda_from_counts"]
 
