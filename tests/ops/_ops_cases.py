@@ -12,7 +12,7 @@ CPU_BACKENDS = ["torch", "cpp"]
 
 def require_backend(backend):
     """Skip (with the reason) when ``backend`` is not built here; ``make test`` turns a missing ``cpp`` into a
-    failure through TTRL_REQUIRE_BACKENDS (tests/ops/test_ops_extension_required.py)."""
+    failure through TTRL_REQUIRE_BACKENDS (tests/ops/test_extension_required.py)."""
     if backend not in available_backends():
         pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
 

@@ -28,6 +28,7 @@ def test_cuda_sources_exist():
     assert SOURCES, "no csrc/**/*_cuda.cu sources found"
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("source", SOURCES, ids=[os.path.basename(s) for s in SOURCES])
 def test_nvcc_compiles_kernels_for_sm90(source, tmp_path):
     nvcc = _nvcc()
@@ -54,6 +55,7 @@ def _cuda_include_dir():
     return None
 
 
+@pytest.mark.subprocess
 def test_cuda_bindings_compile_against_torch_headers(tmp_path):
     """csrc/bindings_cuda.cpp is type-checked (g++ -fsyntax-only) against the installed torch's headers and
     the CUDA runtime headers, so an ATen/c10 API mismatch shows here and not only on a GPU machine. A CPU

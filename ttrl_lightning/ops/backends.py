@@ -1,9 +1,14 @@
-"""Backend registry for the signal ops, resolved once at import.
+"""Backend registry for the signal ops, resolved lazily: on first use, then cached.
 
 Backends (by name): ``triton`` (GPU; CPU only under ``TRITON_INTERPRET=1``), ``cuda`` (the ``_C_cuda``
 extension built from ``csrc/``), ``cpp`` (the OpenMP ``_C`` extension), ``torch`` (chunked PyTorch, any
 device). ``TTRL_KERNEL_IMPL`` selects one for every call (``auto`` by default); a requested backend that is
-missing raises. ``auto`` picks per device and op from ``AUTO_ORDER`` and logs one line when it falls back.
+missing raises at the first op call (or :func:`selected_backend`), an unknown name raises naming the known
+ones. ``auto`` picks per device and op from ``AUTO_ORDER`` and logs one line when it falls back.
+
+The environment is read, and the backends probed, at first use; :func:`reset_backend_cache` forgets all of
+it, so the next call reads ``TTRL_KERNEL_IMPL`` (and ``TRITON_INTERPRET``) again -- e.g. a test that sets
+them in-process.
 """
 from __future__ import annotations
 
@@ -133,7 +138,30 @@ def _resolve() -> tuple[str, dict[tuple[str, str], str]]:
     return requested, {(dev, op): requested for dev in BACKENDS[requested].devices for op in OPS}
 
 
-REQUESTED, SELECTED = _resolve()
+_selection: tuple[str, dict[tuple[str, str], str]] | None = None
+
+
+def _resolved() -> tuple[str, dict[tuple[str, str], str]]:
+    """``(requested, {(device, op): backend})`` from ``TTRL_KERNEL_IMPL``: resolved on first use, cached."""
+    global _selection
+    if _selection is None:
+        _selection = _resolve()
+    return _selection
+
+
+def reset_backend_cache() -> None:
+    """Forget the resolved selection, the probes and the loaded implementations; the next op call reads
+    ``TTRL_KERNEL_IMPL`` (and, for ``triton`` on CPU, ``TRITON_INTERPRET``) and probes the backends again."""
+    global _selection
+    _selection = None
+    _availability.clear()
+    for backend in BACKENDS.values():
+        backend.fns = {}
+
+
+def requested_backend() -> str:
+    """``TTRL_KERNEL_IMPL`` as resolved at first use (``auto`` by default)."""
+    return _resolved()[0]
 
 
 def pick(op: str, device_type: str, override: str | None = None) -> Callable:
@@ -146,14 +174,15 @@ def pick(op: str, device_type: str, override: str | None = None) -> Callable:
         if device_type not in backend.devices:
             raise RuntimeError(f"kernel backend {override!r} does not run on {device_type} tensors")
         return backend.load()[op]
-    name = SELECTED.get((device_type, op))
+    requested, selected = _resolved()
+    name = selected.get((device_type, op))
     if name is None:
-        if REQUESTED != "auto":
-            raise RuntimeError(f"{ENV_VAR}={REQUESTED} does not run on {device_type} tensors")
+        if requested != "auto":
+            raise RuntimeError(f"{ENV_VAR}={requested} does not run on {device_type} tensors")
         name = "torch"
     return BACKENDS[name].load()[op]
 
 
 def selected_backend(op: str, device_type: str = "cpu") -> str:
     """Name of the backend ``op`` uses for ``device_type`` tensors (for logs and benchmarks)."""
-    return SELECTED.get((device_type, op), "torch")
+    return _resolved()[1].get((device_type, op), "torch")
