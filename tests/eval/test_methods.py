@@ -10,7 +10,8 @@ from ttrl_lightning.eval.rollout_scores import ROLLOUT_SCORES
 
 
 def test_borda_expansion_names():
-    plan = expand_methods(["self_certainty_borda", "self_certainty_borda_p1.5"], BoNConfig(borda_p=(0.3, 1.2)))
+    plan = expand_methods(["self_certainty_borda", "self_certainty_borda_p1.5"],
+                          BoNConfig(borda_p=(0.3, 1.2)))
     assert [p[0] for p in plan] == ["self_certainty_borda_p0.3", "self_certainty_borda_p1.2",
                                     "self_certainty_borda_p1.5"]
     assert [p.params for p in plan] == [{"p": 0.3}, {"p": 1.2}, {"p": 1.5}]
@@ -34,7 +35,8 @@ def test_method_metadata():
     assert BON_METHODS["lookback"].signals == ("logprob", "image_attention")
     assert BON_METHODS["self_certainty_borda"].signals == ("self_certainty",)
     assert BON_METHODS["min_length"].needs_token_counts and BON_METHODS["min_length"].signals == ()
-    assert not any(BON_METHODS[m].calibrates_subsets for m in ("majority", "lookback", "self_certainty", "hms"))
+    assert not any(BON_METHODS[m].calibrates_subsets
+                   for m in ("majority", "lookback", "self_certainty", "hms"))
     for name in BON_METHODS:
         method = BON_METHODS[name]
         assert method.name == name

@@ -16,7 +16,8 @@ def test_rollout_scores_match_the_public_signals():
         for j in range(r0):
             n = int(pool.lengths[q, j])
             tok = {k: v[q, j, :n].double() for k, v in pool.signals.items()}
-            assert float(got["K"][q, j]) == pytest.approx(float(self_certainty_score(tok["self_certainty"])), abs=1e-12)
+            want_k = float(self_certainty_score(tok["self_certainty"]))
+            assert float(got["K"][q, j]) == pytest.approx(want_k, abs=1e-12)
             assert float(got["V"][q, j]) == pytest.approx(float(tok["visual_engagement"].mean()), abs=1e-12)
             want_l = float(lookback_score(tok["logprob"], tok["image_attention"], 0.5, 1.25))
             assert float(got["L"][q, j]) == pytest.approx(want_l, abs=1e-12)

@@ -27,4 +27,5 @@ def test_vote_matches_weighted_vote_on_random_cases():
 
 
 def test_rwc_numerators_single_rollout():
-    assert rwc_numerators(torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.long)).tolist() == [[1], [1]]
+    gt, eq = torch.zeros(2, 1, dtype=torch.long), torch.ones(2, 1, dtype=torch.long)
+    assert rwc_numerators(gt, eq).tolist() == [[1], [1]]

@@ -48,7 +48,8 @@ class BoNResult:
     num_questions: int = 0
 
     def accuracy(self) -> dict[str, dict[str, float]]:
-        return {m: {str(n): float(v.mean()) for n, v in per_n.items()} for m, per_n in self.per_question.items()}
+        return {m: {str(n): float(v.mean()) for n, v in per_n.items()}
+                for m, per_n in self.per_question.items()}
 
 
 def _check_pool(pool, plan: list[PlannedMethod], ns: Sequence[int], r0: int, r1: int) -> None:

@@ -90,7 +90,8 @@ class BoNMethod:
 BON_METHODS: Registry[BoNMethod] = Registry("best-of-N method")
 
 
-def _register(name: str, correct: Callable[..., Tensor], rule: str, score: str | None = None, **fields) -> None:
+def _register(name: str, correct: Callable[..., Tensor], rule: str, score: str | None = None,
+              **fields) -> None:
     BON_METHODS.register(name, BoNMethod(name, correct, rule, score, **fields))
 
 
@@ -199,5 +200,6 @@ def expand_methods(methods: Sequence[str], cfg: BoNConfig) -> list[PlannedMethod
         values = getattr(cfg, method.sweep)
         if not values:
             raise ValueError(f"{name} needs at least one --{method.sweep.replace('_', '-')} value")
-        out.extend(PlannedMethod(f"{name}_{method.param}{v:g}", method, {method.param: float(v)}) for v in values)
+        out.extend(PlannedMethod(f"{name}_{method.param}{v:g}", method, {method.param: float(v)})
+                   for v in values)
     return out

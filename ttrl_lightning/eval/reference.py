@@ -14,7 +14,8 @@ from typing import Callable
 import torch
 
 from ..consensus import aggregate, dual_view_majority, harmonic_mean_select
-from ..signals import calibrate_confidence, lookback_score, min_length_score, self_certainty_score, visconf_score
+from ..signals import (calibrate_confidence, lookback_score, min_length_score, self_certainty_score,
+                       visconf_score)
 from .config import BoNConfig
 from .methods import expand_methods
 

@@ -30,7 +30,8 @@ def draw_subsets(num_questions: int, pool_size: int, n: int, subsets: int, gen: 
     return keys.argsort(-1)[..., :n].sort(-1).values
 
 
-def fixed_subsets(num_questions: int, view_sizes: Sequence[int], n: int, subsets: int, seed: int) -> list[Tensor]:
+def fixed_subsets(num_questions: int, view_sizes: Sequence[int], n: int, subsets: int,
+                  seed: int) -> list[Tensor]:
     """The protocol's subsets of budget ``n``: one ``[Q, S, N]`` tensor per view (pool sizes ``view_sizes``,
     original view first), all drawn from the generator of ``derive_seed(seed, "bon_subsets", step=n)``."""
     gen = derived_generator(seed, "bon_subsets", step=n)

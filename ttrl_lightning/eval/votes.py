@@ -1,8 +1,9 @@
 """Batched answer votes of the best-of-N protocol: VisConf's vote and tie rule over ``[..., N]`` classes.
 
-The batched form of :func:`ttrl_lightning.consensus.voting.weighted_vote`: ``Vote(a) = sum_i 1[cls_i = a] w_i``
-over every leading index at once; ties go to the answer whose earliest supporting rollout has the lowest
-position (VisConf appendix A). Integer weights (counts, RWC numerators) give exact ties.
+The batched form of :func:`ttrl_lightning.consensus.voting.weighted_vote`:
+``Vote(a) = sum_i 1[cls_i = a] w_i`` over every leading index at once; ties go to the answer whose
+earliest supporting rollout has the lowest position (VisConf appendix A). Integer weights (counts, RWC
+numerators) give exact ties.
 """
 from __future__ import annotations
 
