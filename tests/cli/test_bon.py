@@ -1,4 +1,5 @@
-"""`ttrl bon` (ttrl_lightning/cli/bon.py): the JSON report holds the protocol's numbers, not just plausible ones."""
+"""`ttrl bon` (ttrl_lightning/cli/bon.py): the JSON report holds the protocol's numbers, not just plausible
+ones."""
 import json
 import os
 
@@ -9,14 +10,16 @@ from ttrl_lightning.data.pool import load_pool
 from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
 
 ALL_METHODS = {"first", "oracle", "majority", "self_certainty", "self_certainty_borda_p1.2", "lookback",
-               "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms", "dual_view_majority"}
+               "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
+               "dual_view_majority"}
 
 
 def test_bon_report_matches_evaluate_pool(tmp_path, capsys):
     """Simulated pool -> parquet -> `ttrl bon`: every accuracy equals `evaluate_pool` run directly on the same
     pool and config, the bootstrap entries are the target minus each comparator, and the plot is written."""
     pool = str(tmp_path / "pool.jsonl")
-    assert main(["pool", "simulate", "--out", pool, "--questions", "30", "--rollouts", "8", "--tokens", "8"]) == 0
+    assert main(["pool", "simulate", "--out", pool, "--questions", "30", "--rollouts", "8",
+                 "--tokens", "8"]) == 0
     pq = str(tmp_path / "pool.parquet")
     assert main(["pool", "convert", pool, pq]) == 0
     out = str(tmp_path / "r" / "report.json")
@@ -27,15 +30,16 @@ def test_bon_report_matches_evaluate_pool(tmp_path, capsys):
     acc = report["accuracy"]
     assert set(acc) >= ALL_METHODS and set(acc["visconf_rwc"]) == {"4", "8"}
 
-    direct = evaluate_pool(load_pool(pq), list(DEFAULT_METHODS), BoNConfig(ns=(4, 8), subsets=5, seed=3, borda_p=(1.2,)),
-                           progress=False)
+    cfg = BoNConfig(ns=(4, 8), subsets=5, seed=3, borda_p=(1.2,))
+    direct = evaluate_pool(load_pool(pq), list(DEFAULT_METHODS), cfg, progress=False)
     assert acc == direct.accuracy()  # JSON round-trips floats exactly
     assert report["num_questions"] == 30 and report["complete"] is True
     # bootstrap diffs: target (visconf_rwc) minus comparator, on the same per-question numbers
     for comp in ("majority", "first"):
         for n in ("4", "8"):
-            assert report["bootstrap"][comp][n]["diff"] == pytest.approx(acc["visconf_rwc"][n] - acc[comp][n], abs=1e-9)
-            assert report["bootstrap"][comp][n]["lo"] <= report["bootstrap"][comp][n]["diff"] <= report["bootstrap"][comp][n]["hi"]
+            ci = report["bootstrap"][comp][n]
+            assert ci["diff"] == pytest.approx(acc["visconf_rwc"][n] - acc[comp][n], abs=1e-9)
+            assert ci["lo"] <= ci["diff"] <= ci["hi"]
     assert os.path.getsize(os.path.splitext(out)[0] + ".png") > 1000
     printed = capsys.readouterr().out
     assert "visconf_rwc" in printed and "N=8" in printed
@@ -45,15 +49,16 @@ def test_bon_report_matches_evaluate_pool(tmp_path, capsys):
 def test_bon_hand_computed_pool(tmp_path):
     """Three questions x 4 rollouts, N = 4 (the full pool, one subset). ``first`` is the accuracy of one
     rollout of the subset (the mean correctness): (2/4 + 1/4 + 3/4) / 3 = 1/2; majority 2/3; oracle 1."""
-    records = [
-        {"id": "q1", "gold": "1", "rollouts": [{"answer": a} for a in ("2", "1", "1", "3")]},  # majority right
-        {"id": "q2", "gold": "5", "rollouts": [{"answer": a} for a in ("5", "6", "6", "7")]},  # majority wrong
-        {"id": "q3", "gold": "4", "rollouts": [{"answer": a} for a in ("3", "4", "4", "4")]},  # majority right
-    ]
+    answers = {"q1": ("1", "2 1 1 3"),   # majority right
+               "q2": ("5", "5 6 6 7"),   # majority wrong
+               "q3": ("4", "3 4 4 4")}   # majority right
+    records = [{"id": q, "gold": gold, "rollouts": [{"answer": a} for a in seq.split()]}
+               for q, (gold, seq) in answers.items()]
     pool = tmp_path / "hand.jsonl"
     pool.write_text("".join(json.dumps(r) + "\n" for r in records))
     out = tmp_path / "hand.json"
     assert main(["bon", "--pool", str(pool), "--methods", "first", "majority", "oracle", "--n", "4",
                  "--bootstrap", "0", "--out", str(out), "--no-progress"]) == 0
     acc = json.load(open(out))["accuracy"]
-    assert {m: v["4"] for m, v in acc.items()} == pytest.approx({"first": 0.5, "majority": 2 / 3, "oracle": 1.0})
+    expected = {"first": 0.5, "majority": 2 / 3, "oracle": 1.0}
+    assert {m: v["4"] for m, v in acc.items()} == pytest.approx(expected)

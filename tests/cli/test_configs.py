@@ -29,9 +29,11 @@ def test_every_repository_config_is_packaged():
 def test_unknown_config_lists_the_packaged_ones(name):
     with pytest.raises(ConfigNotFoundError) as e:
         config_path(name)
-    assert repr(name) in str(e.value) and "sft/tiny_arith.yaml" in str(e.value) and "rft/tiny_grpo.yaml" in str(e.value)
+    message = str(e.value)
+    assert repr(name) in message and "sft/tiny_arith.yaml" in message and "rft/tiny_grpo.yaml" in message
 
 
+@pytest.mark.subprocess
 def test_non_editable_install_runs_demo_help_and_finds_every_config(tmp_path):
     """`pip install --target` of a copy of the build inputs (no C++ build), run from a folder outside the
     repository with only that install on the path for ttrl_lightning: `ttrl demo --help` works (the console
@@ -41,9 +43,12 @@ def test_non_editable_install_runs_demo_help_and_finds_every_config(tmp_path):
     elsewhere.mkdir()
     ignore = shutil.ignore_patterns("__pycache__", "*.so", "*.pyc")
     for name in BUILD_INPUTS:
-        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy2)(ROOT / name, src / name,
-                                                                      **({"ignore": ignore} if (ROOT / name).is_dir() else {}))
-    env = {**os.environ, "TTRL_SKIP_CPU_BUILD": "1", "TTRL_SKIP_CUDA_BUILD": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, src / name, ignore=ignore)
+        else:
+            shutil.copy2(ROOT / name, src / name)
+    env = {**os.environ, "TTRL_SKIP_CPU_BUILD": "1", "TTRL_SKIP_CUDA_BUILD": "1",
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env.pop("PYTHONPATH", None)
     proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
                            "--no-index", "--target", str(target), str(src)],
@@ -51,8 +56,8 @@ def test_non_editable_install_runs_demo_help_and_finds_every_config(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
     env["PYTHONPATH"] = str(target)
-    proc = subprocess.run([sys.executable, str(target / "bin" / "ttrl"), "demo", "--help"], cwd=elsewhere, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(target / "bin" / "ttrl"), "demo", "--help"], cwd=elsewhere,
+                          env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.startswith("usage: ttrl demo")
 
@@ -60,8 +65,8 @@ def test_non_editable_install_runs_demo_help_and_finds_every_config(tmp_path):
             "from ttrl_lightning.cli.configs import config_path, packaged_configs\n"
             "print(json.dumps({'package': ttrl_lightning.__file__,"
             " 'configs': {n: config_path(n) for n in packaged_configs()}}))\n")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=elsewhere, env=env, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     found = json.loads(proc.stdout)
     assert Path(found["package"]).is_relative_to(target)

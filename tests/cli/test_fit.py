@@ -22,6 +22,7 @@ NOISE = (
 )
 
 
+@pytest.mark.subprocess
 def test_tiny_sft_fit_is_quiet_and_says_where_the_run_went(tmp_path):
     """The tiny SFT config, 2 steps, run as `python -m ttrl_lightning.cli fit` with the output captured (not a
     terminal): none of the noise, the checkpoint and the config land under the config's default_root_dir, one

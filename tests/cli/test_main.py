@@ -2,6 +2,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from ttrl_lightning.cli import SUBCOMMANDS, main
 
 
@@ -22,6 +24,7 @@ def test_every_subcommand_resolves():
         assert callable(getattr(importlib.import_module(module), fn)) and help_
 
 
+@pytest.mark.subprocess
 def test_pool_and_bon_do_not_import_lightning_or_transformers(tmp_path):
     """Subcommands are imported lazily: `ttrl pool` and `ttrl bon` never pay for Lightning or transformers;
     also runs the package as `python -m ttrl_lightning.cli`."""
@@ -32,12 +35,14 @@ def test_pool_and_bon_do_not_import_lightning_or_transformers(tmp_path):
         " '--tokens', '2']) == 0\n"
         f"assert main(['bon', '--pool', {str(pool)!r}, '--n', '2', '4', '--subsets', '2', '--bootstrap', '0',"
         f" '--out', {str(tmp_path / 'r.json')!r}, '--no-progress']) == 0\n"
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning', 'transformers'})\n"
+        "heavy = {m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning', 'transformers'}\n"
+        "heavy = sorted(heavy)\n"
         "print('HEAVY', heavy)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "HEAVY []" in proc.stdout
-    proc = subprocess.run([sys.executable, "-m", "ttrl_lightning.cli", "--help"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "ttrl_lightning.cli", "--help"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and "usage: ttrl <command>" in proc.stdout and "demo" in proc.stdout

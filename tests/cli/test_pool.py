@@ -17,7 +17,8 @@ def test_simulate_validate_convert_round_trip(tmp_path, capsys):
     assert main(["pool", "validate", src]) == 0
     line = capsys.readouterr().out
     assert "OK - 12 questions, 6 original / 6 reframed rollouts each" in line
-    original = [(r["gold"], ro["answer"]) for r in records for ro in r["rollouts"] if ro["view"] == "original"]
+    original = [(r["gold"], ro["answer"]) for r in records for ro in r["rollouts"]
+                if ro["view"] == "original"]
     share = 100 * sum(answers_equal(a, g) for g, a in original) / len(original)
     assert re.search(r"share of correct original-view rollouts: ([0-9.]+)%", line).group(1) == f"{share:.1f}"
 

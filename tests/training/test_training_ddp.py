@@ -4,18 +4,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.subprocess
 def test_ddp_two_ranks_stay_identical(tmp_path):
     cfg = {
         "seed_everything": 0,
         "model": {"class_path": "ttrl_lightning.modules.GRPOModule",
-                  "init_args": {"model": "tiny:qwen2", "num_generations": 2, "max_new_tokens": 4, "lr": 1e-2,
-                                "kl_coef": 0.1, "reference": "external", "num_iterations": 2}},
+                  "init_args": {"policy": {"model": "tiny:qwen2", "lr": 1e-2}, "num_generations": 2,
+                                "max_new_tokens": 4, "kl_coef": 0.1, "reference": "external",
+                                "num_iterations": 2}},
         "data": {"class_path": "ttrl_lightning.data.datamodules.PromptDataModule",
                  "init_args": {"n_train": 16, "batch_size": 2}},
         "trainer": {"accelerator": "cpu", "devices": 2, "strategy": "ddp", "max_steps": 4, "logger": False,

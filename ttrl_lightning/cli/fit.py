@@ -57,7 +57,7 @@ def _wandb_logger_configs(logger_cfg) -> list:
     entries = logger_cfg if isinstance(logger_cfg, list) else [logger_cfg]
     out = []
     for entry in entries:
-        class_path = getattr(entry, "class_path", None) if not isinstance(entry, dict) else entry.get("class_path")
+        class_path = entry.get("class_path") if isinstance(entry, dict) else getattr(entry, "class_path", None)
         cls = _import_class(class_path) if class_path else None
         if isinstance(cls, type) and issubclass(cls, WandbLogger):
             out.append(entry)
@@ -94,7 +94,8 @@ class RunConfigSaver(SaveConfigCallback):
         path = trainer.strategy.broadcast(path)
         if trainer.is_global_zero:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-            self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite, multifile=self.multifile)
+            self.parser.save(self.config, path, skip_none=False, overwrite=self.overwrite,
+                             multifile=self.multifile)
             self.config_path = path
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
@@ -129,7 +130,7 @@ class TTRLCLI(LightningCLI):
         return trainer
 
     def _finish_wandb(self) -> None:
-        """End the W&B run now, so that its summary is printed as plain text (not at exit, with ANSI codes)."""
+        """End the W&B run now: its summary then prints as plain text (at exit it came with ANSI codes)."""
         wandb = sys.modules.get("wandb")
         if wandb is not None and getattr(wandb, "run", None) is not None:
             wandb.finish()
@@ -181,7 +182,8 @@ def make_cli(args: list[str] | None, run: bool = True) -> TTRLCLI:
             subclass_mode_model=True,
             subclass_mode_data=True,
             trainer_defaults={"logger": DEFAULT_LOGGER},
-            parser_kwargs={"parser_mode": "omegaconf", "prog": "ttrl"},  # also under `python -m ttrl_lightning.cli`
+            # prog: "ttrl" also under `python -m ttrl_lightning.cli`
+            parser_kwargs={"parser_mode": "omegaconf", "prog": "ttrl"},
             save_config_callback=RunConfigSaver,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,

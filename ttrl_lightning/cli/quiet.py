@@ -12,8 +12,8 @@ own warnings, deprecations raised by this package, W&B errors) still shows.
   which W&B 0.19+ reads as "set"; :func:`drop_unset_wandb_anonymous` removes the unset key before the run
   starts, so the warning has no cause (a user who sets ``anonymous`` still sees it).
 
-The LightningCLI warning about ``args`` and ``sys.argv`` is not silenced: :func:`ttrl_lightning.cli.fit.make_cli`
-passes the command line the way LightningCLI expects (see there).
+The LightningCLI warning about ``args`` and ``sys.argv`` is not silenced:
+:func:`ttrl_lightning.cli.fit.make_cli` passes the command line the way LightningCLI expects (see there).
 """
 from __future__ import annotations
 
