@@ -40,7 +40,7 @@ Real run: ``GRPOModule`` on the tiny random Qwen2 (the settings of ``configs/rft
 learning rate of 1e-2 so that the KL to the EMA anchor reaches the corridor within the run), EMA anchor
 (rho 0.99), ``PIDKLController`` of each form, ``--real-steps`` steps on CPU (same seed for every form).
 
-    python benchmarks/kl_control.py                       # plants + real run (400 steps per controller, ~1-3 min on 2 cores)
+    python benchmarks/kl_control.py                       # plants + real run (200 steps per controller, 1-5 min on 2 cores)
     python benchmarks/kl_control.py --real-steps 0        # plants only (seconds)
 
 Writes ``<out>/kl_control.json`` and step-response plots ``<out>/plant_<name>.png``, ``<out>/real_grpo.png``.
@@ -287,7 +287,7 @@ def plot(rows: dict, title: str, path: Path) -> None:
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=STEPS, help="simulated steps per plant")
-    ap.add_argument("--real-steps", type=int, default=400, help="GRPO steps per controller (0: skip)")
+    ap.add_argument("--real-steps", type=int, default=200, help="GRPO steps per controller (0: skip)")
     ap.add_argument("--real-lr", type=float, default=1e-2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="outputs/kl_control")
