@@ -60,10 +60,10 @@ def run_ours(model_dir, prompts, args) -> dict:
 
     counter = TokenCounter()
     pl.seed_everything(args.seed)
-    module = GRPOModule(policy=PolicySpec(model=model_dir, lr=args.lr, seed=args.seed), num_generations=args.n,
-                        max_new_tokens=args.max_new_tokens, temperature=1.0, rewards=[ExactAnswer(), counter],
-                        reward_weights=[1.0, 0.0], kl_coef=args.beta, reference="initial",
-                        loss_aggregation="token_mean", max_grad_norm=1.0)
+    module = GRPOModule(policy=PolicySpec(model=model_dir, lr=args.lr, seed=args.seed),
+                        num_generations=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0,
+                        rewards=[ExactAnswer(), counter], reward_weights=[1.0, 0.0], kl_coef=args.beta,
+                        reference="initial", loss_aggregation="token_mean", max_grad_norm=1.0)
     data = PromptDataModule(task="arith", n_train=len(prompts), batch_size=args.prompts, seed=args.seed)
     times = {}
 

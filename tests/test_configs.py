@@ -103,7 +103,7 @@ def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
         error = smoothed - 0.15
         integral = min(max(integral + error, -5.0), 5.0)
         beta = min(max(0.1 + 0.30 * error + 0.05 * integral, 1e-3), 100.0)
-        assert float(r["train/beta"]) == pytest.approx(beta_prev, rel=1e-6)  # the loss of step t used beta_{t-1}
+        assert float(r["train/beta"]) == pytest.approx(beta_prev, rel=1e-6)  # step t's loss used beta_{t-1}
         assert float(r["pid/beta"]) == pytest.approx(beta, rel=1e-6)
         assert float(r["pid/kl_smoothed"]) == pytest.approx(smoothed, rel=1e-6, abs=1e-12)
         beta_prev = beta

@@ -35,8 +35,9 @@ def test_encode_trace_masks(tok):
 
 
 def test_observation_spans_count_per_trace_and_bare_observations(tok):
-    segs = [Segment("1+2+3=", "prompt"), Segment("<call>add(1,2)</call>", "action"), Segment("<out>3</out>", "observation"),
-            Segment("<call>add(3,3)</call>", "action"), Segment("6", "observation"), Segment("6", "text")]
+    segs = [Segment("1+2+3=", "prompt"), Segment("<call>add(1,2)</call>", "action"),
+            Segment("<out>3</out>", "observation"), Segment("<call>add(3,3)</call>", "action"),
+            Segment("6", "observation"), Segment("6", "text")]
     enc = encode_trace(tok, segs)
     toks = tok.convert_ids_to_tokens(enc["input_ids"])
     spans = {k: [t for t, s in zip(toks, enc["observation_span"]) if s == k] for k in (1, 2)}

@@ -22,7 +22,8 @@ def test_sft_loss_falls_on_generated_task():
 
 def test_sft_training_step_uses_weighting_and_dropout():
     """The module's loss on a batch equals the weighted CE with the dropped-out inputs it drew."""
-    module = SFTModule(policy=PolicySpec(model="tiny:qwen2"), w_act=3.0, feedback_dropout=1.0)  # p=1: all hidden
+    # feedback_dropout=1: every observation hidden
+    module = SFTModule(policy=PolicySpec(model="tiny:qwen2"), w_act=3.0, feedback_dropout=1.0)
     module.configure_model()
     data = SFTDataModule(task="arith3", n_train=4, n_val=4, batch_size=4, tokenizer=module.tokenizer)
     data.setup()

@@ -45,6 +45,7 @@ def test_replay_signals_through_fused_op_match_generate_logits(tok, backend):
     m = a.completion_mask.bool()
     ref = full_forward_signals(model, a)
     for k in ("logprob", "entropy", "self_certainty"):
-        torch.testing.assert_close(a.signals[k][m].double(), ref[k][m], atol=1e-4, rtol=1e-4, msg=f"generate {k}")
-        torch.testing.assert_close(b.signals[k][m].double(), ref[k][m], atol=1e-4, rtol=1e-4, msg=f"replay {k}")
+        for source, r in (("generate", a), ("replay", b)):
+            torch.testing.assert_close(r.signals[k][m].double(), ref[k][m], atol=1e-4, rtol=1e-4,
+                                       msg=f"{source} {k}")
     assert (ref["self_certainty"][m] > 0).all()  # KL(U || p) > 0 for a non-uniform p

@@ -43,7 +43,8 @@ class PolicySpec:
         if isinstance(spec, Mapping):
             known = set(cls.__dataclass_fields__)
             if set(spec) - known:
-                raise TypeError(f"unknown policy field(s) {sorted(set(spec) - known)}; known: {sorted(known)}")
+                raise TypeError(f"unknown policy field(s) {sorted(set(spec) - known)}; "
+                                f"known: {sorted(known)}")
             spec = dict(spec)
             if "betas" in spec:
                 spec["betas"] = tuple(spec["betas"])
