@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ttrl_lightning.masking import IGNORE_INDEX
+from tests.ops._ops_cases import token_stats_inputs
 from ttrl_lightning.ops.linear_logprobs import linear_logprobs
 from ttrl_lightning.ops.linear_logprobs_reference import linear_logprobs_reference
 
@@ -16,13 +16,9 @@ GRAD_TOL = {torch.float32: dict(atol=5e-5, rtol=1e-4), torch.bfloat16: dict(atol
 
 
 def linear_logprobs_inputs(dtype=torch.float32, M=41, H=33, V=1271, bias=True, seed=0):
-    """Odd shapes on purpose; every 4th token has no label (IGNORE_INDEX). Upstream gradients g, g_H: [M]."""
-    gen = torch.Generator().manual_seed(seed)
-    hidden = torch.randn(M, H, generator=gen).to(dtype)
-    weight = (torch.randn(V, H, generator=gen) * 0.3).to(dtype)
-    b = torch.randn(V, generator=gen).to(dtype) if bias else None
-    ids = torch.randint(0, V, (M,), generator=gen)
-    ids[::4] = IGNORE_INDEX
+    """token_stats' odd-shaped inputs (every 7th token without a label) plus upstream gradients g, g_H: [M]."""
+    hidden, weight, ids, b = token_stats_inputs(dtype, M, H, V, bias, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
     return hidden, weight, ids, b, torch.randn(M, generator=gen), torch.randn(M, generator=gen)
 
 

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.ops._linear_logprobs_cases import compare_with_reference, linear_logprobs_inputs
+from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
 from ttrl_lightning.ops import linear_logprobs as lp_module
 from ttrl_lightning.ops.linear_logprobs import linear_logprobs, selected_backend, unavailable_reason
 from ttrl_lightning.ops.linear_logprobs_reference import linear_logprobs_reference
@@ -153,13 +154,6 @@ def test_peak_memory_stays_o_m_times_chunk(backend):
     may add the [V, H] weight gradient (4 MiB), a few 1 MiB tiles (the logits tile and the torch epilogue's
     temporaries) and allocator slack, well below a quarter of the full logits."""
     require(backend)
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    try:
-        from _memory import peak_extra_memory, reset_peak_rss
-    finally:
-        sys.path.pop(0)
-    if not reset_peak_rss():
-        pytest.skip("cannot reset the peak RSS on this system (/proc/self/clear_refs needs Linux)")
     M, H, V, chunk = 256, 16, 65536, 1024
     gen = torch.Generator().manual_seed(0)
     hidden = torch.randn(M, H, generator=gen).requires_grad_()
@@ -175,10 +169,10 @@ def test_peak_memory_stays_o_m_times_chunk(backend):
     fused = step(lambda h, w, y: linear_logprobs(h, w, y, backend=backend, chunk_size=chunk))
     fused()  # warm-up (thread pools, GEMM buffers, lazy init)
     full, tile, grad_w = M * V * 4, M * chunk * 4, V * H * 4
-    extra = peak_extra_memory(fused, "cpu")["peak_extra_bytes"]
+    extra = _peak_extra_bytes(fused)
     bound = grad_w + 8 * tile + (2 << 20)
     assert extra < bound < full / 4, f"peak extra {extra / 2**20:.1f} MiB, bound {bound / 2**20:.0f} MiB"
-    extra_full = peak_extra_memory(step(linear_logprobs_reference), "cpu")["peak_extra_bytes"]
+    extra_full = _peak_extra_bytes(step(linear_logprobs_reference))
     assert extra_full > full * 0.9  # the measurement does catch materialised logits
 
 
