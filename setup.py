@@ -7,7 +7,7 @@ Python code is plain; the compiled part lives in ``csrc/``:
   build stays one compile);
 * the CUDA extension ``ttrl_lightning._C_cuda`` (``csrc/**/*_cuda.cu`` + ``csrc/bindings_cuda.cpp``) is
   built only when ``nvcc`` and a CUDA build of torch are present. The ``.cu`` files use no torch headers, so
-  ``nvcc -c`` alone can compile-check them (tests/ops/test_ops_cuda_compile.py).
+  ``nvcc -c`` alone can compile-check them (tests/ops/test_cuda_compile.py).
 
 Environment switches:
   TTRL_SKIP_CPU_BUILD=1   do not build the CPU extension

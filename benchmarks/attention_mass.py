@@ -122,7 +122,7 @@ def worker(args):
         result["T"] = T
         result["check"] = {"out_abs_mean": float(out.double().abs().mean())}
         if mass is not None:
-            result["check"]["image_mass_mean"] = float(mass[..., 0].double().mean())
+            result["check"]["image_attention_mean"] = float(mass[..., 0].double().mean())
     result["threads"] = torch.get_num_threads()
     print(json.dumps(result))
 
@@ -156,9 +156,9 @@ def main():
     ours = [n for n in results if n.startswith("ours_") and not n.endswith("_half_T")]
     eager = results.get("eager_output_attentions")
     if eager:
-        ref = eager["check"].get("image_mass_mean")
+        ref = eager["check"].get("image_attention_mean")
         for n in ours:
-            got = results[n]["check"].get("image_mass_mean")
+            got = results[n]["check"].get("image_attention_mean")
             if ref is not None and got is not None and abs(got - ref) > 1e-3:
                 print(f"[MISMATCH] {n} image mass mean {got} vs eager {ref}")
     flash = [results[n] for n in ("sdpa_flash_no_mass", "flash_attn2_no_mass") if n in results]
