@@ -92,7 +92,8 @@ def main():
     p.add_argument("--M", "--m", dest="M", type=int, default=4096)
     p.add_argument("--H", type=int, default=1024)
     p.add_argument("--V", type=int, default=151936)
-    p.add_argument("--frozen-head", action="store_true", help="the head gets no gradient (LoRA / frozen lm_head)")
+    p.add_argument("--frozen-head", action="store_true",
+                   help="the head gets no gradient (LoRA / frozen lm_head)")
     add_protocol_args(p, CANDIDATES, repeats=3, out="outputs/benchmarks/train_logprobs.json")
     args = p.parse_args()
     if args.worker:
@@ -123,7 +124,8 @@ def main():
                 continue
             mem_ok, time_ok = r["mem_ratio"] <= MEMORY_TARGET, r["time_ratio"] <= TIME_TARGET
             print(f"target {name}: memory <= 1/10 of baseline: {'PASS' if mem_ok else 'FAIL'} "
-                  f"({1 / r['mem_ratio']:.1f}x less); time <= {TIME_TARGET}x: {'PASS' if time_ok else 'FAIL'} "
+                  f"({1 / r['mem_ratio']:.1f}x less); "
+                  f"time <= {TIME_TARGET}x: {'PASS' if time_ok else 'FAIL'} "
                   f"({r['time_ratio']:.3f}x)")
     from ttrl_lightning.ops.linear_logprobs import selected_backend
 

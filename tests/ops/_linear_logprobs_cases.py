@@ -10,13 +10,14 @@ from ttrl_lightning.ops.linear_logprobs_reference import linear_logprobs_referen
 
 # Tolerances against the reference. Both sides compute in float32 from the same (rounded) inputs, so values
 # agree to float32 summation noise. Gradients of bfloat16 leaves are rounded to bfloat16 once at the end
-# (relative step 2^-8, so at most 2^-9 = 0.2% by rounding to nearest); the reference's are compared in float32.
+# (relative step 2^-8, so at most 2^-9 = 0.2% by rounding to nearest); the reference's are compared in
+# float32.
 VALUE_TOL = dict(atol=2e-4, rtol=1e-4)
 GRAD_TOL = {torch.float32: dict(atol=5e-5, rtol=1e-4), torch.bfloat16: dict(atol=5e-5, rtol=4e-3)}
 
 
 def linear_logprobs_inputs(dtype=torch.float32, M=41, H=33, V=1271, bias=True, seed=0):
-    """token_stats' odd-shaped inputs (every 7th token without a label) plus upstream gradients g, g_H: [M]."""
+    """token_stats' odd-shaped inputs (every 7th token without a label) plus upstream gradients g, g_H."""
     hidden, weight, ids, b = token_stats_inputs(dtype, M, H, V, bias, seed)
     gen = torch.Generator().manual_seed(seed + 1)
     return hidden, weight, ids, b, torch.randn(M, generator=gen), torch.randn(M, generator=gen)
@@ -43,8 +44,8 @@ def compare_with_reference(backend, dtype, bias, temperature, entropy, train_hea
 
     ours = run(lambda *a, **k: linear_logprobs(*a, backend=backend, chunk_size=chunk_size),
                leaf(hidden, dtype, True), leaf(weight, dtype, train_head), leaf(b, dtype, train_head))
-    ref = run(linear_logprobs_reference, leaf(hidden, torch.float32, True), leaf(weight, torch.float32, train_head),
-              leaf(b, torch.float32, train_head))
+    ref = run(linear_logprobs_reference, leaf(hidden, torch.float32, True),
+              leaf(weight, torch.float32, train_head), leaf(b, torch.float32, train_head))
     names = ["logprob", "entropy"][: len(ours[0])]
     for name, got, want in zip(names, ours[0], ref[0]):
         if got.dtype != torch.float32:

@@ -30,10 +30,11 @@ def require(backend):
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("bias,temperature,entropy", [(True, 0.7, True), (False, 1.0, False), (True, 1.0, False)])
+@pytest.mark.parametrize("bias,temperature,entropy",
+                         [(True, 0.7, True), (False, 1.0, False), (True, 1.0, False)])
 def test_values_and_gradients_match_reference(backend, dtype, bias, temperature, entropy):
-    """Trainable head: logprob (and entropy) and the gradients of hidden, weight and bias, V = 1271 in chunks of
-    256 (the last one partial), H = 33."""
+    """Trainable head: logprob (and entropy) and the gradients of hidden, weight and bias, V = 1271 in
+    chunks of 256 (the last one partial), H = 33."""
     require(backend)
     failures = compare_with_reference(backend, dtype, bias, temperature, entropy, train_head=True)
     assert not failures, "\n".join(failures)
@@ -69,7 +70,7 @@ def test_odd_shapes_and_row_blocks(backend, monkeypatch):
 
 
 def test_leading_dims_bias_only_and_ignored_labels():
-    """[B, T, H] hidden; a trainable bias with a frozen weight; ignored labels give logprob 0 and no gradient."""
+    """[B, T, H] hidden; a trainable bias with a frozen weight; ignored labels: logprob 0, no gradient."""
     hidden, weight, ids, b, g, _ = linear_logprobs_inputs(M=12, V=50)
     h = hidden.view(3, 4, -1).requires_grad_()
     bias = b.clone().requires_grad_()
@@ -84,6 +85,27 @@ def test_leading_dims_bias_only_and_ignored_labels():
     torch.testing.assert_close(gh.view_as(rh), rh, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(gb, rb, atol=1e-5, rtol=1e-5)
     assert torch.all(gh.view(12, -1)[ids < 0] == 0)  # a token without a label contributes nothing
+
+
+def test_no_graph_runs_the_plain_forward_pass(monkeypatch):
+    """Under no_grad the frozen-head accumulators (a second GEMM per tile) are not built."""
+    hidden, weight, ids, b, _, _ = linear_logprobs_inputs(M=8, V=40)
+    calls = []
+    real = lp_module._forward_pass
+
+    def spy(*args):
+        calls.append(args[7])  # accumulate
+        return real(*args)
+
+    monkeypatch.setattr(lp_module, "_forward_pass", spy)
+    h = hidden.clone().requires_grad_()
+    with torch.no_grad():
+        out = linear_logprobs(h, weight, ids, 1.0, b, backend="torch")
+    assert calls == [False] and not out.requires_grad
+    ref = linear_logprobs_reference(hidden, weight, ids, 1.0, b)
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+    linear_logprobs(h, weight, ids, 1.0, b, backend="torch")
+    assert calls == [False, True]
 
 
 def test_entropy_gradient_by_hand():
@@ -150,9 +172,9 @@ def test_kernel_impl_env_is_honoured_or_falls_back_with_a_line(monkeypatch, capl
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_peak_memory_stays_o_m_times_chunk(backend):
-    """Forward + backward at M = 256, V = 65536, chunks of 1024: [M, V] float32 logits would add 64 MiB. The op
-    may add the [V, H] weight gradient (4 MiB), a few 1 MiB tiles (the logits tile and the torch epilogue's
-    temporaries) and allocator slack, well below a quarter of the full logits."""
+    """Forward + backward at M = 256, V = 65536, chunks of 1024: [M, V] float32 logits would add 64 MiB.
+    The op may add the [V, H] weight gradient (4 MiB), a few 1 MiB tiles (the logits tile and the torch
+    epilogue's temporaries) and allocator slack, well below a quarter of the full logits."""
     require(backend)
     M, H, V, chunk = 256, 16, 65536, 1024
     gen = torch.Generator().manual_seed(0)
@@ -204,13 +226,16 @@ def test_triton_kernels_compile_for_gpu_architectures(cc):
          {**{n: "*fp32" for n in ("z_ptr", "ez_ptr", "m_ptr", "s_ptr", "t_ptr", "zy_ptr")}, "ids_ptr": "*i64",
           "alpha_ptr": "*fp32", **rows}, {"WRITE_E": True, "WRITE_EZ": True}),
         (kernels._backward_tile_kernel,
-         {**{n: "*fp32" for n in ("z_ptr", "lse_ptr", "mu_ptr", "g_ptr", "gh_ptr")}, "ids_ptr": "*i64", **rows},
+         {**{n: "*fp32" for n in ("z_ptr", "lse_ptr", "mu_ptr", "g_ptr", "gh_ptr")}, "ids_ptr": "*i64",
+          **rows},
          {"WITH_ENTROPY": True}),
     ]
     for fn, signature, flags in specs:
         constexprs = {**flags, "BLOCK_C": blocks["BLOCK_C"]}
-        src = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}}, constexprs=constexprs)
-        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": blocks["num_warps"]})
+        src = ASTSource(fn=fn, signature={**signature, **{k: "constexpr" for k in constexprs}},
+                        constexprs=constexprs)
+        compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
+                                  options={"num_warps": blocks["num_warps"]})
         assert compiled.metadata.shared <= limit
 
 
@@ -219,7 +244,8 @@ def test_triton_backend_matches_reference_in_interpreter():
     pytest.importorskip("triton", reason="triton is not installed")
     env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     env.pop("TTRL_KERNEL_IMPL", None)
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "_linear_logprobs_check.py"), "--backend", "triton"],
-                          capture_output=True, text=True, env=env, timeout=600)
+    script = os.path.join(HERE, "_linear_logprobs_check.py")
+    proc = subprocess.run([sys.executable, script, "--backend", "triton"], capture_output=True, text=True,
+                          env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "matches the reference" in proc.stdout

@@ -66,9 +66,10 @@ def _label_columns(ids: torch.Tensor, v0: int, cols: int) -> tuple[torch.Tensor,
 def forward_tile_torch(z, m, s, t, zy, ids, v0, write_e, ez):
     """Online-softmax update of one ``[R, C]`` logits tile (all float32, ``m, s, t, zy, ids: [R]``, in place).
 
-    ``m <- max(m, max_v z)``, ``s <- alpha s + sum e``, ``t <- alpha t + sum e z`` with ``e = exp(z - m_new)``,
-    ``alpha = exp(m_old - m_new)``; ``zy`` takes the label logit if the label is in this tile. With ``write_e``
-    the tile is overwritten by ``e``; ``ez`` (or None) receives ``e * z``. Returns ``alpha: [R]``.
+    ``m <- max(m, max_v z)``, ``s <- alpha s + sum e``, ``t <- alpha t + sum e z`` with
+    ``e = exp(z - m_new)``, ``alpha = exp(m_old - m_new)``; ``zy`` takes the label logit if the label is in
+    this tile. With ``write_e`` the tile is overwritten by ``e``; ``ez`` (or None) receives ``e * z``.
+    Returns ``alpha: [R]``.
     """
     m_new = torch.maximum(m, z.amax(1))
     alpha = torch.exp(m - m_new)
@@ -85,7 +86,8 @@ def forward_tile_torch(z, m, s, t, zy, ids, v0, write_e, ez):
 
 
 def backward_tile_torch(z, lse, mu, g_logprob, g_entropy, ids, v0):
-    """Recomputed logits tile -> ``grad_z`` in place: ``g delta_vy - p (g + g_H (z - mu))``, ``p = e^(z - lse)``.
+    """Recomputed logits tile -> ``grad_z`` in place: ``g delta_vy - p (g + g_H (z - mu))``,
+    ``p = e^(z - lse)``.
 
     ``g_logprob`` is 0 on rows without a label; ``g_entropy`` may be None (no entropy gradient).
     """
@@ -104,8 +106,8 @@ def _forward_tile_cpp(z, m, s, t, zy, ids, v0, write_e, ez):
 
 
 def _backward_tile_cpp(z, lse, mu, g_logprob, g_entropy, ids, v0):
-    torch.ops.ttrl.linear_logprobs_backward_tile(z, lse, mu, g_logprob,
-                                                 g_entropy if g_entropy is not None else z.new_empty(0), ids, v0)
+    g_h = g_entropy if g_entropy is not None else z.new_empty(0)
+    torch.ops.ttrl.linear_logprobs_backward_tile(z, lse, mu, g_logprob, g_h, ids, v0)
 
 
 @dataclass(frozen=True)
@@ -137,14 +139,15 @@ def _probe_cpp() -> str | None:
     try:
         import ttrl_lightning._C  # noqa: F401
     except ImportError as e:
-        return f"extension ttrl_lightning._C not built ({e}); rebuild with `pip install --no-build-isolation -e .`"
+        return (f"extension ttrl_lightning._C not built ({e}); "
+                "rebuild with `pip install --no-build-isolation -e .`")
     if not hasattr(torch.ops.ttrl, "linear_logprobs_forward_tile"):
         return "ttrl_lightning._C was built without csrc/linear_logprobs (rebuild the extension)"
     return None
 
 
 def _probe_triton() -> str | None:
-    from . import backends  # the signal ops' probe: a CUDA device or TRITON_INTERPRET=1, and triton importable
+    from . import backends  # the signal ops' probe: CUDA or TRITON_INTERPRET=1, and triton importable
 
     return backends.unavailable_reason("triton")
 
@@ -183,10 +186,11 @@ def selected_backend(device_type: str = "cpu") -> str:
         if requested in BACKENDS and device_type in BACKENDS[requested].devices:
             reason = unavailable_reason(requested)
             if reason is not None:
-                raise RuntimeError(f"{ENV_VAR}={requested} requested but that backend is unavailable: {reason}")
+                raise RuntimeError(f"{ENV_VAR}={requested} requested but that backend is unavailable: "
+                                   f"{reason}")
             return requested
-        log.warning("ttrl_lightning.ops: linear_logprobs has no %r backend for %s tensors (%s); using its auto "
-                    "choice", requested, device_type, ENV_VAR)
+        log.warning("ttrl_lightning.ops: linear_logprobs has no %r backend for %s tensors (%s); using its "
+                    "auto choice", requested, device_type, ENV_VAR)
     skipped = []
     for name in AUTO_ORDER.get(device_type, ("torch",)):
         reason = unavailable_reason(name)
@@ -251,8 +255,9 @@ def _chunk(weight, bias, v0, v1, temperature):
 
 def _forward_pass(kern: TileKernels, h, weight, bias, ids, temperature, plan: TilePlan, accumulate: bool,
                   with_entropy: bool):
-    """Online softmax over all tiles. Returns ``(logprob, entropy, lse, mu, pw, pzw)``; ``pw = sum_v p_v W_v``
-    and ``pzw = sum_v p_v z_v W_v`` (``[M, H]``) only when ``accumulate`` (pzw also needs ``with_entropy``)."""
+    """Online softmax over all tiles. Returns ``(logprob, entropy, lse, mu, pw, pzw)``; ``[M, H]``
+    ``pw = sum_v p_v W_v`` and ``pzw = sum_v p_v z_v W_v`` only when ``accumulate`` (pzw also needs
+    ``with_entropy``)."""
     M, H = h.shape
     V = weight.shape[0]
     f32 = dict(device=h.device, dtype=torch.float32)
@@ -267,7 +272,8 @@ def _forward_pass(kern: TileKernels, h, weight, bias, ids, temperature, plan: Ti
         for r0, r1 in row_blocks:
             z = _logits_tile(buf, h[r0:r1], w, b)
             ez = None if ez_buf is None else ez_buf[: z.numel()].view_as(z)
-            alpha = kern.forward_tile(z, m[r0:r1], s[r0:r1], t[r0:r1], zy[r0:r1], ids[r0:r1], v0, accumulate, ez)
+            alpha = kern.forward_tile(z, m[r0:r1], s[r0:r1], t[r0:r1], zy[r0:r1], ids[r0:r1], v0,
+                                      accumulate, ez)
             if accumulate:  # z now holds e = exp(z - m_new)
                 acc[r0:r1].mul_(alpha[:, None]).addmm_(z, w)
                 if acc_z is not None:
@@ -324,8 +330,8 @@ class LinearLogprobsFunction(torch.autograd.Function):
         need_b = bias is not None and ctx.needs_input_grad[2]
         accumulate = need_h and not (need_w or need_b)
         h = _scaled_hidden(hidden, temperature)
-        logprob, entropy, lse, mu, pw, pzw = _forward_pass(kern, h, weight, bias, token_ids, temperature, plan,
-                                                           accumulate, with_entropy)
+        logprob, entropy, lse, mu, pw, pzw = _forward_pass(kern, h, weight, bias, token_ids, temperature,
+                                                           plan, accumulate, with_entropy)
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(hidden, weight, bias, token_ids, lse, mu, pw, pzw)
         ctx.config = (temperature, kern, plan, accumulate, need_h, need_w, need_b)
@@ -348,8 +354,8 @@ class LinearLogprobsFunction(torch.autograd.Function):
             grad_h = grad_h.mul_(1.0 / temperature).to(hidden.dtype)
             return grad_h, None, None, None, None, None, None, None
         h = _scaled_hidden(hidden, temperature)
-        grad_h, grad_w, grad_b = _backward_pass(kern, h, weight, bias, ids, temperature, plan, lse, mu, g, g_h,
-                                                need_h, need_w, need_b)
+        grad_h, grad_w, grad_b = _backward_pass(kern, h, weight, bias, ids, temperature, plan, lse, mu, g,
+                                                g_h, need_h, need_w, need_b)
         grad_h = grad_h.to(hidden.dtype) if grad_h is not None else None
         grad_b = grad_b.to(bias.dtype) if grad_b is not None else None
         return grad_h, grad_w, grad_b, None, None, None, None, None
@@ -388,8 +394,15 @@ def linear_logprobs(
     if M == 0:
         zero = h2.float().sum(-1)  # [0], attached to hidden's graph
         return (zero.view(lead), zero.view(lead)) if return_entropy else zero.view(lead)
-    logprob, entropy = LinearLogprobsFunction.apply(h2, weight, bias, ids.long(), float(temperature),
-                                                    bool(return_entropy), kern, plan)
+    temperature = float(temperature)
+    leaves = (h2, weight) if bias is None else (h2, weight, bias)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in leaves):
+        logprob, entropy = LinearLogprobsFunction.apply(h2, weight, bias, ids.long(), temperature,
+                                                        bool(return_entropy), kern, plan)
+    else:  # no graph (needs_input_grad would still say True under no_grad): the plain forward pass
+        with torch.no_grad():
+            logprob, entropy = _forward_pass(kern, _scaled_hidden(h2, temperature), weight, bias, ids.long(),
+                                             temperature, plan, False, False)[:2]
     if not bool(torch.isfinite(logprob).all() & torch.isfinite(entropy).all()):
         raise ValueError("linear_logprobs: non-finite result: hidden/weight/bias contain NaN or inf, or the "
                          "logits overflow")
