@@ -1,11 +1,14 @@
 import json
+import math
 
 import pytest
 import torch
 
 from ttrl_lightning.answers import NO_ANSWER
-from ttrl_lightning.data.pool import (PoolError, load_pool, pool_to_records, read_records, records_to_pool,
-                                      validate_record, write_records)
+from ttrl_lightning.data.pool import (FLOAT32_OVERFLOW, MAX_TOKENS_PER_ROLLOUT, PoolError, load_pool,
+                                      pool_to_records, read_records, records_to_pool, validate_record,
+                                      write_records)
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.data.simulate import simulate_pool
 
 
@@ -44,12 +47,99 @@ def test_records_to_pool_extracts_groups_and_marks_gold():
     (lambda r: r.update(question="1+11?"), r"record 0 \(id='q1'\): unknown field 'question'"),
     (lambda r: r["rollouts"][3].update(image_mass=[0.1]), r"rollouts\[3\]: unknown field 'image_mass'"),
     (lambda r: r["rollouts"][0].update(observation="7"), r"rollouts\[0\]: unknown field 'observation'"),
+    # item 5: finite in float64 but inf in float32, the dtype RolloutPool stores signals in
+    (lambda r: r["rollouts"][0].update(entropy=[0.1, 1e308]), r"rollouts\[0\].entropy holds 1e\+308 at token 1.*float32"),
+    (lambda r: r["rollouts"][0].update(logprob=[-3.5e38, 0.0]), r"rollouts\[0\].logprob holds -3.5e\+38 at token 0"),
+    (lambda r: r["rollouts"][2].update(self_certainty=[0.5, float("inf"), 0.1]),
+     r"rollouts\[2\].self_certainty holds inf at token 1"),
+    # item 8: strict types -- no numeric strings, no booleans (True is an int in Python), string views only
+    (lambda r: r["rollouts"][0].update(entropy=[0.1, "0.2"]), r"rollouts\[0\].entropy\[1\] must be a number, got string"),
+    (lambda r: r["rollouts"][0].update(entropy=[True, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got boolean"),
+    (lambda r: r["rollouts"][0].update(entropy=[None, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got null"),
+    (lambda r: r["rollouts"][0].update(entropy=[[0.1], 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got array"),
+    (lambda r: r["rollouts"][1].update(view=0), r"rollouts\[1\].view must be one of .*got integer 0"),
+    (lambda r: r["rollouts"][1].update(view=""), r"rollouts\[1\].view must be one of .*got string ''"),
+    (lambda r: r["rollouts"][1].update(view=False), r"rollouts\[1\].view must be one of .*got boolean"),
+    (lambda r: r["rollouts"][3].update(num_tokens=True), r"rollouts\[3\].num_tokens must be an integer.*got boolean"),
+    (lambda r: r["rollouts"][3].update(num_tokens=3.0), r"rollouts\[3\].num_tokens must be an integer.*got number"),
+    (lambda r: r["rollouts"][3].update(num_tokens=0), r"rollouts\[3\].num_tokens must be an integer in \[1, 32767\]"),
+    (lambda r: r["rollouts"][0].update(self_certanity=[1.0, 2.0]), r"rollouts\[0\]: unknown field 'self_certanity'"),
+    (lambda r: r.update(id=17), r"field 'id' must be a non-empty string, got integer 17"),
+    (lambda r: r.update(id=None), r"missing field 'id'"),
+    (lambda r: r["rollouts"][0].update(answer=12), r"rollouts\[0\].answer must be a string or null, got integer"),
+    # item 10: shares outside [0, 1], integers beyond float, the token limit
+    (lambda r: r["rollouts"][0].update(image_attention=[0.5, 1.5]),
+     r"record 0 \(id='q1'\): rollouts\[0\].image_attention\[1\] = 1.5 is outside \[0, 1\]"),
+    (lambda r: r["rollouts"][0].update(image_attention=[-0.1, 0.5]), r"rollouts\[0\].image_attention\[0\] = -0.1 is outside"),
+    (lambda r: r["rollouts"][0].update(visual_engagement=[0.5, 2.0]), r"rollouts\[0\].visual_engagement\[1\] = 2.0 is outside"),
+    (lambda r: r["rollouts"][0].update(entropy=[0.1, 10 ** 400]),
+     r"rollouts\[0\].entropy\[1\] is an integer too large for float32"),
+    (lambda r: r["rollouts"][3].update(num_tokens=10 ** 400), r"rollouts\[3\].num_tokens must be an integer in"),
+    (lambda r: r["rollouts"][3].update(entropy=[0.1] * 32768),
+     r"rollouts\[3\].entropy has 32768 tokens; a rollout may have at most 32767"),
 ])
 def test_bad_records_name_record_and_field(mutate, match):
     rec = _rec()
     mutate(rec)
-    with pytest.raises(PoolError, match=match):
+    with pytest.raises(PoolError, match=match) as err:
         validate_record(rec, 0)
+    assert isinstance(err.value, UserError) and "\n" not in str(err.value)  # the CLI's one-line message
+
+
+def test_float32_overflow_threshold_is_where_torch_rounds_to_inf():
+    """FLOAT32_OVERFLOW is the smallest magnitude float32 rounds to inf; the value just below it is kept."""
+    below = math.nextafter(FLOAT32_OVERFLOW, 0.0)
+    as32 = torch.tensor([below, FLOAT32_OVERFLOW, -below, -FLOAT32_OVERFLOW], dtype=torch.float64).float()
+    assert torch.isfinite(as32).tolist() == [True, False, True, False]
+    ok = _rec()
+    ok["rollouts"][0]["entropy"] = [0.1, below]
+    assert validate_record(ok)["rollouts"][0]["entropy"] == [0.1, below]
+    ok["rollouts"][0]["entropy"] = [0.1, FLOAT32_OVERFLOW]
+    with pytest.raises(PoolError, match="inf in float32"):
+        validate_record(ok)
+
+
+def test_strict_record_accepts_the_documented_forms():
+    """Integers are numbers, view may be absent or null, shares may carry float rounding (1 + 1e-7), and the
+    token limit itself is allowed: strictness must not refuse valid records."""
+    rec = _rec()
+    rec["rollouts"][0].update(entropy=[1, 2], image_attention=[0.0, 1.0 + 1e-7], view=None)
+    rec["rollouts"][3].update(num_tokens=MAX_TOKENS_PER_ROLLOUT)
+    out = validate_record(rec)
+    assert out["rollouts"][0]["entropy"] == [1.0, 2.0] and out["rollouts"][0]["view"] == "original"
+    assert out["rollouts"][3]["num_tokens"] == 32767
+
+
+def test_duplicate_ids_are_refused_naming_both_records():
+    with pytest.raises(PoolError, match=r"record 2 \(id='q1'\): duplicate id 'q1', already used by record 0"):
+        records_to_pool([_rec(), _rec(id="q2"), _rec()])
+
+
+def test_missing_signal_blames_the_record_that_lacks_it():
+    """Whether the odd record comes first or later, the message's subject is the record without the array."""
+    lacking = _rec(id="bare")
+    for ro in lacking["rollouts"]:
+        ro.pop("self_certainty", None)
+    with pytest.raises(PoolError, match=r"record 1 \(id='bare'\): lacks per-token 'self_certainty', which "
+                                        r"record 0 \(id='q1'\) has"):
+        records_to_pool([_rec(), lacking, _rec(id="q3")])
+    with pytest.raises(PoolError, match=r"record 0 \(id='bare'\): lacks per-token 'self_certainty', which "
+                                        r"record 1 \(id='q2'\) has"):
+        records_to_pool([lacking, _rec(id="q2")])
+
+
+def test_token_counts_are_all_or_none():
+    a, b = _rec(), _rec(id="q2")
+    for rec in (a, b):
+        for ro in rec["rollouts"]:
+            ro.pop("entropy", None), ro.pop("self_certainty", None)
+    a["rollouts"][0]["num_tokens"] = 3
+    with pytest.raises(PoolError, match=r"record 0 \(id='q1'\): rollouts\[1\] lacks a token count"):
+        records_to_pool([a, b])
+    for ro in a["rollouts"][:3]:
+        ro["num_tokens"] = 2
+    with pytest.raises(PoolError, match=r"record 1 \(id='q2'\): lacks token counts .*which record 0"):
+        records_to_pool([a, b])
 
 
 def test_pool_needs_fixed_size_and_consistent_signals():

@@ -16,6 +16,10 @@ through the public API and is the test oracle of this module.
 
 Vectorisation: every quantity is a ``[questions, subsets, N]`` tensor; no subset's token values are ever
 gathered (see :mod:`.calibration`).
+
+Questions without a gold answer (``gold`` null or absent) cannot be scored: they are left out, and the
+result names them (``BoNResult.without_gold``; the report's ``questions_without_gold``) instead of counting
+them wrong. A pool where no question has a gold answer is refused (:class:`~ttrl_lightning.data.pool.PoolError`).
 """
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..data.pool import PoolError
+from ..errors import UserError
 from .calibration import SortedTokens, calibrated_confidence_means
 from .chunk import QuestionChunk
 from .config import BoNConfig
@@ -40,12 +46,17 @@ __all__ = ["BON_METHODS", "BoNConfig", "BoNMethod", "BoNResult", "PlannedMethod"
 
 @dataclass
 class BoNResult:
-    """Per-question accuracies ``per_question[method][N] -> [Q]`` (averaged over subsets) and config."""
+    """Per-question accuracies ``per_question[method][N] -> [Q]`` (averaged over subsets) and config.
+
+    ``num_questions``: questions evaluated (those with a gold answer, all of them unless interrupted);
+    ``without_gold``: ids of the questions left out because they have no gold answer.
+    """
 
     per_question: dict[str, dict[int, Tensor]] = field(default_factory=dict)
     config: BoNConfig | None = None
     complete: bool = True
     num_questions: int = 0
+    without_gold: list[str] = field(default_factory=list)
 
     def accuracy(self) -> dict[str, dict[str, float]]:
         return {m: {str(n): float(v.mean()) for n, v in per_n.items()}
@@ -53,31 +64,45 @@ class BoNResult:
 
 
 def _check_pool(pool, plan: list[PlannedMethod], ns: Sequence[int], r0: int, r1: int) -> None:
-    """Raise a clear ``ValueError`` when a planned method needs a view, signals or token counts the pool does
-    not have, or a budget exceeds the pool size."""
+    """Raise a :class:`~ttrl_lightning.errors.UserError` (``PoolError`` when the pool lacks what a method
+    needs) when a planned method needs a view, signals or token counts the pool does not have, or a budget
+    exceeds the pool size."""
+    src = pool.source or "the pool"
     need_views = [p.report for p in plan if p.method.needs_views]
     if need_views and r1 == 0:
-        raise ValueError(f"methods {need_views} need reframed-view rollouts in the pool")
+        raise PoolError(f"{src}: methods {need_views} need reframed-view rollouts in the pool")
     for p in plan:
         pool.require_signals(p.method.signals, p.report)
         if p.method.needs_token_counts and bool((pool.lengths[:, :r0] < 1).any()):
-            raise ValueError(f"method {p.report!r} needs token counts (per-token arrays or num_tokens) "
-                             "for every rollout")
+            raise PoolError(f"{src}: method {p.report!r} needs token counts (per-token arrays or num_tokens) "
+                            "for every rollout")
     for n in ns:
         if n > r0 or (need_views and n > r1):
-            raise ValueError(f"N={n} exceeds the pool size ({r0} original / {r1} reframed rollouts)")
+            raise UserError(f"N={n} exceeds the pool size ({r0} original / {r1} reframed rollouts)")
+
+
+def _graded_questions(pool):
+    """The pool restricted to the questions with a gold answer, and the ids of the others."""
+    graded = pool.graded
+    if not graded:
+        raise PoolError(f"{pool.source or 'the pool'}: no record has a gold answer ('gold' is null or absent in "
+                        f"all {pool.num_questions}), so accuracy cannot be evaluated")
+    without = [pool.ids[i] for i, g in enumerate(pool.gold) if g is None]
+    return (pool.select(graded) if without else pool), without
 
 
 def evaluate_pool(pool, methods: Sequence[str] = DEFAULT_METHODS, cfg: BoNConfig | None = None,
                   progress: bool = True) -> BoNResult:
     """Run the best-of-N protocol on a :class:`~ttrl_lightning.data.pool.RolloutPool`.
 
-    Raises a clear ``ValueError`` when a method needs signals or a view the pool does not have, or when
-    ``N`` exceeds the pool size. On ``KeyboardInterrupt`` the budgets finished so far are returned with
-    ``complete = False``.
+    Questions without a gold answer are left out (``BoNResult.without_gold``). Raises a
+    :class:`~ttrl_lightning.errors.UserError` when a method needs signals or a view the pool does not have,
+    when ``N`` exceeds the pool size, or when no question has a gold answer. On ``KeyboardInterrupt`` the
+    questions finished so far are returned with ``complete = False``.
     """
     cfg = cfg or BoNConfig()
     plan = expand_methods(methods, cfg)
+    pool, without_gold = _graded_questions(pool)
     r0 = pool.num_rollouts_in_view(0)
     r1 = pool.num_rollouts_in_view(1) if pool.has_reframed else 0
     _check_pool(pool, plan, cfg.ns, r0, r1)
@@ -85,7 +110,7 @@ def evaluate_pool(pool, methods: Sequence[str] = DEFAULT_METHODS, cfg: BoNConfig
     need_calibration = any(p.method.calibrates_subsets for p in plan)
     scores = rollout_scores(pool, cfg.lookback_alpha, cfg.lookback_lambda)
 
-    result = BoNResult(config=cfg)
+    result = BoNResult(config=cfg, without_gold=without_gold)
     q = pool.num_questions
     num_classes = pool.class_correct.shape[1]
     # fixed subsets, one generator per budget: identical whatever the chunking or the method list
