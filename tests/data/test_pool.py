@@ -14,7 +14,8 @@ from ttrl_lightning.data.simulate import simulate_pool
 
 def _rec(**kw):
     rec = {"id": "q1", "gold": "12", "choices": None,
-           "rollouts": [{"answer": "12", "view": "original", "entropy": [0.1, 0.2], "self_certainty": [1.0, 2.0]},
+           "rollouts": [{"answer": "12", "view": "original", "entropy": [0.1, 0.2],
+                         "self_certainty": [1.0, 2.0]},
                         {"answer": None, "text": "so the total is \\boxed{\\frac{24}{2}}", "view": "original",
                          "entropy": [0.3], "self_certainty": [0.5]},
                         {"answer": None, "text": "I do not know", "entropy": [0.3, 0.1, 0.2],
@@ -36,47 +37,50 @@ def test_records_to_pool_extracts_groups_and_marks_gold():
     assert torch.allclose(pool.signals["self_certainty"][0, 2], torch.tensor([0.5, 0.7, 0.1]))
 
 
+def _ro(j, **fields):
+    """A mutation setting ``fields`` of rollout ``j``."""
+    return lambda r: r["rollouts"][j].update(**fields)
+
+
 @pytest.mark.parametrize("mutate,match", [
     (lambda r: r.pop("id"), "missing field 'id'"),
     (lambda r: r.update(rollouts=[]), "rollouts"),
-    (lambda r: r["rollouts"][0].update(entropy=[0.1, float("nan")]), r"rollouts\[0\].entropy holds NaN"),
-    (lambda r: r["rollouts"][0].update(entropy=[0.1]), r"rollouts\[0\].self_certainty has 2 tokens but another"),
-    (lambda r: r["rollouts"][1].update(view="sideways"), r"rollouts\[1\].view"),
+    (_ro(0, entropy=[0.1, float("nan")]), r"rollouts\[0\].entropy holds NaN"),
+    (_ro(0, entropy=[0.1]), r"rollouts\[0\].self_certainty has 2 tokens but another"),
+    (_ro(1, view="sideways"), r"rollouts\[1\].view"),
     (lambda r: r.update(gold=3), "'gold'"),
-    (lambda r: r["rollouts"][2].update(self_certainty="abc"), r"rollouts\[2\].self_certainty"),
+    (_ro(2, self_certainty="abc"), r"rollouts\[2\].self_certainty"),
     (lambda r: r.update(question="1+11?"), r"record 0 \(id='q1'\): unknown field 'question'"),
-    (lambda r: r["rollouts"][3].update(image_mass=[0.1]), r"rollouts\[3\]: unknown field 'image_mass'"),
-    (lambda r: r["rollouts"][0].update(observation="7"), r"rollouts\[0\]: unknown field 'observation'"),
+    (_ro(3, image_mass=[0.1]), r"rollouts\[3\]: unknown field 'image_mass'"),
+    (_ro(0, observation="7"), r"rollouts\[0\]: unknown field 'observation'"),
     # item 5: finite in float64 but inf in float32, the dtype RolloutPool stores signals in
-    (lambda r: r["rollouts"][0].update(entropy=[0.1, 1e308]), r"rollouts\[0\].entropy holds 1e\+308 at token 1.*float32"),
-    (lambda r: r["rollouts"][0].update(logprob=[-3.5e38, 0.0]), r"rollouts\[0\].logprob holds -3.5e\+38 at token 0"),
-    (lambda r: r["rollouts"][2].update(self_certainty=[0.5, float("inf"), 0.1]),
-     r"rollouts\[2\].self_certainty holds inf at token 1"),
+    (_ro(0, entropy=[0.1, 1e308]), r"rollouts\[0\].entropy holds 1e\+308 at token 1.*float32"),
+    (_ro(0, logprob=[-3.5e38, 0.0]), r"rollouts\[0\].logprob holds -3.5e\+38 at token 0"),
+    (_ro(2, self_certainty=[0.5, float("inf"), 0.1]), r"rollouts\[2\].self_certainty holds inf at token 1"),
     # item 8: strict types -- no numeric strings, no booleans (True is an int in Python), string views only
-    (lambda r: r["rollouts"][0].update(entropy=[0.1, "0.2"]), r"rollouts\[0\].entropy\[1\] must be a number, got string"),
-    (lambda r: r["rollouts"][0].update(entropy=[True, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got boolean"),
-    (lambda r: r["rollouts"][0].update(entropy=[None, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got null"),
-    (lambda r: r["rollouts"][0].update(entropy=[[0.1], 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got array"),
-    (lambda r: r["rollouts"][1].update(view=0), r"rollouts\[1\].view must be one of .*got integer 0"),
-    (lambda r: r["rollouts"][1].update(view=""), r"rollouts\[1\].view must be one of .*got string ''"),
-    (lambda r: r["rollouts"][1].update(view=False), r"rollouts\[1\].view must be one of .*got boolean"),
-    (lambda r: r["rollouts"][3].update(num_tokens=True), r"rollouts\[3\].num_tokens must be an integer.*got boolean"),
-    (lambda r: r["rollouts"][3].update(num_tokens=3.0), r"rollouts\[3\].num_tokens must be an integer.*got number"),
-    (lambda r: r["rollouts"][3].update(num_tokens=0), r"rollouts\[3\].num_tokens must be an integer in \[1, 32767\]"),
-    (lambda r: r["rollouts"][0].update(self_certanity=[1.0, 2.0]), r"rollouts\[0\]: unknown field 'self_certanity'"),
+    (_ro(0, entropy=[0.1, "0.2"]), r"rollouts\[0\].entropy\[1\] must be a number, got string"),
+    (_ro(0, entropy=[True, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got boolean"),
+    (_ro(0, entropy=[None, 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got null"),
+    (_ro(0, entropy=[[0.1], 0.2]), r"rollouts\[0\].entropy\[0\] must be a number, got array"),
+    (_ro(1, view=0), r"rollouts\[1\].view must be one of .*got integer 0"),
+    (_ro(1, view=""), r"rollouts\[1\].view must be one of .*got string ''"),
+    (_ro(1, view=False), r"rollouts\[1\].view must be one of .*got boolean false"),
+    (_ro(3, num_tokens=True), r"rollouts\[3\].num_tokens must be an integer.*got boolean true"),
+    (_ro(3, num_tokens=3.0), r"rollouts\[3\].num_tokens must be an integer.*got number"),
+    (_ro(3, num_tokens=0), r"rollouts\[3\].num_tokens must be an integer in \[1, 32767\]"),
+    (_ro(0, self_certanity=[1.0, 2.0]), r"rollouts\[0\]: unknown field 'self_certanity'"),
     (lambda r: r.update(id=17), r"field 'id' must be a non-empty string, got integer 17"),
     (lambda r: r.update(id=None), r"missing field 'id'"),
-    (lambda r: r["rollouts"][0].update(answer=12), r"rollouts\[0\].answer must be a string or null, got integer"),
+    (_ro(0, answer=12), r"rollouts\[0\].answer must be a string or null, got integer"),
     # item 10: shares outside [0, 1], integers beyond float, the token limit
-    (lambda r: r["rollouts"][0].update(image_attention=[0.5, 1.5]),
+    (_ro(0, image_attention=[0.5, 1.5]),
      r"record 0 \(id='q1'\): rollouts\[0\].image_attention\[1\] = 1.5 is outside \[0, 1\]"),
-    (lambda r: r["rollouts"][0].update(image_attention=[-0.1, 0.5]), r"rollouts\[0\].image_attention\[0\] = -0.1 is outside"),
-    (lambda r: r["rollouts"][0].update(visual_engagement=[0.5, 2.0]), r"rollouts\[0\].visual_engagement\[1\] = 2.0 is outside"),
-    (lambda r: r["rollouts"][0].update(entropy=[0.1, 10 ** 400]),
-     r"rollouts\[0\].entropy\[1\] is an integer too large for float32"),
-    (lambda r: r["rollouts"][3].update(num_tokens=10 ** 400), r"rollouts\[3\].num_tokens must be an integer in"),
-    (lambda r: r["rollouts"][3].update(entropy=[0.1] * 32768),
-     r"rollouts\[3\].entropy has 32768 tokens; a rollout may have at most 32767"),
+    (_ro(0, image_attention=[-0.1, 0.5]), r"rollouts\[0\].image_attention\[0\] = -0.1 is outside"),
+    (_ro(0, visual_engagement=[0.5, 2.0]), r"rollouts\[0\].visual_engagement\[1\] = 2.0 is outside"),
+    (_ro(0, entropy=[0.1, 10 ** 400]), r"rollouts\[0\].entropy\[1\] is an integer too large for float32"),
+    (_ro(3, num_tokens=10 ** 400), r"rollouts\[3\].num_tokens must be an integer in"),
+    (_ro(3, entropy=[0.1] * 32768), r"rollouts\[3\].entropy has 32768 tokens; a rollout may have at most "
+                                    r"32767"),
 ])
 def test_bad_records_name_record_and_field(mutate, match):
     rec = _rec()
@@ -181,7 +185,8 @@ def test_invalid_json_line_is_reported(tmp_path):
 def test_simulator_is_seeded_and_validated():
     a = simulate_pool(num_questions=20, rollouts=8, tokens=8, seed=4)
     b = simulate_pool(num_questions=20, rollouts=8, tokens=8, seed=4)
-    assert torch.equal(a.answer_class, b.answer_class) and torch.equal(a.signals["entropy"], b.signals["entropy"])
+    assert torch.equal(a.answer_class, b.answer_class)
+    assert torch.equal(a.signals["entropy"], b.signals["entropy"])
     with pytest.raises(ValueError):
         simulate_pool(num_questions=0)
     with pytest.raises(ValueError):
@@ -194,14 +199,16 @@ def test_simulated_visual_signals_follow_the_documented_rule():
     after each rollout's length. Recomputed from the pool: a simulator that broke the rule (another scale,
     a shared noise, no dependence on correctness) fails one of these moments."""
     s, noise = 2.0, 0.5
-    pool = simulate_pool(num_questions=300, rollouts=8, tokens=16, seed=4, signal_strength=s, token_noise=noise)
+    pool = simulate_pool(num_questions=300, rollouts=8, tokens=16, seed=4, signal_strength=s,
+                         token_noise=noise)
     valid = torch.arange(16)[None, None] < pool.lengths[..., None]
     ve, ia = pool.signals["visual_engagement"].double(), pool.signals["image_attention"].double()
     assert (ve[~valid] == 0).all() and (ia[~valid] == 0).all()
     n_img = torch.logit(ia[valid] / ve[valid]) - 1.0  # = n'_t
     assert abs(float(n_img.mean())) < 0.02 and abs(float(n_img.std()) - noise) < 0.02
     logit_ve = torch.logit(ve).where(valid, 0.0)
-    assert abs(float(torch.corrcoef(torch.stack([n_img, logit_ve[valid]]))[0, 1])) < 0.03  # independent noises
+    # independent noises
+    assert abs(float(torch.corrcoef(torch.stack([n_img, logit_ve[valid]]))[0, 1])) < 0.03
     per_rollout = logit_ve.sum(-1) / valid.sum(-1)  # -1 + 0.6 x + mean noise
     correct = pool.class_correct.gather(1, pool.answer_class[:, 0])
     gap = float(per_rollout[correct].mean() - per_rollout[~correct].mean())
@@ -211,7 +218,8 @@ def test_simulated_visual_signals_follow_the_documented_rule():
 
 
 def _choice_records():
-    rolls = [{"answer": None, "text": "The answer is (b).", "view": "original"}, {"answer": "A", "view": "original"}]
+    rolls = [{"answer": None, "text": "The answer is (b).", "view": "original"},
+             {"answer": "A", "view": "original"}]
     return [{"id": "mc1", "gold": "B", "choices": {"A": "cat", "B": "dog"}, "rollouts": rolls},
             {"id": "open", "gold": "7", "choices": None, "rollouts": [{"answer": "7"}, {"answer": "8"}]},
             {"id": "mc2", "gold": "D", "choices": {"A": "1", "C": "3", "D": "4"}, "rollouts": rolls}]

@@ -1,7 +1,7 @@
 """Pool files (ttrl_lightning/data/pool.py): what a bad file is refused with, and writes that lose nothing.
 
-Every bad file is generated here; each refusal is a one-line ``PoolError`` naming the file, the record (line of
-a JSONL file, row of a Parquet file, and id) and the field.
+Every bad file is generated here; each refusal is a one-line ``PoolError`` naming the file, the record
+(line of a JSONL file, row of a Parquet file, and id) and the field.
 """
 import json
 import os
@@ -44,8 +44,8 @@ def test_huge_integer_names_record_and_field(tmp_path):
     text = json.dumps(_records()[0]).replace('"entropy": [', '"entropy": [' + "1" + "0" * 400 + ", ", 1)
     path = tmp_path / "big.jsonl"
     path.write_text(text + "\n")
-    _refused(str(path), r"big\.jsonl, line 1 \(id='sim-000000'\): rollouts\[0\]\.entropy\[0\] is an integer too "
-                        r"large for float32")
+    _refused(str(path), r"big\.jsonl, line 1 \(id='sim-000000'\): rollouts\[0\]\.entropy\[0\] is an "
+                        r"integer too large for float32")
     path.write_text(text.replace("1" + "0" * 400, "1" + "0" * 5000) + "\n")  # past Python's int-digit limit
     _refused(str(path), r"big\.jsonl, line 1: invalid JSON")
 
@@ -57,7 +57,8 @@ def test_non_finite_json_literals_are_refused(tmp_path, literal):
     path = _jsonl(tmp_path / "lit.jsonl", recs[:2])
     with open(path, "a") as fh:
         fh.write(text + "\n")
-    _refused(path, r"lit\.jsonl, line 3 \(id='sim-000002'\): rollouts\[0\]\.logprob holds (NaN|-?inf) at token 0")
+    _refused(path, r"lit\.jsonl, line 3 \(id='sim-000002'\): rollouts\[0\]\.logprob holds (NaN|-?inf) "
+                   r"at token 0")
 
 
 def test_misnamed_files_say_what_they_look_like(tmp_path):
@@ -66,7 +67,8 @@ def test_misnamed_files_say_what_they_look_like(tmp_path):
     write_records(recs, real_parquet)
     named_jsonl = tmp_path / "pool.jsonl"
     named_jsonl.write_bytes(open(real_parquet, "rb").read())
-    _refused(str(named_jsonl), r"pool\.jsonl: not a JSONL file: it looks like a Parquet file .*name it \.parquet")
+    _refused(str(named_jsonl), r"pool\.jsonl: not a JSONL file: it looks like a Parquet file .*name it "
+                               r"\.parquet")
     named_parquet = tmp_path / "pool.parquet"
     named_parquet.write_text("".join(json.dumps(r) + "\n" for r in recs))
     _refused(str(named_parquet), r"pool\.parquet: not a Parquet file: it looks like JSONL .*name it \.jsonl")
@@ -86,15 +88,15 @@ def test_parquet_records_are_named_by_row_and_id(tmp_path):
     import pyarrow.parquet as pq
 
     pq.write_table(pa.Table.from_pylist(recs), path)  # written around write_records, which would refuse it
-    _refused(path, r"p\.parquet, row 1 \(id='sim-000001'\): rollouts\[0\]\.image_attention\[1\] = 1\.5 is outside "
-                   r"\[0, 1\]")
+    _refused(path, r"p\.parquet, row 1 \(id='sim-000001'\): rollouts\[0\]\.image_attention\[1\] = 1\.5 "
+                   r"is outside \[0, 1\]")
 
 
 def test_file_level_rules(tmp_path):
     recs = _records(4)
     _refused(_jsonl(tmp_path / "dup.jsonl", recs + [recs[1]]),
              r"dup\.jsonl, line 5 \(id='sim-000001'\): duplicate id 'sim-000001', already used by line 2")
-    key_twice = json.dumps(recs[0]).replace('{"id": "sim-000000"', '{"id": "sim-000000", "id": "sim-000009"', 1)
+    key_twice = json.dumps(recs[0]).replace('{"id": "sim-000000"', '{"id": "sim-000000", "id": "x"', 1)
     (tmp_path / "keys.jsonl").write_text(key_twice + "\n")
     _refused(str(tmp_path / "keys.jsonl"), r"keys\.jsonl, line 1: key 'id' is given twice in one object")
     (tmp_path / "empty.jsonl").write_text("\n\n")
@@ -129,7 +131,7 @@ def test_failed_write_leaves_the_previous_file_byte_identical(tmp_path, ext):
 
     with pytest.raises(PoolError, match=r"record 2 \(id='sim-000002'\): rollouts\[1\]\.entropy holds NaN"):
         write_records(records(), path)
-    assert produced == ["sim-000000", "sim-000001", "sim-000002"]  # the first two records were consumed, then it failed
+    assert produced == ["sim-000000", "sim-000001", "sim-000002"]  # 2 records consumed, then the 3rd failed
     assert open(path, "rb").read() == before
     assert sorted(os.listdir(tmp_path)) == [f"pool.{ext}"]
     with pytest.raises(PoolError, match="duplicate id"):  # a pool-level rule fails the same way

@@ -39,14 +39,16 @@ def test_pool_without_any_gold_is_refused(tmp_path):
 
 
 def test_method_requirements_name_the_pool_file(tmp_path):
-    records = list(pool_to_records(simulate_pool(num_questions=3, rollouts=4, tokens=3, seed=0, reframed=False)))
+    pool = simulate_pool(num_questions=3, rollouts=4, tokens=3, seed=0, reframed=False)
+    records = list(pool_to_records(pool))
     for rec in records:
         for ro in rec["rollouts"]:
             del ro["self_certainty"]
     path = str(tmp_path / "nosc.jsonl")
     write_records(records, path)
     pool = load_pool(path)
-    with pytest.raises(PoolError, match=r"nosc\.jsonl: method 'visconf' needs per-token \['self_certainty'\]"):
+    with pytest.raises(PoolError, match=r"nosc\.jsonl: method 'visconf' needs per-token "
+                                        r"\['self_certainty'\]"):
         evaluate_pool(pool, ["visconf"], BoNConfig(ns=(2,), subsets=2), progress=False)
     with pytest.raises(PoolError, match=r"nosc\.jsonl: methods \['hms'\] need reframed-view rollouts"):
         evaluate_pool(pool, ["hms"], BoNConfig(ns=(2,), subsets=2), progress=False)

@@ -56,8 +56,8 @@ from ..errors import UserError
 from ..safe_files import atomic_write, atomic_write_path
 
 __all__ = ["PoolError", "RolloutPool", "RECORD_FIELDS", "ROLLOUT_FIELDS", "TOKEN_FIELDS", "VIEWS",
-           "MAX_TOKENS_PER_ROLLOUT", "validate_record", "read_records", "write_records", "records_to_pool",
-           "pool_to_records", "load_pool"]
+           "FLOAT32_OVERFLOW", "MAX_TOKENS_PER_ROLLOUT", "UNIT_INTERVAL_FIELDS", "validate_record",
+           "read_records", "write_records", "records_to_pool", "pool_to_records", "load_pool"]
 
 #: Per-token signal fields of a rollout.
 TOKEN_FIELDS = ("entropy", "self_certainty", "logprob", "visual_engagement", "image_attention")
@@ -87,9 +87,15 @@ def _label(loc: str, rec) -> str:
 
 def _kind(value) -> str:
     """How a wrong value is described in a message: its JSON type and a short repr."""
-    names = {bool: "boolean", str: "string", int: "integer", float: "number", list: "array", tuple: "array",
-             dict: "object", type(None): "null"}
-    text = repr(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    names = {str: "string", int: "integer", float: "number", list: "array", tuple: "array", dict: "object"}
+    try:
+        text = repr(value)
+    except ValueError:  # an integer beyond Python's digit limit for str()
+        text = "(too many digits to print)"
     return f"{names.get(type(value), type(value).__name__)} {text[:40] + '...' if len(text) > 40 else text}"
 
 
@@ -151,9 +157,10 @@ def validate_record(rec: dict, idx: int = 0, where: str | None = None) -> dict:
     if gold is not None and not isinstance(gold, str):
         raise PoolError(f"{where}: field 'gold' must be a string or null, got {_kind(gold)}")
     choices = rec.get("choices")
-    if choices is not None and (not isinstance(choices, dict)
-                                or not all(isinstance(k, str) and isinstance(v, str) for k, v in choices.items())):
-        raise PoolError(f"{where}: field 'choices' must map option letters to option texts, got {_kind(choices)}")
+    if choices is not None and (not isinstance(choices, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in choices.items())):
+        raise PoolError(f"{where}: field 'choices' must map option letters to option texts, "
+                        f"got {_kind(choices)}")
     rollouts = rec["rollouts"]
     if not isinstance(rollouts, list) or not rollouts:
         raise PoolError(f"{where}: field 'rollouts' must be a non-empty list, got {_kind(rollouts)}")
@@ -181,7 +188,8 @@ def validate_record(rec: dict, idx: int = 0, where: str | None = None) -> dict:
                 continue
             vals = _token_array(arr, f, name)
             if length is not None and len(vals) != length:
-                raise PoolError(f"{f}.{name} has {len(vals)} tokens but another array of this rollout has {length}")
+                raise PoolError(f"{f}.{name} has {len(vals)} tokens but another array of this rollout "
+                                f"has {length}")
             length = len(vals)
             norm[name] = vals
         n_tok = ro.get("num_tokens")
@@ -216,8 +224,8 @@ class _PoolRules:
         have = [has(r) for _, r in orig]
         if any(have) and not all(have):
             j = orig[have.index(False)][0]
-            raise PoolError(f"{where}: rollouts[{j}] lacks {what}, which other original-view rollouts of this "
-                            "record have; give it for all of them or for none")
+            raise PoolError(f"{where}: rollouts[{j}] lacks {what}, which other original-view rollouts of "
+                            "this record have; give it for all of them or for none")
         return bool(have) and all(have)
 
     def _short(self, loc: str) -> str:
@@ -229,8 +237,8 @@ class _PoolRules:
         where = _label(loc, rec)
         rid = rec["id"]
         if rid in self.seen:
-            raise PoolError(f"{where}: duplicate id {rid!r}, already used by {self.seen[rid]}; every question "
-                            "must appear once (a duplicate would be counted twice)")
+            raise PoolError(f"{where}: duplicate id {rid!r}, already used by {self.seen[rid]}; every "
+                            "question must appear once (a duplicate would be counted twice)")
         self.seen[rid] = self._short(loc)
         orig = [(j, r) for j, r in enumerate(rec["rollouts"]) if r["view"] == VIEWS[0]]
         counts = (len(orig), len(rec["rollouts"]) - len(orig))
@@ -245,13 +253,13 @@ class _PoolRules:
             return
         first = self._short(self.first)
         if counts != self.counts:
-            raise PoolError(f"{where}: has {counts[0]} original / {counts[1]} reframed rollouts but {first} has "
-                            f"{self.counts[0]} / {self.counts[1]}; pools need a fixed size per view")
+            raise PoolError(f"{where}: has {counts[0]} original / {counts[1]} reframed rollouts but {first} "
+                            f"has {self.counts[0]} / {self.counts[1]}; pools need a fixed size per view")
         if signals != self.signals:
             missing, extra = sorted(self.signals - signals), sorted(signals - self.signals)
             if missing:
-                raise PoolError(f"{where}: lacks per-token {missing[0]!r}, which {first} has; per-token arrays "
-                                "must be given for every record or for none")
+                raise PoolError(f"{where}: lacks per-token {missing[0]!r}, which {first} has; per-token "
+                                "arrays must be given for every record or for none")
             raise PoolError(f"{self.first}: lacks per-token {extra[0]!r}, which {self._short(where)} has; "
                             "per-token arrays must be given for every record or for none")
         if counted != self.counted:
@@ -385,7 +393,8 @@ def write_records(records: Iterable[dict], path: str) -> None:
         table = pa.Table.from_pylist(records)
         col = table.schema.get_field_index("choices")
         if col >= 0:
-            choices = pa.array([rec.get("choices") for rec in records], type=pa.map_(pa.string(), pa.string()))
+            choices = pa.array([rec.get("choices") for rec in records],
+                               type=pa.map_(pa.string(), pa.string()))
             table = table.set_column(col, "choices", choices)
         with atomic_write_path(path) as tmp:
             pq.write_table(table, tmp)
@@ -462,13 +471,14 @@ class RolloutPool:
     def require_signals(self, names: Iterable[str], method: str) -> None:
         missing = [n for n in names if n not in self.signals]
         if missing:
-            raise PoolError(f"{self.source or 'the pool'}: method {method!r} needs per-token {missing} in every "
-                            f"record, but the pool has {sorted(self.signals) or 'no per-token arrays'}")
+            raise PoolError(f"{self.source or 'the pool'}: method {method!r} needs per-token {missing} in "
+                            f"every record, but the pool has {sorted(self.signals) or 'no per-token arrays'}")
 
 
 def _build_pool(checked: Iterable[tuple[str, dict]], source: str | None) -> RolloutPool:
     """The columnar pool of records already checked by :func:`_checked`."""
-    ids, golds, choices, class_names, cls_rows, correct_rows, na_rows, len_rows = [], [], [], [], [], [], [], []
+    ids, golds, choices, class_names = [], [], [], []
+    cls_rows, correct_rows, na_rows, len_rows = [], [], [], []
     sig_rows: dict[str, list[list[list[float]]]] = {}
     counts = (0, 0)
     for _, rec in checked:

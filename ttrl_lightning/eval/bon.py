@@ -19,7 +19,8 @@ gathered (see :mod:`.calibration`).
 
 Questions without a gold answer (``gold`` null or absent) cannot be scored: they are left out, and the
 result names them (``BoNResult.without_gold``; the report's ``questions_without_gold``) instead of counting
-them wrong. A pool where no question has a gold answer is refused (:class:`~ttrl_lightning.data.pool.PoolError`).
+them wrong. A pool where no question has a gold answer is refused
+(:class:`~ttrl_lightning.data.pool.PoolError`).
 """
 from __future__ import annotations
 
@@ -85,8 +86,8 @@ def _graded_questions(pool):
     """The pool restricted to the questions with a gold answer, and the ids of the others."""
     graded = pool.graded
     if not graded:
-        raise PoolError(f"{pool.source or 'the pool'}: no record has a gold answer ('gold' is null or absent in "
-                        f"all {pool.num_questions}), so accuracy cannot be evaluated")
+        raise PoolError(f"{pool.source or 'the pool'}: no record has a gold answer ('gold' is null or absent "
+                        f"in all {pool.num_questions}), so accuracy cannot be evaluated")
     without = [pool.ids[i] for i, g in enumerate(pool.gold) if g is None]
     return (pool.select(graded) if without else pool), without
 
