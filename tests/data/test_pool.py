@@ -187,10 +187,12 @@ def test_simulator_is_seeded_and_validated():
     b = simulate_pool(num_questions=20, rollouts=8, tokens=8, seed=4)
     assert torch.equal(a.answer_class, b.answer_class)
     assert torch.equal(a.signals["entropy"], b.signals["entropy"])
-    with pytest.raises(ValueError):
-        simulate_pool(num_questions=0)
-    with pytest.raises(ValueError):
-        simulate_pool(correct_rate=1.0)
+    for bad, match in [({"num_questions": 0}, "num_questions"), ({"correct_rate": 1.0}, "correct_rate"),
+                       ({"signal_strength": float("nan")}, "signal_strength must be a finite number"),
+                       ({"tokens": 32768}, r"tokens must lie in \[2, 32767\]"),
+                       ({"token_noise": -1.0}, "token_noise")]:
+        with pytest.raises(UserError, match=match):
+            simulate_pool(**bad)
 
 
 def test_simulated_visual_signals_follow_the_documented_rule():

@@ -28,13 +28,15 @@ Per question ``q`` (all draws from one seeded ``torch.Generator``):
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, fields
 
 import torch
 import torch.nn.functional as F
 
 from ..answers import NO_ANSWER
-from .pool import RolloutPool
+from ..errors import UserError
+from .pool import MAX_TOKENS_PER_ROLLOUT, RolloutPool
 
 __all__ = ["SimulationConfig", "simulate_pool"]
 
@@ -56,16 +58,26 @@ class SimulationConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        if self.num_questions < 1 or self.rollouts < 1 or self.tokens < 2:
-            raise ValueError("num_questions, rollouts must be >= 1 and tokens >= 2")
+        """Raise :class:`~ttrl_lightning.errors.UserError` naming the first setting out of its range."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UserError(f"{f.name} must be a finite number, got {v}")
+        if self.num_questions < 1 or self.rollouts < 1:
+            raise UserError("num_questions and rollouts must be >= 1")
+        if not 2 <= self.tokens <= MAX_TOKENS_PER_ROLLOUT:
+            raise UserError(f"tokens must lie in [2, {MAX_TOKENS_PER_ROLLOUT}] (the pool's limit per "
+                            f"rollout), got {self.tokens}")
         for name in ("correct_rate", "no_answer_rate", "wrong_view_stability"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
-                raise ValueError(f"{name} must lie in [0, 1], got {v}")
+                raise UserError(f"{name} must lie in [0, 1], got {v}")
         if not 0.0 < self.correct_rate < 1.0:
-            raise ValueError("correct_rate must lie strictly between 0 and 1")
+            raise UserError("correct_rate must lie strictly between 0 and 1")
         if self.num_distractors < 1 or self.concentration <= 0 or self.wrong_alpha <= 0:
-            raise ValueError("num_distractors >= 1, concentration > 0 and wrong_alpha > 0 are required")
+            raise UserError("num_distractors >= 1, concentration > 0 and wrong_alpha > 0 are required")
+        if self.token_noise < 0:
+            raise UserError(f"token_noise must be >= 0, got {self.token_noise}")
 
 
 def _draw_answers(g: torch.Tensor, pi: torch.Tensor, n: int, no_answer_rate: float,
