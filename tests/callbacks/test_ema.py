@@ -20,3 +20,25 @@ def test_ema_update_formula_and_no_weight_swap():
         torch.testing.assert_close(ema.state_dict()[k], 0.99 * before_ema[k] + 0.01 * before_model[k])
         assert torch.equal(model.state_dict()[k], before_model[k])  # never written into the trained model
 
+
+
+class _Tied(torch.nn.Module):
+    """An embedding shared with the output layer (tied word embeddings)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_ema_update_averages_a_tied_tensor_once():
+    torch.manual_seed(0)
+    model = _Tied()
+    ema = copy.deepcopy(model)
+    assert ema.head.weight is ema.embed.weight
+    with torch.no_grad():
+        model.embed.weight.add_(1.0)
+    before = ema.embed.weight.detach().clone()
+    ema_update_(ema, model, 0.9)
+    torch.testing.assert_close(ema.head.weight, 0.9 * before + 0.1 * model.embed.weight.detach())

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 import torch
 
 from ttrl_lightning.models import load_model, load_tokenizer
+from ttrl_lightning.modules.sharding import shard_policy
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,8 @@ class PolicyModule(pl.LightningModule):
         self.policy = load_model(s.model, self.tokenizer, tiny_kwargs=s.tiny_kwargs, lora=s.lora,
                                  dtype=s.dtype, seed=s.seed)
         self.policy.train()  # from_pretrained returns eval mode; the trainer expects train mode
+        if self.device_mesh is not None:  # Lightning's ModelParallelStrategy (FSDP2): shard it here
+            shard_policy(self.policy, self.device_mesh)
 
     def configure_optimizers(self):
         params = [p for p in self.policy.parameters() if p.requires_grad]

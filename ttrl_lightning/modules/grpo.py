@@ -19,7 +19,6 @@ of the last step) after every batch.
 """
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
@@ -34,6 +33,14 @@ from ttrl_lightning.modules.losses import (
     completion_logprobs,
     group_advantages,
     k3_kl,
+)
+from ttrl_lightning.modules.sharding import (
+    checkpoint_entry,
+    frozen_copy,
+    is_sharded,
+    load_full_state_dict_,
+    pop_copy_entries,
+    restore_checkpoint_entry,
 )
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams
@@ -151,23 +158,37 @@ class GRPOModule(PolicyModule):
         if ref == "external" and self.reference_model is None:
             raise RuntimeError("reference='external' but no callback (e.g. EMAAnchor) set a reference model")
         if ref == "initial" and self.reference_model is None:
-            frozen = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            frozen = frozen_copy(self.policy)  # sharded like the policy under FSDP2
             if self._pending_reference_state is not None:
-                frozen.load_state_dict(self._pending_reference_state)
+                load_full_state_dict_(frozen, self._pending_reference_state)
                 self._pending_reference_state = None
             self.set_reference_model(frozen)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo"] = {"kl_coef": self.kl_coef}
-        if self.hparams.reference == "initial" and self.reference_model is not None:
-            checkpoint["grpo"]["reference_state"] = self.reference_model.state_dict()
+        ref = self.reference_model
+        if self.hparams.reference == "initial" and ref is not None:
+            if is_sharded(ref):  # its shards join the distributed checkpoint, or its full tensors this entry
+                checkpoint["grpo"]["sharded_reference"] = checkpoint_entry(ref, checkpoint, "reference")
+            else:
+                checkpoint["grpo"]["reference_state"] = ref.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         state = checkpoint.get("grpo", {})
         self.kl_coef = float(state.get("kl_coef", self.kl_coef))
+        copies = pop_copy_entries(checkpoint.get("state_dict", {}))  # present in consolidated checkpoints
+        sharded = state.get("sharded_reference")
+        if sharded is not None and self.reference_model is not None:
+            restore_checkpoint_entry(self.reference_model, sharded, self.trainer.ckpt_path)
+        elif sharded is not None:
+            full = sharded.get("full_state") or pop_copy_entries(copies, "reference.")
+            if not full:
+                raise RuntimeError("the reference's shards are in the distributed checkpoint folder: restore "
+                                   "it with the same sharded strategy, or consolidate the folder first")
+            self._pending_reference_state = full
         if "reference_state" in state:
             if self.reference_model is not None:
-                self.reference_model.load_state_dict(state["reference_state"])
+                load_full_state_dict_(self.reference_model, state["reference_state"])
             else:
                 self._pending_reference_state = state["reference_state"]
 
