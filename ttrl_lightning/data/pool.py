@@ -46,6 +46,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Iterable, Iterator
 
 import torch
@@ -105,6 +106,14 @@ def _reject_unknown(obj: dict, known: tuple[str, ...], where: str) -> None:
         raise PoolError(f"{where}: unknown field {unknown[0]!r} (the schema has {', '.join(known)})")
 
 
+_FLOATS = {float}
+
+
+def _in_range(v: float, unit: bool) -> bool:
+    """Finite in float32 (``|v| < FLOAT32_OVERFLOW``; NaN compares false), and in [0, 1] for a share."""
+    return 0.0 <= v <= 1.0 + UNIT_INTERVAL_SLACK if unit else -FLOAT32_OVERFLOW < v < FLOAT32_OVERFLOW
+
+
 def _token_array(arr, f: str, name: str) -> list[float]:
     """A per-token array as Python floats, refusing non-numbers (``bool`` included: ``True`` is an ``int``),
     values that are not finite in float32 and, for shares, values outside ``[0, 1]``."""
@@ -114,7 +123,11 @@ def _token_array(arr, f: str, name: str) -> list[float]:
         raise PoolError(f"{f}.{name} has {len(arr)} tokens; a rollout may have at most "
                         f"{MAX_TOKENS_PER_ROLLOUT} (see README 'Rollout pools')")
     unit = name in UNIT_INTERVAL_FIELDS
-    out = []
+    if set(map(type, arr)) == _FLOATS:  # fast path: the sum is NaN or inf iff an element is
+        total = sum(arr)  # (or the sum overflows: the slow path then decides element by element)
+        if total - total == 0.0 and _in_range(min(arr), unit) and _in_range(max(arr), unit):
+            return list(arr)
+    out = []  # the slow path names the first bad element
     for k, v in enumerate(arr):
         if type(v) is not float:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -123,7 +136,7 @@ def _token_array(arr, f: str, name: str) -> list[float]:
                 v = float(v)
             except OverflowError:
                 raise PoolError(f"{f}.{name}[{k}] is an integer too large for float32") from None
-        if not (0.0 <= v <= 1.0 + UNIT_INTERVAL_SLACK if unit else -FLOAT32_OVERFLOW < v < FLOAT32_OVERFLOW):
+        if not _in_range(v, unit):
             raise PoolError(_bad_value(f, name, k, v, unit))
         out.append(v)
     return out
@@ -517,11 +530,10 @@ def _build_pool(checked: Iterable[tuple[str, dict]], source: str | None) -> Roll
     signals = {}
     if sig_rows:
         tmax = int(lengths.max())
+        valid = torch.arange(tmax) < lengths[..., None]  # [Q, R, T], row-major = records, rollouts, tokens
         for name, rows in sig_rows.items():
             t = torch.zeros(q, width, tmax, dtype=torch.float32)
-            for i, per_q in enumerate(rows):
-                for j, arr in enumerate(per_q):
-                    t[i, j, : len(arr)] = torch.tensor(arr, dtype=torch.float32)
+            t[valid] = torch.tensor(list(chain.from_iterable(chain.from_iterable(rows))), dtype=torch.float32)
             signals[name] = t
     return RolloutPool(ids=ids, gold=golds, class_names=class_names, answer_class=answer_class,
                        class_correct=class_correct, no_answer_class=torch.tensor(na_rows, dtype=torch.long),
@@ -543,14 +555,16 @@ def pool_to_records(pool: RolloutPool) -> Iterator[dict]:
     r0, r1 = pool.num_rollouts_in_view(0), pool.num_rollouts_in_view(1)
     for i in range(pool.num_questions):
         names = pool.class_names[i]
+        classes, lengths = pool.answer_class[i].tolist(), pool.lengths[i].tolist()
+        values = {name: t[i].tolist() for name, t in pool.signals.items()}  # one conversion per question
         rollouts = []
         for view, count in ((0, r0), (1, r1)):
             for j in range(count):
-                ro = {"answer": names[int(pool.answer_class[i, view, j])], "text": None, "view": VIEWS[view]}
+                ro = {"answer": names[classes[view][j]], "text": None, "view": VIEWS[view]}
                 if view == 0:
-                    n = int(pool.lengths[i, j])
-                    for name, t in pool.signals.items():
-                        ro[name] = t[i, j, :n].tolist()
+                    n = lengths[j]
+                    for name, rows in values.items():
+                        ro[name] = rows[j][:n]
                     if not pool.signals and n:
                         ro["num_tokens"] = n
                 rollouts.append(ro)
