@@ -160,3 +160,22 @@ def test_corruptions_cover_both_outcomes_and_every_kind(tmp_path):
     assert outcomes["valid_extreme"] == {True}
     assert outcomes["bad_number"] == {False} and outcomes["invalid_utf8"] == {False}
     assert any(True in v for k, v in outcomes.items() if k != "valid_extreme")
+
+
+def test_bon_report_says_how_many_questions_had_no_gold(tmp_path, capsys):
+    """Dropping 'gold' is accepted by both commands (an unlabelled question is valid); `ttrl bon` then scores
+    the others and its report says how many it left out, instead of scoring them 0."""
+    records = _valid_records()
+    records[1]["gold"] = None
+    del records[3]["gold"]
+    pool = tmp_path / "pool.jsonl"
+    pool.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = tmp_path / "report.json"
+    assert _run(["pool", "validate", str(pool)], capsys)[0] == 0
+    rc, out, err = _run(["bon", "--pool", str(pool), "--methods", "oracle", "--n", "3", "--bootstrap", "0",
+                         "--no-progress", "--out", str(report)], capsys)
+    assert rc == 0, err
+    data = _strict_json(str(report))
+    assert data["num_questions"] == 2 and data["questions_without_gold"] == 2
+    # every question of this pool has a correct rollout: 1.0 on the graded two; scoring the others 0 gives 0.5
+    assert data["accuracy"]["oracle"]["3"] == 1.0
