@@ -16,10 +16,10 @@ Strict on purpose (a pool that parses leniently gives wrong numbers silently):
 
 * per-token arrays hold JSON numbers only (no ``true``, no ``"0.5"``), finite **in float32**, the dtype
   :class:`RolloutPool` stores them in (``|x| < 3.4e38``; ``1e308`` is refused, not turned into ``inf``);
-  ``visual_engagement`` and ``image_attention`` are shares in ``[0, 1]``; the arrays of one rollout share one
-  length, at most :data:`MAX_TOKENS_PER_ROLLOUT` (the int16 token counts of
-  :class:`~ttrl_lightning.eval.calibration.SortedTokens`); ``num_tokens`` is an integer (not ``true``, not
-  ``3.0``) in the same range;
+  ``visual_engagement`` and ``image_attention`` are shares in ``[0, 1]`` (up to ``1e-6`` of rounding
+  above 1); the arrays of one rollout share one length, at most :data:`MAX_TOKENS_PER_ROLLOUT` (the int16
+  token counts of :class:`~ttrl_lightning.eval.calibration.SortedTokens`); ``num_tokens`` is an integer
+  (not ``true``, not ``3.0``) in the same range;
 * ``view`` is one of :data:`VIEWS` (a string); ``id`` a non-empty string, unique in the pool;
 * a key the schema does not name is refused (a misspelled signal is never silently ignored), and so is a
   key given twice in one JSON object;
