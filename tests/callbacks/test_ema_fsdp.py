@@ -16,6 +16,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 import yaml
+from transformers.distributed.fsdp import is_fsdp_managed_module
 
 from ttrl_lightning.callbacks import EMAAnchor
 from ttrl_lightning.modules.sharding import (
@@ -59,6 +60,7 @@ class FullStateProbe(pl.Callback):
         out = {"global_step": trainer.global_step, "policy": full_state_dict(pl_module.policy),
                "ema": full_state_dict(ema), "replay": self.replay, "start": self.start,
                "ema_is_reference": pl_module.reference_model is ema,
+               "generate_synced": is_fsdp_managed_module(pl_module.policy) and is_fsdp_managed_module(ema),
                "ema_local_numel": sum(local_tensor(p).numel() for p in ema.parameters()),
                "ema_numel": sum(p.numel() for p in ema.parameters())}
         ckpt = Path(trainer.checkpoint_callback.best_model_path)
@@ -87,20 +89,25 @@ def _fit(tmp: Path, name: str, ckpt_path: str | None = None) -> tuple[subprocess
     run = tmp / name
     override = {
         "data": {"init_args": {"n_train": 32}},
-        "trainer": {"max_steps": 4, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
-                    "num_sanity_val_steps": 0, "limit_val_batches": 0, "default_root_dir": str(run),
+        "trainer": {"max_steps": 4, "logger": False, "enable_progress_bar": False,
+                    "enable_model_summary": False, "num_sanity_val_steps": 0, "limit_val_batches": 0,
+                    "default_root_dir": str(run),
                     "callbacks": [
                         {"class_path": "ttrl_lightning.callbacks.EMAAnchor", "init_args": {"rho": RHO}},
-                        {"class_path": "ttrl_lightning.callbacks.PIDKLController", "init_args": {"warmup_steps": 1}},
+                        {"class_path": "ttrl_lightning.callbacks.PIDKLController",
+                         "init_args": {"warmup_steps": 1}},
                         {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                         "init_args": {"dirpath": str(run / "ckpt"), "every_n_train_steps": 2, "save_top_k": -1}},
+                         "init_args": {"dirpath": str(run / "ckpt"), "every_n_train_steps": 2,
+                                       "save_top_k": -1}},
                         {"class_path": "tests.callbacks.test_ema_fsdp.FullStateProbe",
                          "init_args": {"dirpath": str(run / "dump")}}]},
     }
     run.mkdir(parents=True)
     (run / "override.yaml").write_text(yaml.safe_dump(override))
-    cmd = [sys.executable, "-m", "ttrl_lightning.cli", "fit", "--config", str(ROOT / "configs/rft/tiny_grpo.yaml"),
-           "--config", str(ROOT / "configs/scale/fsdp_cpu.yaml"), "--config", str(run / "override.yaml")]
+    cmd = [sys.executable, "-m", "ttrl_lightning.cli", "fit",
+           "--config", str(ROOT / "configs/rft/tiny_grpo.yaml"),
+           "--config", str(ROOT / "configs/scale/fsdp_cpu.yaml"),
+           "--config", str(run / "override.yaml")]
     if ckpt_path:
         cmd.append(f"--ckpt_path={ckpt_path}")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
@@ -132,6 +139,7 @@ def test_fsdp_two_ranks_sharded_ema_matches_unsharded_replay(fsdp_run):
     assert r0["global_step"] == r1["global_step"] == 4
     for r in (r0, r1):
         assert r["ema_is_reference"]
+        assert r["generate_synced"]  # generate() decodes in lock-step on the ranks (synced_gpus)
         assert r["ema_local_numel"] < 0.6 * r["ema_numel"]  # each rank holds its shard, not the whole EMA
     for part in ("policy", "ema", "replay"):
         _same(r0[part], r1[part], part)  # the two ranks end identical

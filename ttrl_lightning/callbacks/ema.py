@@ -53,8 +53,8 @@ def ema_update_(ema: torch.nn.Module, model: torch.nn.Module, rho: float) -> Non
         seen.add(id(e))
         m = src[name]
         if getattr(e, "placements", None) != getattr(m, "placements", None):
-            raise RuntimeError(f"EMA tensor {name} is sharded as {getattr(e, 'placements', 'a full tensor')}, "
-                               f"the model's as {getattr(m, 'placements', 'a full tensor')}")
+            raise RuntimeError(f"EMA tensor {name} is sharded as {getattr(e, 'placements', 'a full tensor')},"
+                               f" the model's as {getattr(m, 'placements', 'a full tensor')}")
         e, m = local_tensor(e), local_tensor(m)
         if e.shape != m.shape:
             raise RuntimeError(f"EMA tensor {name} has shape {tuple(e.shape)}, the model {tuple(m.shape)}")
@@ -66,7 +66,8 @@ def ema_update_(ema: torch.nn.Module, model: torch.nn.Module, rho: float) -> Non
 
 class EMAAnchor(pl.Callback):
     """Keeps ``ema_model`` (frozen copy of ``pl_module.policy``, sharded like it under FSDP2), updates it
-    after each training batch and installs it as the module's KL reference (``pl_module.set_reference_model``).
+    after each training batch and installs it as the module's KL reference
+    (``pl_module.set_reference_model``).
 
     rho: decay (0.99); update_every: batches between updates (1).
     """
@@ -93,11 +94,13 @@ class EMAAnchor(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if not hasattr(pl_module, "set_reference_model"):
-            raise TypeError("EMAAnchor needs a module with `policy` and `set_reference_model` (e.g. GRPOModule)")
+            raise TypeError("EMAAnchor needs a module with `policy` and `set_reference_model` "
+                            "(e.g. GRPOModule)")
         if type(trainer.strategy).__name__.startswith(("FSDP", "DeepSpeed")):
             raise NotImplementedError(
-                f"EMAAnchor does not support {type(trainer.strategy).__name__} (flat or partitioned parameters): "
-                "for FSDP use Lightning's ModelParallelStrategy (FSDP2, configs/scale/fsdp.yaml), or DDP")
+                f"EMAAnchor does not support {type(trainer.strategy).__name__} (flat or partitioned "
+                "parameters): for FSDP use Lightning's ModelParallelStrategy (FSDP2, "
+                "configs/scale/fsdp.yaml) or DDP")
         self._build(pl_module)
         pl_module.set_reference_model(self.ema_model)
 
@@ -126,8 +129,8 @@ class EMAAnchor(pl.Callback):
             return
         if self.ema_model is None:
             if "full_state" not in entry:
-                raise RuntimeError("a distributed checkpoint's EMA shards can only be restored into a sharded "
-                                   "EMA copy (FSDP2, ModelParallelStrategy)")
+                raise RuntimeError("a distributed checkpoint's EMA shards can only be restored into a "
+                                   "sharded EMA copy (FSDP2, ModelParallelStrategy)")
             self._pending = entry["full_state"]
             return
         restore_checkpoint_entry(self.ema_model, entry, trainer.ckpt_path)

@@ -78,8 +78,8 @@ def shard_policy(model: nn.Module, device_mesh) -> nn.Module:
     mesh = device_mesh
     if "tensor_parallel" in names:
         if device_mesh["tensor_parallel"].size() != 1:
-            raise ValueError("the policy is sharded with FSDP only: set the strategy's tensor_parallel_size: 1 "
-                             "and data_parallel_size to the number of processes")
+            raise ValueError("the policy is sharded with FSDP only: set the strategy's tensor_parallel_size: "
+                             "1 and data_parallel_size to the number of processes")
         mesh = device_mesh["data_parallel"]
     memo = {id(p): nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
             for p in model.parameters()}
@@ -95,7 +95,7 @@ def frozen_copy(module: nn.Module) -> nn.Module:
     if not is_sharded(module):
         return copy.deepcopy(module).eval().requires_grad_(False)
     if module not in _SHARDED:
-        raise RuntimeError("this sharded model was not sharded by shard_policy, so no copy of it can be built")
+        raise RuntimeError("this model was not sharded by shard_policy: no sharded copy of it can be built")
     skeleton, mesh = _SHARDED[module]
     twin = copy.deepcopy(skeleton)
     _apply_plan(twin, mesh, reshard_root=True)  # a frozen copy never runs backward: reshard after forward
@@ -133,7 +133,8 @@ def load_full_state_dict_(module: nn.Module, state: dict[str, torch.Tensor]) -> 
     for k, v in own.items():
         full = state[k]
         if isinstance(v, DTensor):
-            full = distribute_tensor(full.to(v.device, v.dtype), v.device_mesh, v.placements, src_data_rank=None)
+            full = distribute_tensor(full.to(v.device, v.dtype), v.device_mesh, v.placements,
+                                     src_data_rank=None)
         local_tensor(v).copy_(local_tensor(full))
 
 
@@ -147,7 +148,8 @@ def checkpoint_entry(module: nn.Module, checkpoint: dict, key: str) -> dict[str,
 
     Distributed checkpoint (the policy's own state is DTensors): the local shards join
     ``checkpoint["state_dict"]`` under ``"frozen_copies.<key>."`` and are written with the policy's
-    shards; the entry names the prefix. Full checkpoint: the entry holds the full tensors (gathered; rank 0 writes them).
+    shards; the entry names the prefix. Full checkpoint: the entry holds the full tensors (gathered; rank 0
+    writes them).
     """
     if _is_distributed_checkpoint(checkpoint):
         prefix = f"{COPIES_PREFIX}{key}."
@@ -157,7 +159,8 @@ def checkpoint_entry(module: nn.Module, checkpoint: dict, key: str) -> dict[str,
     return {"full_state": full_state_dict(module)}
 
 
-def restore_checkpoint_entry(module: nn.Module, entry: dict[str, Any], checkpoint_path: str | Path | None) -> None:
+def restore_checkpoint_entry(module: nn.Module, entry: dict[str, Any],
+                             checkpoint_path: str | Path | None) -> None:
     """Inverse of ``checkpoint_entry``: full tensors are split locally; a prefix is read from the distributed
     checkpoint folder ``checkpoint_path`` into this rank's shards (a collective)."""
     if "full_state" in entry:
@@ -166,7 +169,7 @@ def restore_checkpoint_entry(module: nn.Module, entry: dict[str, Any], checkpoin
     from torch.distributed.checkpoint import load
 
     if checkpoint_path is None:
-        raise RuntimeError("a sharded state is restored from its distributed checkpoint folder, but no path is known")
+        raise RuntimeError("a sharded state is read from its distributed checkpoint folder: no path is known")
     prefix = entry["sharded_prefix"]
     target = {prefix + k: v for k, v in module.state_dict().items()}
     load({"state_dict": target}, checkpoint_id=str(checkpoint_path))
