@@ -1,5 +1,6 @@
 """PolicySpec and PolicyModule: one spec for the policy, hyperparameters saved once for the whole subclass
-chain, checkpoints that reload (weights-only) into the same module."""
+chain, checkpoints that reload (weights-only) into the same module; the spec and the modules' constructors
+refuse values outside their ranges with a UserError naming the argument."""
 from dataclasses import asdict
 
 import lightning.pytorch as pl
@@ -7,7 +8,9 @@ import pytest
 import torch
 
 from ttrl_lightning.data.datamodules import SFTDataModule
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import GRPOModule, PolicySpec, SFTModule
+from ttrl_lightning.modules.base import Bounds
 
 
 def test_policy_spec_from_mappings():
@@ -52,3 +55,71 @@ def test_checkpoint_reloads_the_same_module(tmp_path):
     assert loaded.policy_spec == spec and loaded.hparams["w_act"] == 3.0
     for (k, a), b in zip(m.policy.state_dict().items(), loaded.policy.state_dict().values()):
         assert torch.equal(a, b), k
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"lr": -1.0}, r"policy\.lr must be > 0, got -1\.0"),
+    ({"lr": 0.0}, r"policy\.lr must be > 0"),
+    ({"lr": float("nan")}, r"policy\.lr must be > 0, got nan"),
+    ({"weight_decay": -0.1}, r"policy\.weight_decay must be >= 0"),
+    ({"betas": (0.9, 1.0)}, r"policy\.betas must be two numbers in \[0, 1\)"),
+    ({"betas": (0.9,)}, r"policy\.betas must be two numbers"),
+    ({"dtype": "int8"}, r"policy\.dtype must be one of float32, bfloat16, float16, float64 or null, got 'int8'"),
+    ({"seed": 1.5}, r"policy\.seed must be an integer"),
+    ({"model": ""}, r"policy\.model must be a model name or path"),
+])
+def test_policy_spec_refuses_values_outside_their_range(fields, message):
+    with pytest.raises(UserError, match=message):
+        PolicySpec(**fields)
+    with pytest.raises(UserError, match=message):  # also from a config's mapping
+        PolicySpec.of(fields)
+
+
+def test_bounds_say_their_rule():
+    assert 0.5 in Bounds(low=0, high=1, low_open=True) and 0 not in Bounds(low=0, high=1, low_open=True)
+    assert 1 in Bounds(low=0, high=1, low_open=True) and True not in Bounds()  # a bool is not a number
+    assert float("inf") not in Bounds() and None not in Bounds() and None in Bounds(optional=True)
+    assert 2.5 not in Bounds(low=1, integer=True) and 3 in Bounds(low=1, integer=True)
+    assert str(Bounds(low=0, high=1, high_open=True)) == "in [0, 1)"
+    assert str(Bounds(low=1, integer=True)) == "an integer >= 1"
+    assert str(Bounds(low=0, optional=True)) == ">= 0 or null"
+
+
+def _zero_reward(**kw):
+    return [0.0] * len(kw["completions"])
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"num_generations": 0}, r"GRPOModule argument num_generations must be an integer >= 1, got 0"),
+    ({"temperature": -0.5}, r"GRPOModule argument temperature must be >= 0, got -0\.5"),
+    ({"top_p": 0.0}, r"GRPOModule argument top_p must be in \(0, 1\], got 0\.0"),
+    ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
+    ({"top_k": -1}, r"top_k must be an integer >= 0"),
+    ({"max_new_tokens": 0}, r"max_new_tokens must be an integer >= 1"),
+    ({"eps_low": -0.1}, r"eps_low must be >= 0"),
+    ({"eps_high": float("nan")}, r"eps_high must be >= 0, got nan"),
+    ({"kl_coef": -1.0}, r"kl_coef must be >= 0"),
+    ({"num_iterations": 0}, r"num_iterations must be an integer >= 1"),
+    ({"max_grad_norm": -1.0}, r"max_grad_norm must be >= 0 or null"),
+    ({"reference": "ema"}, r"reference must be one of initial, none, external, got 'ema'"),
+    ({"loss_aggregation": "mean"}, r"loss_aggregation must be one of seq_mean, token_mean, got 'mean'"),
+    ({"reward_weights": [float("inf")]}, r"reward_weights must be finite numbers"),
+    ({"rewards": ["nosuch"]}, r"unknown reward 'nosuch'; known: digits_only, exact_answer"),
+    ({"rewards": [3]}, r"a reward must be a registered name \(digits_only, exact_answer\) or a callable, got int"),
+])
+def test_grpo_refuses_arguments_outside_their_range(kwargs, message):
+    kwargs = {"rewards": [_zero_reward], **kwargs}
+    with pytest.raises(UserError, match=message):
+        GRPOModule(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"w_act": 0.0}, r"SFTModule argument w_act must be > 0, got 0\.0"),
+    ({"feedback_dropout": 1.0}, r"SFTModule argument feedback_dropout must be in \[0, 1\), got 1\.0"),
+    ({"feedback_dropout": -0.1}, r"feedback_dropout must be in \[0, 1\)"),
+    ({"hide_token": "<nope>"}, r"SFTModule argument hide_token '<nope>' is not in the tokenizer's vocabulary"),
+    ({"policy": PolicySpec(lr=1e-3), "w_act": float("inf")}, r"w_act must be > 0, got inf"),
+])
+def test_sft_refuses_arguments_outside_their_range(kwargs, message):
+    with pytest.raises(UserError, match=message):
+        SFTModule(**kwargs)

@@ -1,14 +1,76 @@
 """Shared LightningModule plumbing: the policy spec, the policy model, its tokenizer and the optimizer."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Mapping
 
 import lightning.pytorch as pl
 import torch
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.models import load_model, load_tokenizer
 from ttrl_lightning.modules.sharding import shard_policy
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric argument may take: ``low`` and ``high`` (None: unbounded), each open or closed.
+
+    ``integer``: whole numbers only; ``optional``: None is allowed too. Booleans, NaN and infinities are never
+    in bounds. ``value in bounds`` tests a value, ``str(bounds)`` says the rule (``"in (0, 1]"``, ``">= 1"``).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+    def __contains__(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        kind = "an integer " if self.integer else ""
+        if self.low is not None and self.high is not None:
+            rule = (f"{kind}in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        elif self.low is not None:
+            rule = f"{kind}{'>' if self.low_open else '>='} {self.low:g}"
+        elif self.high is not None:
+            rule = f"{kind}{'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            rule = "an integer" if self.integer else "a finite number"
+        return rule + (" or null" if self.optional else "")
+
+
+def check_arguments(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
+    """Raise a :class:`~ttrl_lightning.errors.UserError` naming the first argument of ``values`` outside its
+    ``rules`` entry: ``"<where><name> must be <rule>, got <value>"``."""
+    for name, bounds in rules.items():
+        if values[name] not in bounds:
+            raise UserError(f"{where}{name} must be {bounds}, got {values[name]!r}")
+
+
+#: torch dtype names a policy's weights may be cast to (``PolicySpec.dtype``)
+SUPPORTED_DTYPES = ("float32", "bfloat16", "float16", "float64")
+#: ``PolicySpec``'s numeric fields and their bounds (AdamW: a positive step size, non-negative decay)
+POLICY_RULES: dict[str, Bounds] = {
+    "lr": Bounds(low=0, low_open=True),
+    "weight_decay": Bounds(low=0),
+    "seed": Bounds(integer=True),
+}
+#: each of AdamW's two ``betas`` (moment decay rates)
+BETA_BOUNDS = Bounds(low=0, high=1, high_open=True)
 
 
 @dataclass(frozen=True)
@@ -22,6 +84,8 @@ class PolicySpec:
     of the module (``seeding.derive_seed``).
 
     In a config: ``init_args: {policy: {model: tiny:qwen2, lr: 1.0e-3}, <the module's own arguments>}``.
+    A spec checks itself when built (``POLICY_RULES``, ``BETA_BOUNDS``, ``SUPPORTED_DTYPES``): a value
+    outside its range raises :class:`~ttrl_lightning.errors.UserError` naming the field (``policy.lr``).
     """
 
     model: str = "tiny:qwen2"
@@ -32,6 +96,17 @@ class PolicySpec:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.model, str) or not self.model:
+            raise UserError(f"policy.model must be a model name or path, got {self.model!r}")
+        check_arguments(asdict(self), POLICY_RULES, "policy.")
+        betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else (self.betas,)
+        if len(betas) != 2 or any(b not in BETA_BOUNDS for b in betas):
+            raise UserError(f"policy.betas must be two numbers {BETA_BOUNDS}, got {self.betas!r}")
+        if self.dtype is not None and self.dtype not in SUPPORTED_DTYPES:
+            raise UserError(f"policy.dtype must be one of {', '.join(SUPPORTED_DTYPES)} or null, "
+                            f"got {self.dtype!r}")
 
     @classmethod
     def of(cls, spec: PolicySpec | Mapping[str, Any] | None) -> PolicySpec:

@@ -25,8 +25,9 @@ from typing import ClassVar, Sequence
 import torch
 from torchmetrics import MeanMetric
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import masked_token_mean, position_ids_from_mask
-from ttrl_lightning.modules.base import PolicyModule, PolicySpec
+from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -48,6 +49,19 @@ from ttrl_lightning.rollout.hf import HFGenerateEngine
 from ttrl_lightning.seeding import derive_seed
 
 REFERENCES = ("initial", "none", "external")
+#: bounds of GRPOModule's numeric arguments, checked when it is built (before the policy is loaded)
+GRPO_RULES: dict[str, Bounds] = {
+    "num_generations": Bounds(low=1, integer=True),
+    "temperature": Bounds(low=0),
+    "top_p": Bounds(low=0, high=1, low_open=True),
+    "top_k": Bounds(low=0, integer=True),
+    "max_new_tokens": Bounds(low=1, integer=True),
+    "eps_low": Bounds(low=0),
+    "eps_high": Bounds(low=0),
+    "kl_coef": Bounds(low=0),
+    "num_iterations": Bounds(low=1, integer=True),
+    "max_grad_norm": Bounds(low=0, optional=True),
+}
 
 
 @dataclass(frozen=True)
@@ -93,6 +107,8 @@ class GRPOModule(PolicyModule):
     copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as ``EMAAnchor``) or
     ``"none"`` (no KL term, kl_coef must be 0); ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``;
     ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``.
+    Numeric arguments are checked against ``GRPO_RULES`` when the module is built (a ``UserError`` names the
+    argument).
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
     """
 
@@ -120,21 +136,28 @@ class GRPOModule(PolicyModule):
         record_signals: bool = False,
         engine: RolloutEngine | None = None,
     ):
-        super().__init__(policy)
+        check_arguments(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
         if reference not in REFERENCES:
-            raise ValueError(f"reference must be one of {REFERENCES}, got {reference!r}")
+            raise UserError(f"{type(self).__name__} argument reference must be one of "
+                            f"{', '.join(REFERENCES)}, got {reference!r}")
         if reference == "none" and kl_coef != 0:
-            raise ValueError("reference='none' needs kl_coef=0")
-        if num_iterations < 1:
-            raise ValueError(f"num_iterations must be >= 1, got {num_iterations}")
-        LOSS_AGGREGATIONS[loss_aggregation]  # fail early on a typo
+            raise UserError(f"{type(self).__name__}: reference='none' needs kl_coef=0, "
+                            f"got kl_coef={kl_coef!r}")
+        if loss_aggregation not in LOSS_AGGREGATIONS:
+            raise UserError(f"{type(self).__name__} argument loss_aggregation must be one of "
+                            f"{', '.join(LOSS_AGGREGATIONS.names())}, got {loss_aggregation!r}")
+        if reward_weights is not None and any(w not in Bounds() for w in reward_weights):
+            raise UserError(f"{type(self).__name__} argument reward_weights must be finite numbers, "
+                            f"got {list(reward_weights)}")
+        super().__init__(policy)
         self.automatic_optimization = False
         self.reward_fns: list[RewardFn] = [resolve_reward(r) for r in rewards]
         if not self.reward_fns:
-            raise ValueError("at least one reward is needed")
+            raise UserError(f"{type(self).__name__} argument rewards: at least one reward is needed")
         w = list(reward_weights) if reward_weights is not None else [1.0] * len(self.reward_fns)
         if len(w) != len(self.reward_fns):
-            raise ValueError(f"{len(w)} reward_weights for {len(self.reward_fns)} rewards")
+            raise UserError(f"{type(self).__name__}: {len(w)} reward_weights for "
+                            f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
         self.engine: RolloutEngine = engine or HFGenerateEngine(self.tokenizer, record_signals=record_signals)
         self.kl_coef = float(kl_coef)

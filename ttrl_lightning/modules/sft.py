@@ -4,10 +4,17 @@ from __future__ import annotations
 import torch
 from torchmetrics import MeanMetric
 
-from ttrl_lightning.modules.base import PolicyModule, PolicySpec
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
 from ttrl_lightning.modules.losses import action_weighted_ce, feedback_dropout
 from ttrl_lightning.seeding import derived_generator
 from ttrl_lightning.tools.protocol import HIDDEN_OBSERVATION_TOKEN
+
+#: bounds of SFTModule's numeric arguments, checked when it is built
+SFT_RULES: dict[str, Bounds] = {
+    "w_act": Bounds(low=0, low_open=True),
+    "feedback_dropout": Bounds(low=0, high=1, high_open=True),
+}
 
 
 class SFTModule(PolicyModule):
@@ -15,7 +22,8 @@ class SFTModule(PolicyModule):
     dropout: each earlier observation (tool output) is hidden (its tokens replaced by ``hide_token``) with
     probability ``feedback_dropout`` (default 0.05) during training.
 
-    Args beyond ``policy`` (``PolicySpec``): ``w_act``, ``feedback_dropout``, ``hide_token``.
+    Args beyond ``policy`` (``PolicySpec``): ``w_act`` (> 0), ``feedback_dropout`` (in [0, 1)),
+    ``hide_token``; checked when the module is built (``SFT_RULES``; a ``UserError`` names the argument).
     Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, observation_span``,
     all [B, T]. The dropout draws come from a generator seeded by
     ``derive_seed(seed, "feedback_dropout", global_step, global_rank)``, so a resumed run draws the same.
@@ -28,10 +36,12 @@ class SFTModule(PolicyModule):
         feedback_dropout: float = 0.05,
         hide_token: str = HIDDEN_OBSERVATION_TOKEN,
     ):
+        check_arguments(locals(), SFT_RULES, f"{type(self).__name__} argument ")
         super().__init__(policy)
         hide_id = self.tokenizer.convert_tokens_to_ids(hide_token)
         if hide_id is None or hide_id == self.tokenizer.unk_token_id:
-            raise ValueError(f"hide_token {hide_token!r} is not in the tokenizer's vocabulary")
+            raise UserError(f"{type(self).__name__} argument hide_token {hide_token!r} is not in the "
+                            "tokenizer's vocabulary")
         self.hide_id = int(hide_id)
         self.train_loss = MeanMetric()
         self.val_loss = MeanMetric()

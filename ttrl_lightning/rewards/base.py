@@ -18,6 +18,7 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.registry import Registry
 
 
@@ -29,11 +30,15 @@ REWARDS: Registry[Callable[..., RewardFn]] = Registry("reward")
 
 
 def resolve_reward(spec: str | RewardFn) -> RewardFn:
-    """A reward from its registry name (factory called with no arguments) or a callable as is."""
+    """A reward from its registry name (factory called with no arguments) or a callable as is; an unknown name
+    or a non-callable raises :class:`~ttrl_lightning.errors.UserError` listing the registered names."""
     if isinstance(spec, str):
+        if spec not in REWARDS:
+            raise UserError(f"unknown reward {spec!r}; known: {', '.join(REWARDS.names())}")
         return REWARDS[spec]()
     if not callable(spec):
-        raise TypeError(f"reward must be a registered name or a callable, got {type(spec).__name__}")
+        raise UserError(f"a reward must be a registered name ({', '.join(REWARDS.names())}) or a callable, "
+                        f"got {type(spec).__name__}")
     return spec
 
 
