@@ -13,9 +13,18 @@ bottom-right causal mask are applied in-register. Never writes [Tq, Tk].
 On CPU it runs under ``TRITON_INTERPRET=1`` (tests only); the interpreter gets fp32 arithmetic throughout.
 On GPU, bf16/fp16 inputs use tensor-core dots with fp32 accumulation; the probability matrix enters the
 group-mass dot as a hi + lo bf16 pair, so the mass keeps ~16 mantissa bits.
+
+Block sizes fit the device: a launch whose block needs more shared memory than the device's opt-in limit
+per block fails ("out of resources"), and the limit differs by architecture (sm_80 166,912 B, sm_89
+101,376 B, sm_90 232,448 B). :func:`attention_blocks` and :func:`token_stats_blocks` take the first tile
+shape (and ``num_stages``) of a preference list whose shared-memory bound (:func:`attention_shared_bytes`,
+:func:`token_stats_shared_bytes`, upper bounds of what Triton's compiler allocates, fitted to compiled
+kernels) fits the limit read from ``torch.cuda.get_device_properties(...).shared_memory_per_block_optin``.
+``ttrl_lightning.ops.triton_compile`` compiles every choice for sm_80/89/90 without a GPU and checks it.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -26,6 +35,40 @@ import triton.language as tl
 from .vocab_splits import finish_token_stats
 
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+#: dtype names accepted by the block choosers -> element size in bytes
+ELEMENT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+#: the smallest opt-in shared memory per block of the supported architectures (sm_89: L4, RTX 4090), used
+#: when the device does not report its own
+SMALLEST_SHARED_LIMIT = 101_376
+NUM_WARPS = 4
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``"fp32"`` (``"bf16"``, ``"fp16"``)."""
+    return _DTYPE_NAMES[dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def _shared_limit_of(index: int) -> int:
+    props = torch.cuda.get_device_properties(index)
+    return int(getattr(props, "shared_memory_per_block_optin", 0) or SMALLEST_SHARED_LIMIT)
+
+
+def device_shared_limit(device: torch.device) -> int:
+    """Opt-in shared memory per block (bytes) of a CUDA device, read once per device; on CPU (the interpreter)
+    the smallest limit of the supported architectures."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return SMALLEST_SHARED_LIMIT
+    return _shared_limit_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def _check_dtype(dtype: str) -> int:
+    if dtype not in ELEMENT_BYTES:
+        raise ValueError(f"dtype must be one of {sorted(ELEMENT_BYTES)}, got {dtype!r}")
+    return ELEMENT_BYTES[dtype]
 
 
 @triton.jit
@@ -78,6 +121,35 @@ def _token_stats_kernel(
     tl.store(base + 3 * M + rows, zy, mask=row_ok)
 
 
+#: token_stats tiles (BLOCK_M, BLOCK_V, BLOCK_H, num_stages), most preferred first
+TOKEN_STATS_TILES = ((64, 128, 64, 3), (64, 128, 64, 2), (64, 64, 64, 2), (32, 64, 32, 2), (16, 32, 16, 1))
+
+
+def token_stats_shared_bytes(dtype: str, block_m: int, block_v: int, block_h: int, num_stages: int) -> int:
+    """Upper bound of the shared memory (bytes) of one ``_token_stats_kernel`` block: the hidden and weight
+    tiles of the ``tl.dot`` chain, pipelined over ``num_stages - 1`` buffers (at least one),
+    ``e (BLOCK_M + BLOCK_V) BLOCK_H max(1, num_stages - 1)`` (bf16/fp16 on sm_80/89 keep one buffer), plus
+    ``4 (BLOCK_M + BLOCK_V)`` bytes of row vectors; fitted to Triton 3.6-3.9 compiles for sm_80/89/90
+    (``ttrl_lightning.ops.triton_compile`` checks it): fp32 64 x 128 x 64 with 3 stages needs 98,304 B."""
+    e = _check_dtype(dtype)
+    tiles = e * (block_m + block_v) * block_h * max(1, num_stages - 1)
+    return tiles + 4 * (block_m + block_v)
+
+
+def token_stats_blocks(dtype: str, shared_limit: int, has_bias: bool = False) -> dict:
+    """Launch arguments of ``_token_stats_kernel`` for ``dtype`` ("fp32" | "bf16" | "fp16": the inputs' common
+    dtype; mixed inputs run as "fp32") on a device with ``shared_limit`` bytes of shared memory per block:
+    the constexprs (``HAS_BIAS``, ``LOWP``, ``BLOCK_M``, ``BLOCK_V``, ``BLOCK_H``) plus ``num_warps`` and
+    ``num_stages``. The first tile of :data:`TOKEN_STATS_TILES` whose bound fits is taken."""
+    for bm, bv, bh, stages in TOKEN_STATS_TILES:
+        if token_stats_shared_bytes(dtype, bm, bv, bh, stages) <= shared_limit:
+            return dict(HAS_BIAS=bool(has_bias), LOWP=dtype != "fp32", BLOCK_M=bm, BLOCK_V=bv, BLOCK_H=bh,
+                        num_warps=NUM_WARPS, num_stages=stages)
+    smallest = token_stats_shared_bytes(dtype, *TOKEN_STATS_TILES[-1])
+    raise ValueError(f"token_stats ({dtype}): no tile fits {shared_limit} bytes of shared memory per block "
+                     f"(the smallest needs {smallest})")
+
+
 def _on_device(t):
     """Launch on the tensor's GPU (a no-op on CPU under the interpreter)."""
     import contextlib
@@ -85,14 +157,12 @@ def _on_device(t):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
-def _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, has_bias, lowp,
-                        block_m, block_v, block_h):
+def _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, blocks):
     _token_stats_kernel[grid](
         hidden, weight, b_arg, ids, part,
         M, V, H, 1.0 / float(temperature), split_v,
         hidden.stride(0), weight.stride(0),
-        HAS_BIAS=has_bias, LOWP=lowp,
-        BLOCK_M=block_m, BLOCK_V=block_v, BLOCK_H=block_h,
+        **blocks,
     )
 
 
@@ -104,25 +174,27 @@ def token_stats_triton(hidden, weight, token_ids, bias=None, temperature=1.0):
     ids = token_ids.to(torch.int64).contiguous()
     lowp = (not INTERPRET) and hidden.dtype in (torch.bfloat16, torch.float16) and weight.dtype == hidden.dtype
     if INTERPRET:
-        block_m, block_v, block_h, split_v = 16, 64, 32, 512
+        blocks = dict(HAS_BIAS=bias is not None, LOWP=False, BLOCK_M=16, BLOCK_V=64, BLOCK_H=32)
+        split_v = 512
     else:
-        block_m, block_v, block_h, split_v = 64, 128, 64, 8192
+        blocks = token_stats_blocks(dtype_name(hidden.dtype) if lowp else "fp32", device_shared_limit(hidden.device),
+                                    has_bias=bias is not None)
+        split_v = 8192
     n_split = triton.cdiv(V, split_v)
     part = torch.empty(n_split, 4, M, device=hidden.device, dtype=torch.float32)
-    grid = (triton.cdiv(M, block_m), n_split)
+    grid = (triton.cdiv(M, blocks["BLOCK_M"]), n_split)
     b_arg = bias.contiguous() if bias is not None else hidden  # dummy pointer when HAS_BIAS is False
     with _on_device(hidden):
-        _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, bias is not None,
-                            lowp, block_m, block_v, block_h)
+        _launch_token_stats(grid, hidden, weight, b_arg, ids, part, M, V, H, temperature, split_v, blocks)
     return finish_token_stats(part, hidden, weight, ids, bias, temperature)
 
 
 @triton.jit
 def _attn_mass_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, o_ptr, mass_ptr,
-    Hq, Tq, Tk, D, rep, off, scale,
+    Hq, Tq, Tk, D, rep, off, num_groups, scale,
     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, so_b, so_h, so_t, sg_b,
-    NUM_GROUPS: tl.constexpr, GP: tl.constexpr, CAUSAL: tl.constexpr, LOWP: tl.constexpr,
+    GP: tl.constexpr, CAUSAL: tl.constexpr, LOWP: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
 ):
     pid_m = tl.program_id(0)
@@ -185,8 +257,55 @@ def _attn_mass_kernel(
     tl.store(o_ptr + b * so_b + hq * so_h + offs_m[:, None] * so_t + offs_d[None, :],
              out.to(o_ptr.dtype.element_ty), mask=m_ok[:, None] & d_ok[None, :])
     mass = gacc * inv[:, None]
-    mrow = mass_ptr + (pid_bh * Tq + offs_m) * NUM_GROUPS
-    tl.store(mrow[:, None] + offs_g[None, :], mass, mask=m_ok[:, None] & (offs_g < NUM_GROUPS)[None, :])
+    mrow = mass_ptr + (pid_bh * Tq + offs_m) * num_groups
+    tl.store(mrow[:, None] + offs_g[None, :], mass, mask=m_ok[:, None] & (offs_g < num_groups)[None, :])
+
+
+#: attention tiles (BLOCK_M, BLOCK_N, num_stages), most preferred first; 128-row query blocks only for head
+#: dims <= 64 (FlashAttention-2's choice), otherwise the list starts at (64, 64, 3)
+ATTENTION_TILES = ((128, 64, 3), (64, 64, 3), (64, 64, 2), (64, 32, 2), (32, 32, 2), (32, 16, 2), (16, 16, 1))
+
+
+def attention_shared_bytes(dtype: str, block_m: int, block_n: int, block_d: int, gp: int, num_stages: int) -> int:
+    """Upper bound of the shared memory (bytes) of one ``_attn_mass_kernel`` block, fitted to Triton 3.6-3.9
+    compiles for sm_80/89/90 (``ttrl_lightning.ops.triton_compile`` checks it on every launcher choice).
+
+    * fp32 (``input_precision="ieee"``: FMA dots whose operands are staged through shared memory): the K and V
+      tiles pipelined over ``num_stages - 1`` buffers, ``2 x 4 BLOCK_N BLOCK_D (num_stages - 1)``, plus q, the
+      probabilities and the one-hot group matrix in dot-operand layout, ``4 (BLOCK_M BLOCK_D + BLOCK_M
+      BLOCK_N + BLOCK_N GP)``;
+    * bf16/fp16 (tensor-core dots, operands in registers; Hopper's wgmma reads K and V from shared memory):
+      ``e BLOCK_D (BLOCK_M + 2 BLOCK_N)``;
+    * plus ``4 (BLOCK_M + BLOCK_N) num_stages`` bytes of row vectors and masks.
+    """
+    e = _check_dtype(dtype)
+    if dtype == "fp32":
+        tiles = 2 * 4 * block_n * block_d * max(1, num_stages - 1) + 4 * (
+            block_m * block_d + block_m * block_n + block_n * gp)
+    else:
+        tiles = e * block_d * (block_m + 2 * block_n)
+    return tiles + 4 * (block_m + block_n) * max(1, num_stages)
+
+
+def attention_blocks(dtype: str, head_dim: int, shared_limit: int, num_groups: int = 4, causal: bool = True) -> dict:
+    """Launch arguments of ``_attn_mass_kernel`` for ``dtype`` ("fp32" | "bf16" | "fp16"), ``head_dim`` and a
+    device with ``shared_limit`` bytes of opt-in shared memory per block: the constexprs (``GP``, ``CAUSAL``,
+    ``LOWP``, ``BLOCK_M``, ``BLOCK_N``, ``BLOCK_D``) plus ``num_warps`` and ``num_stages``. The first tile of
+    :data:`ATTENTION_TILES` whose :func:`attention_shared_bytes` fits ``shared_limit`` is taken, e.g. fp32 at
+    head dim 128 gets 64 x 64 x 3 stages on sm_90, 64 x 64 x 2 on sm_80 and 64 x 32 x 2 on sm_89."""
+    _check_dtype(dtype)
+    if int(head_dim) < 1 or int(num_groups) < 1:
+        raise ValueError(f"head_dim and num_groups must be >= 1, got {head_dim} and {num_groups}")
+    block_d = max(16, triton.next_power_of_2(int(head_dim)))
+    gp = max(16, triton.next_power_of_2(int(num_groups)))
+    tiles = ATTENTION_TILES if block_d <= 64 else ATTENTION_TILES[1:]
+    for bm, bn, stages in tiles:
+        if attention_shared_bytes(dtype, bm, bn, block_d, gp, stages) <= shared_limit:
+            return dict(GP=gp, CAUSAL=bool(causal), LOWP=dtype != "fp32", BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d,
+                        num_warps=NUM_WARPS, num_stages=stages)
+    smallest = attention_shared_bytes(dtype, *tiles[-1][:2], block_d, gp, tiles[-1][2])
+    raise ValueError(f"attention_with_mass ({dtype}, head dim {head_dim}): no tile fits {shared_limit} bytes of "
+                     f"shared memory per block (the smallest needs {smallest})")
 
 
 def attention_with_mass_triton(q, k, v, key_groups, num_groups, causal=True, scale=None):
@@ -197,23 +316,20 @@ def attention_with_mass_triton(q, k, v, key_groups, num_groups, causal=True, sca
     k = k.contiguous()
     v = v.contiguous()
     groups = key_groups.to(torch.int32).contiguous()
-    lowp = (not INTERPRET) and q.dtype in (torch.bfloat16, torch.float16)
     out = torch.empty_like(q)
     mass = torch.empty(B, Hq, Tq, num_groups, device=q.device, dtype=torch.float32)
-    gp = max(16, triton.next_power_of_2(num_groups))
-    block_d = max(16, triton.next_power_of_2(D))
     if INTERPRET:
-        block_m, block_n = 16, 16
+        blocks = dict(GP=max(16, triton.next_power_of_2(num_groups)), CAUSAL=bool(causal), LOWP=False,
+                      BLOCK_M=16, BLOCK_N=16, BLOCK_D=max(16, triton.next_power_of_2(D)))
     else:
-        block_m, block_n = (128, 64) if block_d <= 64 else (64, 64)
-    grid = (triton.cdiv(Tq, block_m), B * Hq)
+        blocks = attention_blocks(dtype_name(q.dtype), D, device_shared_limit(q.device), num_groups, causal)
+    grid = (triton.cdiv(Tq, blocks["BLOCK_M"]), B * Hq)
     with _on_device(q):
         _attn_mass_kernel[grid](
             q, k, v, groups, out, mass,
-            Hq, Tq, Tk, D, Hq // Hkv, Tk - Tq, scale,
+            Hq, Tq, Tk, D, Hq // Hkv, Tk - Tq, num_groups, scale,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             out.stride(0), out.stride(1), out.stride(2), groups.stride(0),
-            NUM_GROUPS=num_groups, GP=gp, CAUSAL=bool(causal), LOWP=lowp,
-            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=block_d,
+            **blocks,
         )
     return out, mass
