@@ -50,7 +50,7 @@ def materialised(hidden, weight, ids):
 
 
 def candidate(name, hidden, weight, ids, g):
-    from ttrl_lightning.ops.linear_logprobs import linear_logprobs
+    from ttrl_lightning.ops import linear_logprobs
 
     if name == "materialised":
         forward = lambda: materialised(hidden, weight, ids)  # noqa: E731
@@ -127,9 +127,9 @@ def main():
                   f"({1 / r['mem_ratio']:.1f}x less); "
                   f"time <= {TIME_TARGET}x: {'PASS' if time_ok else 'FAIL'} "
                   f"({r['time_ratio']:.3f}x)")
-    from ttrl_lightning.ops.linear_logprobs import selected_backend
+    from ttrl_lightning.ops import selected_backend
 
-    auto = selected_backend(args.device)
+    auto = selected_backend("linear_logprobs", args.device)
     print(f"auto backend for linear_logprobs on {args.device}: {auto}")
     write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})
 

@@ -12,51 +12,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <limits>
 #include <vector>
+
+#include "../common/cpu_math.h"
 
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+using ttrl::exp_nonpos;
+using ttrl::kNegInf;
+using ttrl::row_max;
 
-// Hot loops are compiled for AVX-512, AVX2 and the baseline ISA and picked at load time (GCC/Clang function
-// multiversioning), so the wheel stays portable while the loops run at full vector width.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TTRL_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TTRL_MULTIVERSION
-#endif
-
-// exp(x) for x <= 0 by range reduction 2^n * e^r, |r| <= ln2/2, and a degree-6 polynomial; written so that
-// the compiler vectorises the loops that call it (no branches, no libm call). Relative error ~2e-7.
-static inline __attribute__((always_inline)) float exp_nonpos(float x_in) {
-  const bool is_nan = x_in != x_in;
-  const float x = is_nan ? 0.0f : (x_in < -87.0f ? -87.0f : x_in);
-  const float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;  // round to nearest, vectorisable
-  const float r = (x - n * 0.693145751953125f) - n * 1.428606765330187045e-06f;
-  float p = 1.0f / 720.0f;
-  p = p * r + 1.0f / 120.0f;
-  p = p * r + 1.0f / 24.0f;
-  p = p * r + 1.0f / 6.0f;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return is_nan ? x_in : p * scale;  // propagate NaN (inf - inf from overflowing scores) so callers detect it
-}
-
-// One row of a logits tile: row max, then s = sum e^{z-m}, t = sum z e^{z-m} with m = max(m_old, row max).
-TTRL_MULTIVERSION
-float row_max(const float* z, int64_t n) {
-  float mx = kNegInf;
-#pragma omp simd reduction(max : mx)
-  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, z[j]);
-  return mx;
-}
-
+// One row of a logits tile: s = sum e^{z-m}, t = sum z e^{z-m} (m: the running max, from row_max).
 TTRL_MULTIVERSION
 void row_exp_sums(const float* z, int64_t n, float m, float* s_out, float* t_out) {
   float se = 0.0f, te = 0.0f;

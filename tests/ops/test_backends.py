@@ -59,6 +59,21 @@ def test_environment_is_read_at_first_use_until_reset(fresh_backends):
     assert selected_backend("token_stats", "cpu") == "cpp"
 
 
+def test_reset_clears_the_linear_logprobs_choice(fresh_backends):
+    """linear_logprobs' backend is chosen by the same registry: cached at first use, forgotten by reset."""
+    require_backend("cpp")
+    fresh_backends.setenv(backends.ENV_VAR, "torch")
+    assert selected_backend("linear_logprobs", "cpu") == "torch"
+    fresh_backends.setenv(backends.ENV_VAR, "cpp")
+    assert selected_backend("linear_logprobs", "cpu") == "torch"  # cached since the first use
+    backends.reset_backend_cache()
+    assert selected_backend("linear_logprobs", "cpu") == "cpp"
+    fresh_backends.delenv(backends.ENV_VAR)
+    backends.reset_backend_cache()
+    assert selected_backend("linear_logprobs", "cpu") == "cpp"  # auto on CPU: the fused C++ epilogues
+    assert backends.pick("linear_logprobs", "cpu").forward_tile.__name__ == "_forward_tile_cpp"
+
+
 def test_env_override_calls_that_backend(fresh_backends):
     """The op really runs the selected implementation (a spy in its place is called)."""
     require_backend("cpp")

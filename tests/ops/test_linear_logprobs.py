@@ -3,6 +3,7 @@ on every CPU backend (triton under the interpreter in a subprocess), the frozen-
 inputs, and that peak extra memory stays O(M x chunk)."""
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import subprocess
@@ -13,9 +14,11 @@ import torch
 
 from tests.ops._linear_logprobs_cases import compare_with_reference, linear_logprobs_inputs
 from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
-from ttrl_lightning.ops import linear_logprobs as lp_module
+from ttrl_lightning.ops import backends
 from ttrl_lightning.ops.linear_logprobs import linear_logprobs, selected_backend, unavailable_reason
 from ttrl_lightning.ops.linear_logprobs_reference import linear_logprobs_reference
+
+lp_module = importlib.import_module("ttrl_lightning.ops.linear_logprobs")  # the package exports the function
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -153,21 +156,21 @@ def test_empty_batch_keeps_the_graph():
 
 def test_kernel_impl_env_is_honoured_or_falls_back_with_a_line(monkeypatch, caplog):
     monkeypatch.setenv("TTRL_KERNEL_IMPL", "torch")
-    selected_backend.cache_clear()
+    backends.reset_backend_cache()
     try:
         assert selected_backend("cpu") == "torch"
         monkeypatch.setenv("TTRL_KERNEL_IMPL", "cuda")  # a backend of the signal ops this op does not have
-        selected_backend.cache_clear()
+        backends.reset_backend_cache()
         with caplog.at_level(logging.WARNING, logger="ttrl_lightning.ops"):
             auto = selected_backend("cpu")
         assert auto == ("cpp" if unavailable_reason("cpp") is None else "torch")
         assert "linear_logprobs has no 'cuda' backend" in caplog.text
         if unavailable_reason("cpp") is None:
             monkeypatch.setenv("TTRL_KERNEL_IMPL", "cpp")
-            selected_backend.cache_clear()
+            backends.reset_backend_cache()
             assert selected_backend("cpu") == "cpp"
     finally:
-        selected_backend.cache_clear()
+        backends.reset_backend_cache()
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)

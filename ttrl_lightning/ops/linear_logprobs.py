@@ -30,28 +30,25 @@ Two gradient plans, chosen from which inputs need a gradient:
 
 Backends (``torch``: chunked PyTorch on any device; ``cpp``: the OpenMP tile epilogues of
 ``csrc/linear_logprobs/linear_logprobs_cpu.cpp``; ``triton``: the tile kernels of ``linear_logprobs_triton``)
-share this driver and its GEMMs (always float32) and differ only in the two tile epilogues.
+share this driver and its GEMMs (always float32) and differ only in the two tile epilogues. They are
+registered with ``ops.backends`` (``register_op``), which picks one per device (``AUTO_ORDER``,
+``TTRL_KERNEL_IMPL``) on first use and caches it until ``backends.reset_backend_cache()``.
 """
 from __future__ import annotations
 
-import functools
-import logging
-import os
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
+from . import backends
 from .checks import check_token_stats_inputs
 
-log = logging.getLogger("ttrl_lightning.ops")
-
-ENV_VAR = "TTRL_KERNEL_IMPL"
+OP = "linear_logprobs"
 # Vocabulary columns per chunk and the largest logits tile (floats) per device type: 4096 x 1024 float32
 # (16 MiB) on CPU, where the tile stays near the last-level cache; larger tiles on GPU keep the GEMMs big.
 CHUNK = {"cpu": 4096, "cuda": 8192}
 TILE_ELEMS = {"cpu": 1 << 22, "cuda": 1 << 25}
-AUTO_ORDER = {"cpu": ("cpp", "torch"), "cuda": ("triton", "torch")}
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -136,81 +133,36 @@ def _load_triton() -> TileKernels:
 
 
 def _probe_cpp() -> str | None:
-    try:
-        import ttrl_lightning._C  # noqa: F401
-    except ImportError as e:
-        return (f"extension ttrl_lightning._C not built ({e}); "
-                "rebuild with `pip install --no-build-isolation -e .`")
+    """The ``_C`` extension imports (the backend's probe); this op also needs its tile kernels in it."""
     if not hasattr(torch.ops.ttrl, "linear_logprobs_forward_tile"):
         return "ttrl_lightning._C was built without csrc/linear_logprobs (rebuild the extension)"
     return None
 
 
-def _probe_triton() -> str | None:
-    from . import backends  # the signal ops' probe: CUDA or TRITON_INTERPRET=1, and triton importable
-
-    return backends.unavailable_reason("triton")
-
-
-@dataclass(frozen=True)
-class _Backend:
-    devices: tuple[str, ...]
-    load: Callable[[], TileKernels]
-    probe: Callable[[], str | None]
+backends.register_op(OP, {
+    "triton": backends.OpImplementation(_load_triton),
+    "cpp": backends.OpImplementation(_load_cpp, _probe_cpp),
+    "torch": backends.OpImplementation(_load_torch),
+})
 
 
-BACKENDS: dict[str, _Backend] = {
-    "triton": _Backend(("cuda", "cpu"), _load_triton, _probe_triton),
-    "cpp": _Backend(("cpu",), _load_cpp, _probe_cpp),
-    "torch": _Backend(("cpu", "cuda"), _load_torch, lambda: None),
-}
-
-
-@functools.lru_cache(maxsize=None)
 def unavailable_reason(name: str) -> str | None:
-    """None if backend ``name`` of linear_logprobs can run here, else why not (cached)."""
-    if name not in BACKENDS:
-        raise ValueError(f"unknown linear_logprobs backend {name!r}; known: {sorted(BACKENDS)} or 'auto'")
-    return BACKENDS[name].probe()
+    """None if backend ``name`` of linear_logprobs can run here, else why not (cached by ``ops.backends``)."""
+    known = backends.REGISTERED_OPS[OP]
+    if name not in known:
+        raise ValueError(f"unknown linear_logprobs backend {name!r}; known: {sorted(known)} or 'auto'")
+    return backends.unavailable_reason(name, OP)
 
 
-@functools.lru_cache(maxsize=None)
 def selected_backend(device_type: str = "cpu") -> str:
-    """The backend ``linear_logprobs`` uses for ``device_type`` tensors, resolved on first use.
-
-    ``TTRL_KERNEL_IMPL`` names a backend for every op; if this op has it for the device it is used (and a
-    missing one raises), otherwise this op's ``auto`` choice is used with one log line.
-    """
-    requested = os.environ.get(ENV_VAR, "auto").strip().lower() or "auto"
-    if requested != "auto":
-        if requested in BACKENDS and device_type in BACKENDS[requested].devices:
-            reason = unavailable_reason(requested)
-            if reason is not None:
-                raise RuntimeError(f"{ENV_VAR}={requested} requested but that backend is unavailable: "
-                                   f"{reason}")
-            return requested
-        log.warning("ttrl_lightning.ops: linear_logprobs has no %r backend for %s tensors (%s); using its "
-                    "auto choice", requested, device_type, ENV_VAR)
-    skipped = []
-    for name in AUTO_ORDER.get(device_type, ("torch",)):
-        reason = unavailable_reason(name)
-        if reason is None:
-            if skipped:
-                log.warning("ttrl_lightning.ops: linear_logprobs on %s uses %s (%s)", device_type, name,
-                            "; ".join(skipped))
-            return name
-        skipped.append(f"{name}: {reason}")
-    return "torch"  # not reached: torch is last in every order and always available
+    """The backend ``linear_logprobs`` uses for ``device_type`` tensors: ``backends.selected_backend``."""
+    return backends.selected_backend(OP, device_type)
 
 
 def _kernels(device_type: str, override: str | None) -> TileKernels:
-    name = selected_backend(device_type) if override in (None, "auto") else override
-    reason = unavailable_reason(name)
-    if reason is not None:
-        raise RuntimeError(f"linear_logprobs backend {name!r} requested but unavailable: {reason}")
-    if device_type not in BACKENDS[name].devices:
-        raise RuntimeError(f"linear_logprobs backend {name!r} does not run on {device_type} tensors")
-    return BACKENDS[name].load()
+    if override not in (None, "auto"):
+        unavailable_reason(override)  # an unknown name raises, naming this op's backends
+    return backends.pick(OP, device_type, override)
 
 
 # --------------------------------------------------------------------------------------------------------
