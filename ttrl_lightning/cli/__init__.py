@@ -17,11 +17,27 @@ demo       :mod:`ttrl_lightning.cli.demo`        the README's main job (CPU)
 ``python -m ttrl_lightning.cli <command> ...`` is the same command without the console script (what
 ``torchrun -m`` and ``srun python -m`` launch). Packaged configs are found with
 :func:`ttrl_lightning.cli.configs.config_path`.
+
+Errors and exit codes, the same for every command (:func:`main`):
+
+* 0: success;
+* 1: a user error -- a :class:`~ttrl_lightning.errors.UserError` (bad option, refused file) or a missing,
+  unreadable or directory path (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``,
+  ``PermissionError``): one line ``ttrl <command>: <message>`` on stderr, no traceback; an unknown command
+  is one line too;
+* 130: interrupted (Ctrl-C): one line ``ttrl <command>: interrupted`` (``ttrl bon`` reports what it
+  finished first and returns 130 itself).
+
+``--debug`` anywhere on the command line (removed before the command parses its options) or
+``TTRL_DEBUG=1`` lets these errors propagate with their traceback.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+
+from ..errors import UserError
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
@@ -42,18 +58,61 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+#: Exit code of a user error and of an interrupt.
+EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 130
+
+#: Errors printed as one line (exit 1): the user's input, and paths the user gave that cannot be used.
+USER_ERRORS = (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+DEBUG_FLAG, DEBUG_ENV = "--debug", "TTRL_DEBUG"
+
+
+def _debugging(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether tracebacks are asked for (``--debug`` or ``TTRL_DEBUG=1``), and ``argv`` without ``--debug``."""
+    rest = [a for a in argv if a != DEBUG_FLAG]
+    env = os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes"}
+    return env or len(rest) < len(argv), rest
+
+
+def _one_line(error: BaseException) -> str:
+    """The message of a user error on one line; an ``OSError`` as ``path: reason``."""
+    if isinstance(error, OSError) and error.filename is not None:
+        text = f"{error.filename}: {error.strerror or error}"
+    else:
+        text = str(error) or type(error).__name__
+    return " ".join(text.split())
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``ttrl <command> ...``; ``argv`` defaults to ``sys.argv[1:]``. Returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run ``ttrl <command> ...``; ``argv`` defaults to ``sys.argv[1:]``. Returns the exit code (0, 1 for a
+    user error printed as one line, 130 when interrupted; see the module doc)."""
+    debug, argv = _debugging(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
     name, rest = argv[0], argv[1:]
     if name not in SUBCOMMANDS:
-        print(f"ttrl: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        print(f"ttrl: unknown command {name!r}; commands: {', '.join(SUBCOMMANDS)} (see `ttrl --help`)",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
     target, _ = SUBCOMMANDS[name]
     module_name, fn_name = target.split(":")
-    fn = getattr(importlib.import_module(module_name), fn_name)
-    rc = fn(rest)
+    try:
+        fn = getattr(importlib.import_module(module_name), fn_name)
+        rc = fn(rest)
+    except SystemExit as e:  # --help, or a command that exits by itself: its code is the return value
+        if e.code is None or isinstance(e.code, int):
+            return int(e.code or 0)
+        print(f"ttrl {name}: {e.code}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except USER_ERRORS as e:
+        if debug:
+            raise
+        print(f"ttrl {name}: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"ttrl {name}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return int(rc or 0)
