@@ -59,6 +59,7 @@ def fake_command(monkeypatch):
 
     def run(argv):
         state["argv"] = argv
+        state["env"] = os.environ.get("TTRL_DEBUG")
         if state["raised"] is not None:
             raise state["raised"]
         return 0
@@ -92,6 +93,7 @@ def test_debug_flag_and_environment_show_the_traceback(fake_command, monkeypatch
     with pytest.raises(UserError, match="bad --n"):
         main(["fake", "--n", "3", "--debug"])
     assert fake_command["argv"] == ["--n", "3"]  # removed before the command parses its options
+    assert fake_command["env"] == "1" and "TTRL_DEBUG" not in os.environ  # set while the command runs
     with pytest.raises(UserError):
         main(["--debug", "fake"])
     monkeypatch.setenv("TTRL_DEBUG", "1")

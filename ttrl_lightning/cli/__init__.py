@@ -28,11 +28,12 @@ Errors and exit codes, the same for every command (:func:`main`):
 * 130: interrupted (Ctrl-C): one line ``ttrl <command>: interrupted`` (``ttrl bon`` reports what it
   finished first and returns 130 itself).
 
-``--debug`` anywhere on the command line (removed before the command parses its options) or
-``TTRL_DEBUG=1`` lets these errors propagate with their traceback.
+``--debug`` anywhere on the command line (removed before the command parses its options, and set as
+``TTRL_DEBUG=1`` while it runs) or ``TTRL_DEBUG=1`` lets these errors propagate with their traceback.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -67,11 +68,31 @@ USER_ERRORS = (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryErr
 DEBUG_FLAG, DEBUG_ENV = "--debug", "TTRL_DEBUG"
 
 
-def _debugging(argv: list[str]) -> tuple[bool, list[str]]:
-    """Whether tracebacks are asked for (``--debug`` or ``TTRL_DEBUG=1``), and ``argv`` without ``--debug``."""
+def _debugging(argv: list[str]) -> tuple[bool, bool, list[str]]:
+    """Whether tracebacks are asked for (``--debug``, or ``TTRL_DEBUG`` set to anything but empty, 0, false,
+    no), whether by the flag, and ``argv`` without ``--debug``."""
     rest = [a for a in argv if a != DEBUG_FLAG]
-    env = os.environ.get(DEBUG_ENV, "").strip().lower() in {"1", "true", "yes"}
-    return env or len(rest) < len(argv), rest
+    env = os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    flag = len(rest) < len(argv)
+    return env or flag, flag, rest
+
+
+@contextlib.contextmanager
+def _debug_environment(flag: bool):
+    """``--debug`` is ``TTRL_DEBUG=1`` for the command it runs (commands and the processes they start read
+    the variable); the previous value is restored afterwards."""
+    if not flag:
+        yield
+        return
+    saved = os.environ.get(DEBUG_ENV)
+    os.environ[DEBUG_ENV] = "1"
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(DEBUG_ENV, None)
+        else:
+            os.environ[DEBUG_ENV] = saved
 
 
 def _one_line(error: BaseException) -> str:
@@ -86,7 +107,7 @@ def _one_line(error: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run ``ttrl <command> ...``; ``argv`` defaults to ``sys.argv[1:]``. Returns the exit code (0, 1 for a
     user error printed as one line, 130 when interrupted; see the module doc)."""
-    debug, argv = _debugging(list(sys.argv[1:] if argv is None else argv))
+    debug, flag, argv = _debugging(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -98,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     target, _ = SUBCOMMANDS[name]
     module_name, fn_name = target.split(":")
     try:
-        fn = getattr(importlib.import_module(module_name), fn_name)
-        rc = fn(rest)
+        with _debug_environment(flag):
+            fn = getattr(importlib.import_module(module_name), fn_name)
+            rc = fn(rest)
     except SystemExit as e:  # --help, or a command that exits by itself: its code is the return value
         if e.code is None or isinstance(e.code, int):
             return int(e.code or 0)
