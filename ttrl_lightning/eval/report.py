@@ -1,12 +1,17 @@
-"""Best-of-N report: VisConf-Table-1-style text table, paired bootstrap CIs, JSON and a plot."""
+"""Best-of-N report: VisConf-Table-1-style text table, paired bootstrap CIs, JSON and a plot.
+
+The JSON is strict (no ``NaN`` / ``Infinity`` literals: a method with no evaluated question has ``null``
+accuracies) and, like the plot, is written through :mod:`ttrl_lightning.safe_files` (a unique temporary
+file renamed into place), so a failed, interrupted or concurrent run never leaves a truncated file.
+"""
 from __future__ import annotations
 
 import json
-import os
 from typing import Sequence
 
 import torch
 
+from ..safe_files import atomic_write, atomic_write_path
 from .bon import BoNResult
 from .bootstrap import paired_bootstrap
 
@@ -19,9 +24,15 @@ def build_report(result: BoNResult, target: str | None, replicates: int = 2000, 
     ``target`` method, ``report["bootstrap"][comparator][str(N) | "overall"] = {diff, lo, hi}``.
 
     ``overall`` pairs per-question accuracies averaged over the budgets (VisConf Table 5's overall).
+    ``num_questions`` counts the questions evaluated; ``questions_without_gold`` those left out for want of a
+    gold answer. With no evaluated question (interrupted at once) every accuracy is ``None``.
     """
-    acc = result.accuracy()
+    if result.num_questions > 0:
+        acc = result.accuracy()
+    else:
+        acc = {m: {str(n): None for n in per_n} for m, per_n in result.per_question.items()}
     report = {"accuracy": acc, "complete": result.complete, "num_questions": result.num_questions,
+              "questions_without_gold": len(result.without_gold),
               "config": {k: (list(v) if isinstance(v, (list, tuple)) else v)
                          for k, v in vars(result.config).items()} if result.config else {},
               "meta": meta or {}}
@@ -55,7 +66,7 @@ def format_table(report: dict) -> str:
         vals = [per_n.get(str(n)) for n in ns]
         row = f"{m:<28}" + "".join(f"{100 * v:>9.2f}" if v is not None else f"{'':>9}" for v in vals)
         present = [v for v in vals if v is not None]
-        row += f"{100 * sum(present) / max(1, len(present)):>9.2f}"
+        row += f"{100 * sum(present) / len(present):>9.2f}" if present else f"{'':>9}"
         b = report.get("bootstrap", {}).get(m, {}).get("overall")
         if b:
             row += f"   {100 * b['diff']:+6.2f} [{100 * b['lo']:+.2f}, {100 * b['hi']:+.2f}]"
@@ -69,7 +80,8 @@ def format_table(report: dict) -> str:
 
 
 def plot_accuracy(report: dict, path: str, title: str = "Best-of-N accuracy") -> None:
-    """Accuracy (%) against N per method (log2 x-axis), saved as PNG."""
+    """Accuracy (%) against N per method (log2 x-axis), saved as PNG through
+    :func:`~ttrl_lightning.safe_files.atomic_write_path` (methods without numbers are left out)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -79,7 +91,9 @@ def plot_accuracy(report: dict, path: str, title: str = "Best-of-N accuracy") ->
     colours = plt.get_cmap("tab20").colors
     markers = "osD^vP*Xh<>p"
     for i, (m, per_n) in enumerate(report["accuracy"].items()):
-        ns = sorted(int(n) for n in per_n)
+        ns = sorted(int(n) for n, v in per_n.items() if v is not None)
+        if not ns:
+            continue
         style = "--" if m in ("first", "oracle") else "-"
         ax.plot(ns, [100 * per_n[str(n)] for n in ns], style, marker=markers[i % len(markers)],
                 color=colours[i % len(colours)], label=m)
@@ -88,16 +102,19 @@ def plot_accuracy(report: dict, path: str, title: str = "Best-of-N accuracy") ->
     ax.set_ylabel("accuracy (%)")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5), frameon=False)
     fig.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:  # the figure is freed even if the write fails
+        with atomic_write_path(path) as tmp:
+            fig.savefig(tmp, dpi=120, format="png")
+    finally:
+        plt.close(fig)
 
 
 def write_report(report: dict, path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2)
-    os.replace(tmp, path)  # never leave a half-written report behind
+    """Write ``report`` as strict JSON (``NaN`` / ``inf`` raise ``ValueError`` before anything is replaced)
+    through :func:`~ttrl_lightning.safe_files.atomic_write`."""
+    text = json.dumps(report, indent=2, allow_nan=False)
+    with atomic_write(path) as fh:
+        fh.write(text + "\n")
