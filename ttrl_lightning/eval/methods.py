@@ -24,10 +24,14 @@ method                       rule                 score      views  source
 Rules are those of :mod:`ttrl_lightning.consensus` with the same tie rules (top-1 ties -> lowest rollout
 index, vote ties -> the answer whose earliest supporting rollout has the lowest index). A method with a
 ``param`` is swept: ``self_certainty_borda`` gives one report entry ``self_certainty_borda_p{p}`` per value
-of ``BoNConfig.borda_p``, and ``self_certainty_borda_p1.5`` names one such entry directly.
+of ``BoNConfig.borda_p``, and ``self_certainty_borda_p1.5`` names one such entry directly (the value must be
+a finite number > 0). A name that is neither raises :class:`UnknownMethodError` naming it and the known
+methods: a :class:`~ttrl_lightning.errors.UserError` (``ttrl bon`` prints one line and exits 1) that is also a
+``KeyError``, the registry's convention.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple, Sequence
 
@@ -35,13 +39,15 @@ import torch
 from torch import Tensor
 
 from ..consensus.ranks import borda_from_counts
+from ..errors import UserError
 from ..registry import Registry
 from .chunk import QuestionChunk
 from .config import BoNConfig
 from .rollout_scores import ROLLOUT_SCORES
 from .votes import first_positions, rwc_numerators, vote
 
-__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "PlannedMethod", "expand_methods"]
+__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "PlannedMethod", "UnknownMethodError",
+           "expand_methods"]
 
 DEFAULT_METHODS = ("first", "oracle", "majority", "self_certainty", "self_certainty_borda", "lookback",
                    "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
@@ -167,30 +173,54 @@ class PlannedMethod(NamedTuple):
     params: dict
 
 
+class UnknownMethodError(UserError, KeyError):
+    """A method name that is not registered, or a swept entry whose value is not a finite number > 0.
+
+    A :class:`~ttrl_lightning.errors.UserError` for the CLI and a ``KeyError`` like every registry lookup;
+    its text is the message itself (not ``KeyError``'s quoted repr)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+def _known() -> str:
+    swept = [f"{BON_METHODS[m].name}_{BON_METHODS[m].param}<value>" for m in BON_METHODS
+             if BON_METHODS[m].param is not None]
+    return ", ".join(BON_METHODS.names() + swept)
+
+
 def _swept_entry(name: str) -> PlannedMethod | None:
-    """``{method}_{param}{value}`` (e.g. ``self_certainty_borda_p1.5``) as one entry of a swept method."""
+    """``{method}_{param}{value}`` (e.g. ``self_certainty_borda_p1.5``) as one entry of a swept method;
+    ``None`` when ``name`` starts with no swept method's prefix. A value that is not a finite number > 0
+    raises :class:`UnknownMethodError`."""
     for registered in BON_METHODS:
         method = BON_METHODS[registered]
         prefix = f"{method.name}_{method.param}"
-        if method.param is not None and name.startswith(prefix):
-            try:
-                value = float(name[len(prefix):])
-            except ValueError:
-                continue
-            return PlannedMethod(name, method, {method.param: value})
+        if method.param is None or not name.startswith(prefix):
+            continue
+        text = name[len(prefix):]
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise UnknownMethodError(
+                f"unknown best-of-N method {name!r}: {text!r} after {prefix!r} is not a finite number > 0 "
+                f"(e.g. {prefix}0.7); known: {_known()}")
+        return PlannedMethod(name, method, {method.param: value})
     return None
 
 
 def expand_methods(methods: Sequence[str], cfg: BoNConfig) -> list[PlannedMethod]:
     """The report entries of ``methods``: a swept method expands to one entry per value of its config field
     (``self_certainty_borda`` -> ``self_certainty_borda_p{p}`` for every ``cfg.borda_p``); an unknown name
-    raises ``KeyError`` listing the known ones."""
+    raises :class:`UnknownMethodError` (a ``KeyError`` and a ``UserError``) listing the known ones."""
     out = []
     for name in methods:
         if name not in BON_METHODS:
             entry = _swept_entry(name)
             if entry is None:
-                BON_METHODS[name]  # raises with the known names on a typo
+                raise UnknownMethodError(f"unknown best-of-N method {name!r}; known: {_known()}")
             out.append(entry)
             continue
         method = BON_METHODS[name]
@@ -199,7 +229,7 @@ def expand_methods(methods: Sequence[str], cfg: BoNConfig) -> list[PlannedMethod
             continue
         values = getattr(cfg, method.sweep)
         if not values:
-            raise ValueError(f"{name} needs at least one --{method.sweep.replace('_', '-')} value")
+            raise UserError(f"{name} needs at least one --{method.sweep.replace('_', '-')} value")
         out.extend(PlannedMethod(f"{name}_{method.param}{v:g}", method, {method.param: float(v)})
                    for v in values)
     return out
