@@ -74,7 +74,8 @@ def test_grpo_learns_toy_reward():
     final = sum(sevens(completions=m.engine.generate(m.policy, batch, eng_params).texts, prompts=None)) / 32
     fresh = GRPOModule(policy=PolicySpec(model="tiny:qwen2", seed=0), rewards=[sevens])
     fresh.configure_model()
-    start = sum(sevens(completions=fresh.engine.generate(fresh.policy, batch, eng_params).texts, prompts=None)) / 32
+    start_texts = fresh.engine.generate(fresh.policy, batch, eng_params).texts
+    start = sum(sevens(completions=start_texts, prompts=None)) / 32
     print(f"\ntoy reward (share of '7'): {start:.3f} -> {final:.3f}")
     assert final > start + 0.15
 
@@ -263,3 +264,53 @@ def test_generate_signals_match_training_logprobs():
     torch.testing.assert_close(lp[m].double(), ref["logprob"][m], atol=1e-4, rtol=1e-4)
     for k in ("logprob", "entropy"):
         torch.testing.assert_close(r.signals[k][m].double(), ref[k][m], atol=1e-4, rtol=1e-4, msg=k)
+
+
+# ----------------------------------------------------------------------------- fused log-probs
+@pytest.mark.parametrize("untied", [False, True], ids=["tied_head", "untied_head_with_bias"])
+def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
+    """One GRPO step (temperature 0.7, two iterations so the old log-probs and the clip take part; KL to
+    a different reference) with the fused log-prob path gives the materialised path's loss and SGD update,
+    for a tied head (tiny:qwen2) and an untied head with a bias (tiny:llama); the fused run never calls the
+    models' own forward (the one that builds [R, C, V] logits)."""
+    from tests.modules._models import untied_with_bias
+    from ttrl_lightning.models import load_model
+
+    arch = "tiny:llama" if untied else "tiny:qwen2"
+    spec = PolicySpec(model=arch, seed=2)
+    source = GRPOModule(policy=spec, num_generations=3, max_new_tokens=6)
+    source.configure_model()
+    rollouts = source.rollout({"prompt": ["1+2=", "30-4="]})
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0])
+    reference = load_model(arch, source.tokenizer, seed=5)
+    policy = source.policy
+    if untied:
+        policy, reference = untied_with_bias(policy, seed=1), untied_with_bias(reference, seed=2)
+
+    def step(impl):
+        m = FixedBatch(policy=spec, num_generations=3, max_new_tokens=6, kl_coef=0.5, reference="external",
+                       temperature=0.7,
+                       num_iterations=2, max_grad_norm=None, logprob_impl=impl)
+        m.fixed, m.fixed_rewards = rollouts, rewards
+        m.policy = copy.deepcopy(policy)
+        m.set_reference_model(reference)
+        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
+        trainer = _trainer(1)
+        trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+        delta = {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}
+        return m, delta, trainer.callback_metrics
+
+    ref_m, ref_delta, ref_logs = step("materialized")
+    calls = []
+    cls = type(policy)
+    real_forward = cls.forward
+    monkeypatch.setattr(cls, "forward", lambda self, *a, **k: calls.append(1) or real_forward(self, *a, **k))
+    m, delta, logs = step("auto")
+    assert calls == [] and m.logprob_path.noticed == set()
+    for k in ("train/loss", "train/kl", "train/clip_frac"):
+        torch.testing.assert_close(logs[k], ref_logs[k], rtol=1e-5, atol=1e-6, msg=k)
+    assert float(logs["train/kl"]) > 1e-4  # the reference differs: the KL term takes part
+    head = "lm_head.weight" if untied else "model.embed_tokens.weight"
+    assert float(ref_delta[head].abs().max()) > 1e-3
+    for k in ref_delta:
+        torch.testing.assert_close(delta[k], ref_delta[k], rtol=1e-4, atol=1e-6, msg=k)

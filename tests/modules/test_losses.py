@@ -45,7 +45,8 @@ def test_action_weighted_ce_matches_naive_loop():
 
 def test_action_weighted_ce_rejects_bad_input():
     with pytest.raises(ValueError, match="no label"):
-        action_weighted_ce(torch.zeros(1, 3, 4), torch.full((1, 3), -100), torch.zeros(1, 3, dtype=torch.bool))
+        action_weighted_ce(torch.zeros(1, 3, 4), torch.full((1, 3), -100),
+                           torch.zeros(1, 3, dtype=torch.bool))
     with pytest.raises(ValueError, match="shapes"):
         action_weighted_ce(torch.zeros(1, 3, 4), torch.zeros(1, 2, dtype=torch.long),
                            torch.zeros(1, 2, dtype=torch.bool))

@@ -1,10 +1,13 @@
 """SFTModule trains a tiny model on generated tool-call traces; its loss falls."""
 import lightning.pytorch as pl
+import pytest
 import torch
 
+from tests.modules._models import untied_with_bias
 from ttrl_lightning.data.datamodules import SFTDataModule
 from ttrl_lightning.masking import IGNORE_INDEX
 from ttrl_lightning.modules import PolicySpec, SFTModule
+from ttrl_lightning.modules.losses import feedback_dropout
 
 
 def test_sft_loss_falls_on_generated_task():
@@ -22,15 +25,17 @@ def test_sft_loss_falls_on_generated_task():
 
 def test_sft_training_step_uses_weighting_and_dropout():
     """The module's loss on a batch equals the weighted CE with the dropped-out inputs it drew."""
-    # feedback_dropout=1: every observation hidden
-    module = SFTModule(policy=PolicySpec(model="tiny:qwen2"), w_act=3.0, feedback_dropout=1.0)
+    module = SFTModule(policy=PolicySpec(model="tiny:qwen2"), w_act=3.0, feedback_dropout=0.5)
     module.configure_model()
     data = SFTDataModule(task="arith3", n_train=4, n_val=4, batch_size=4, tokenizer=module.tokenizer)
     data.setup()
     batch = next(iter(data.train_dataloader()))
     loss, _ = module.loss(batch, train=True)
-    hidden = torch.where(batch["observation_span"] > 0, torch.full_like(batch["input_ids"], module.hide_id),
-                         batch["input_ids"])
+    # the draw the step made: same derived seed (global step 0, rank 0), so the same observations hidden
+    hidden = feedback_dropout(batch["input_ids"], batch["observation_span"], 0.5, module.hide_id,
+                              module._dropout_generator())
+    assert (hidden != batch["input_ids"]).any() and (hidden == module.hide_id).sum() < (
+        batch["observation_span"] > 0).sum()  # some observations hidden, not all
     logits = module.policy(input_ids=hidden, attention_mask=batch["attention_mask"]).logits
     lp = torch.log_softmax(logits[:, :-1].double(), -1)
     labels, act = batch["labels"][:, 1:], batch["action_mask"][:, 1:]
@@ -43,6 +48,45 @@ def test_sft_training_step_uses_weighting_and_dropout():
     assert not torch.isclose(val_loss, loss)
 
 
+def _sft_step(logprob_impl, untied=False):
+    """One SGD step (lr 1) of SFTModule on a fixed batch: (loss, stats, weight change, module)."""
+    module = SFTModule(policy=PolicySpec(model="tiny:llama" if untied else "tiny:qwen2", seed=3), w_act=2.5,
+                       feedback_dropout=0.0, logprob_impl=logprob_impl)
+    module.configure_model()
+    if untied:
+        module.policy = untied_with_bias(module.policy)
+    data = SFTDataModule(task="arith3", n_train=4, n_val=4, batch_size=4, tokenizer=module.tokenizer, seed=0)
+    data.setup()
+    batch = next(iter(data.train_dataloader()))
+    before = {k: v.detach().clone() for k, v in module.policy.named_parameters()}
+    loss, stats = module.loss(batch, train=True)
+    loss.backward()
+    torch.optim.SGD(module.policy.parameters(), lr=1.0).step()
+    delta = {k: v.detach() - before[k] for k, v in module.policy.named_parameters()}
+    return loss.detach(), stats, delta, module
+
+
+@pytest.mark.parametrize("untied", [False, True], ids=["tied_head", "untied_head_with_bias"])
+def test_fused_sft_step_equals_materialised_step(untied, monkeypatch):
+    """The fused loss path (linear_logprobs on the hidden states) gives the materialised path's loss, CE
+    parts and SGD update, for a tied head (tiny:qwen2) and an untied head with a bias (tiny:llama); the
+    fused step never calls the model's own forward (the one that builds [B, T, V] logits)."""
+    ref_loss, ref_stats, ref_delta, ref_module = _sft_step("materialized", untied)
+    calls = []
+    cls = type(ref_module.policy)
+    real_forward = cls.forward
+    monkeypatch.setattr(cls, "forward", lambda self, *a, **k: calls.append(1) or real_forward(self, *a, **k))
+    loss, stats, delta, module = _sft_step("auto", untied)
+    assert calls == [] and module.logprob_path.noticed == set()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-6)
+    for k in ("ce_text", "ce_action"):
+        torch.testing.assert_close(stats[k], ref_stats[k], rtol=1e-5, atol=1e-6)
+    head = "lm_head.weight" if untied else "model.embed_tokens.weight"
+    assert float(ref_delta[head].abs().max()) > 1e-3  # the step does move the head
+    for k in ref_delta:
+        torch.testing.assert_close(delta[k], ref_delta[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
 def test_sft_lora_and_mid_epoch_resume(tmp_path):
     """LoRA SFT through the trainer; a run stopped mid-epoch and resumed ends with the same weights."""
     from lightning.pytorch.callbacks import ModelCheckpoint
@@ -52,7 +96,8 @@ def test_sft_lora_and_mid_epoch_resume(tmp_path):
         module = SFTModule(policy=PolicySpec(model="tiny:qwen2", lr=1e-2, lora={
             "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]}))
         data = SFTDataModule(task="arith3", n_train=48, n_val=8, batch_size=8, seed=0)  # 6 batches / epoch
-        cbs = [ModelCheckpoint(dirpath=str(tmp_path / "ck"), every_n_train_steps=steps, save_top_k=-1)] if save else []
+        cbs = ([ModelCheckpoint(dirpath=str(tmp_path / "ck"), every_n_train_steps=steps, save_top_k=-1)]
+               if save else [])
         trainer = pl.Trainer(accelerator="cpu", max_steps=steps, logger=False, enable_progress_bar=False,
                              enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
                              enable_checkpointing=save, callbacks=cbs)

@@ -28,6 +28,7 @@ from torchmetrics import MeanMetric
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import masked_token_mean, position_ids_from_mask
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
+from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -106,7 +107,8 @@ class GRPOModule(PolicyModule):
     std); ``eps_low``/``eps_high`` clip range; ``kl_coef`` initial beta; ``reference``: ``"initial"`` (frozen
     copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as ``EMAAnchor``) or
     ``"none"`` (no KL term, kl_coef must be 0); ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``;
-    ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``.
+    ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``;
+    ``logprob_impl``: ``"auto"`` (default), ``"fused"`` or ``"materialized"`` (see ``sequence_logprobs``).
     Numeric arguments are checked against ``GRPO_RULES`` when the module is built (a ``UserError`` names the
     argument).
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
@@ -135,6 +137,7 @@ class GRPOModule(PolicyModule):
         max_grad_norm: float | None = 1.0,
         record_signals: bool = False,
         engine: RolloutEngine | None = None,
+        logprob_impl: str = "auto",
     ):
         check_arguments(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
         if reference not in REFERENCES:
@@ -166,6 +169,7 @@ class GRPOModule(PolicyModule):
         self._pending_reference_state: dict | None = None
         self.train_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
+        self.logprob_path = LogprobPath(logprob_impl, type(self).__name__)
 
     # ------------------------------------------------------------------ reference model
     def set_reference_model(self, model: torch.nn.Module | None) -> None:
@@ -274,12 +278,20 @@ class GRPOModule(PolicyModule):
 
     # ------------------------------------------------------------------ log-probs
     def sequence_logprobs(self, model: torch.nn.Module, rollouts: Rollouts) -> torch.Tensor:
-        """log pi(completion token | prefix) [R, C] under ``model`` (sampling temperature applied)."""
+        """log pi(completion token | prefix) [R, C] float32 under ``model`` (sampling temperature applied).
+
+        Fused (``modules.logprobs``: final hidden states, then ``ops.linear_logprobs`` on the LM head, no
+        [R, C, V] logits) when ``logprob_impl`` allows it and the head is a plain linear layer; otherwise the
+        logits of the last C + 1 positions, divided by the temperature, through ``completion_logprobs``."""
         ids, attn = rollouts.input_ids(), rollouts.attention_mask()
         C = rollouts.completion_ids.shape[1]
         pos = position_ids_from_mask(attn)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=C + 1).logits[:, :-1]
         t = self.hparams.temperature
+        if self.logprob_path.fused(model):
+            return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, input_ids=ids,
+                                  attention_mask=attn, position_ids=pos)
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
+                       logits_to_keep=C + 1).logits[:, :-1]
         if t > 0:
             logits = logits / t
         return completion_logprobs(logits, rollouts.completion_ids)

@@ -34,16 +34,42 @@ def action_weighted_ce(
     if logits.dim() != 3 or labels.shape != logits.shape[:2] or action_mask.shape != labels.shape:
         raise ValueError(f"shapes: logits {tuple(logits.shape)} [B,T,V], labels {tuple(labels.shape)} [B,T], "
                          f"action_mask {tuple(action_mask.shape)} [B,T]")
+    lg = logits[:, :-1].float()
+    tgt = labels[:, 1:]
+    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE_INDEX,
+                         reduction="none").view_as(tgt)
+    return _action_weighted_mean(ce, labels, action_mask, w_act)
+
+
+def action_weighted_nll(
+    label_logprobs: torch.Tensor, labels: torch.Tensor, action_mask: torch.Tensor, w_act: float = 2.0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """``action_weighted_ce`` from the log-probs of the labels instead of the logits: CE_t = -logprob_t.
+
+    label_logprobs: [B, T-1], entry t-1 = log p(labels[:, t] | tokens < t) (e.g. ``ops.linear_logprobs`` of
+    the hidden states at positions 0..T-2 with targets ``labels[:, 1:]``; positions without a label are not
+    read); labels, action_mask: [B, T]. Same weighting and statistics as ``action_weighted_ce``.
+    """
+    B, T = labels.shape
+    if label_logprobs.shape != (B, T - 1) or action_mask.shape != labels.shape:
+        raise ValueError(f"shapes: label_logprobs {tuple(label_logprobs.shape)} [B,T-1], labels "
+                         f"{tuple(labels.shape)} [B,T], action_mask {tuple(action_mask.shape)} [B,T]")
+    valid = labels[:, 1:] != IGNORE_INDEX
+    ce = torch.where(valid, -label_logprobs.float(), torch.zeros((), device=label_logprobs.device))
+    return _action_weighted_mean(ce, labels, action_mask, w_act)
+
+
+def _action_weighted_mean(ce: torch.Tensor, labels: torch.Tensor, action_mask: torch.Tensor,
+                          w_act: float) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """sum_t w_t CE_t / sum_t w_t over the labelled positions (ce: [B, T-1], 0 where there is no label),
+    and the mean CE of text and action tokens."""
     if w_act <= 0:
         raise ValueError(f"w_act must be > 0, got {w_act}")
-    lg = logits[:, :-1].float()
     tgt = labels[:, 1:]
     act = action_mask[:, 1:].bool()
     valid = tgt != IGNORE_INDEX
     if not valid.any():
         raise ValueError("batch has no label tokens")
-    ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), tgt.reshape(-1), ignore_index=IGNORE_INDEX,
-                         reduction="none").view_as(tgt)
     w = torch.where(act, torch.full_like(ce, w_act), torch.ones_like(ce)) * valid
     loss = (w * ce).sum() / w.sum()
     with torch.no_grad():
@@ -120,7 +146,8 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
-LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry("loss aggregation")
+LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
+    "loss aggregation")
 
 
 @LOSS_AGGREGATIONS.register("token_mean")
@@ -144,7 +171,8 @@ def seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 def completion_logprobs(logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """logits: [R, C, V] predicting ids: [R, C] -> log p(ids) [R, C] = z_y - logsumexp(z), in float32.
 
-    The seam for the fused signal op (``ttrl_lightning.ops``): same contract, no [R, C, V] softmax kept.
+    The materialised path of ``GRPOModule.sequence_logprobs``; its fused path (``modules.logprobs``,
+    ``ops.linear_logprobs``) gives the same values from the hidden states without [R, C, V] logits.
     """
     if logits.shape[:2] != ids.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and ids {tuple(ids.shape)} disagree")

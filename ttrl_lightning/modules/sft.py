@@ -6,7 +6,8 @@ from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
-from ttrl_lightning.modules.losses import action_weighted_ce, feedback_dropout
+from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
+from ttrl_lightning.modules.losses import action_weighted_ce, action_weighted_nll, feedback_dropout
 from ttrl_lightning.seeding import derived_generator
 from ttrl_lightning.tools.protocol import HIDDEN_OBSERVATION_TOKEN
 
@@ -23,7 +24,8 @@ class SFTModule(PolicyModule):
     probability ``feedback_dropout`` (default 0.05) during training.
 
     Args beyond ``policy`` (``PolicySpec``): ``w_act`` (> 0), ``feedback_dropout`` (in [0, 1)),
-    ``hide_token``; checked when the module is built (``SFT_RULES``; a ``UserError`` names the argument).
+    ``hide_token``; checked when the module is built (``SFT_RULES``; a ``UserError`` names the argument);
+    ``logprob_impl`` (``"auto"``, ``"fused"``, ``"materialized"``): how ``loss`` gets the labels' log-probs.
     Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, observation_span``,
     all [B, T]. The dropout draws come from a generator seeded by
     ``derive_seed(seed, "feedback_dropout", global_step, global_rank)``, so a resumed run draws the same.
@@ -35,6 +37,7 @@ class SFTModule(PolicyModule):
         w_act: float = 2.0,
         feedback_dropout: float = 0.05,
         hide_token: str = HIDDEN_OBSERVATION_TOKEN,
+        logprob_impl: str = "auto",
     ):
         check_arguments(locals(), SFT_RULES, f"{type(self).__name__} argument ")
         super().__init__(policy)
@@ -45,18 +48,28 @@ class SFTModule(PolicyModule):
         self.hide_id = int(hide_id)
         self.train_loss = MeanMetric()
         self.val_loss = MeanMetric()
+        self.logprob_path = LogprobPath(logprob_impl, type(self).__name__)
 
     def _dropout_generator(self) -> torch.Generator:
         return derived_generator(self.policy_spec.seed, "feedback_dropout", self.global_step,
                                  self.global_rank)
 
     def loss(self, batch: dict[str, torch.Tensor], train: bool) -> tuple[torch.Tensor, dict]:
+        """Action-weighted CE of the batch (``losses.action_weighted_ce``) and its text/action parts.
+
+        Fused (``modules.logprobs``: CE_t = -``linear_logprobs`` of the label, no [B, T, V] logits) when
+        ``logprob_impl`` allows it and the LM head is a plain linear layer, else from the full logits."""
         ids = batch["input_ids"]
         if train and self.hparams.feedback_dropout > 0:
             ids = feedback_dropout(ids, batch["observation_span"], self.hparams.feedback_dropout,
                                    self.hide_id, self._dropout_generator())
+        labels, action_mask, w_act = batch["labels"], batch["action_mask"], self.hparams.w_act
+        if self.logprob_path.fused(self.policy):
+            logprobs = fused_logprobs(self.policy, labels[:, 1:], input_ids=ids,
+                                      attention_mask=batch["attention_mask"])
+            return action_weighted_nll(logprobs, labels, action_mask, w_act)
         logits = self.policy(input_ids=ids, attention_mask=batch["attention_mask"]).logits
-        return action_weighted_ce(logits, batch["labels"], batch["action_mask"], self.hparams.w_act)
+        return action_weighted_ce(logits, labels, action_mask, w_act)
 
     def training_step(self, batch, batch_idx):
         loss, stats = self.loss(batch, train=True)

@@ -1,0 +1,129 @@
+"""modules/logprobs.py: which models take the fused log-prob path and why not, the fallback notice (once,
+with the materialised result), ``logprob_impl='fused'`` refusing with the reason, LoRA on the body staying
+fused, and the memory claim: GRPO's log-prob pass (forward + backward) never holds [R, C, V] logits."""
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from tests.modules._models import tiny_gemma2
+from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.models import load_model, load_tokenizer
+from ttrl_lightning.modules import GRPOModule, PolicySpec
+from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs, fused_unsupported_reason
+from ttrl_lightning.rollout import Rollouts
+
+TINY = PolicySpec(model="tiny:qwen2")
+
+
+def _rollouts(vocab: int, R: int = 4, P: int = 3, C: int = 5, seed: int = 0) -> Rollouts:
+    """Random rollouts: left padding in row 0's prompt, right padding in row 1's completion."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt_mask = torch.ones(R, P, dtype=torch.long)
+    prompt_mask[0, 0] = 0
+    completion_mask = torch.ones(R, C, dtype=torch.long)
+    completion_mask[1, -2:] = 0
+    return Rollouts(prompt_ids=torch.randint(3, vocab, (R, P), generator=gen), prompt_mask=prompt_mask,
+                    completion_ids=torch.randint(3, vocab, (R, C), generator=gen), completion_mask=completion_mask,
+                    texts=[""] * R, group=torch.arange(R) // 2, n=2)
+
+
+def test_fused_path_fits_plain_heads_and_names_what_rules_a_model_out():
+    tok = load_tokenizer("tiny:qwen2")
+    assert fused_unsupported_reason(load_model("tiny:qwen2", tok)) is None
+    assert "final_logit_softcapping=0.5" in fused_unsupported_reason(tiny_gemma2(len(tok)))
+    model = load_model("tiny:llama", tok)
+    model.config.logit_scale = 0.25
+    assert "logit_scale=0.25" in fused_unsupported_reason(model)
+    model = load_model("tiny:llama", tok)
+    handle = model.get_output_embeddings().register_forward_hook(lambda *a: None)
+    assert "forward hooks" in fused_unsupported_reason(model)
+    handle.remove()
+    model.set_output_embeddings(nn.Sequential(model.get_output_embeddings()))
+    assert "is a Sequential, not a plain torch.nn.Linear" in fused_unsupported_reason(model)
+    lora_head = load_model("tiny:llama", tok, lora={"r": 2, "target_modules": ["lm_head"]})
+    assert "adapters" in fused_unsupported_reason(lora_head)
+    lora_body = load_model("tiny:llama", tok, lora={"r": 2, "target_modules": ["q_proj", "v_proj"]})
+    assert fused_unsupported_reason(lora_body) is None
+
+
+def test_soft_capped_model_falls_back_with_one_notice_and_the_materialised_result(caplog):
+    """Gemma 2 with final_logit_softcapping: 'auto' logs one notice naming the reason (not one per call) and
+    returns exactly the materialised path's log-probs, which differ from an uncapped fused computation;
+    'fused' raises naming the reason."""
+    auto = GRPOModule(policy=TINY, temperature=0.8)
+    model = tiny_gemma2(len(auto.tokenizer))
+    r = _rollouts(len(auto.tokenizer))
+    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.modules"):
+        first = auto.sequence_logprobs(model, r)
+        second = auto.sequence_logprobs(model, r)
+    notices = [rec for rec in caplog.records if "materialised" in rec.getMessage()]
+    assert len(notices) == 1 and "final_logit_softcapping" in notices[0].getMessage()
+    want = GRPOModule(policy=TINY, temperature=0.8, logprob_impl="materialized").sequence_logprobs(model, r)
+    assert torch.equal(first, want) and torch.equal(second, want)
+    with torch.no_grad():
+        uncapped = fused_logprobs(model, r.completion_ids, 0.8, input_ids=r.input_ids(),
+                                  attention_mask=r.attention_mask())
+    assert float((uncapped - want.detach()).abs().max()) > 1e-2  # falling back does matter here
+    with pytest.raises(UserError, match="logprob_impl='fused' cannot be used with Gemma2ForCausalLM: .*"
+                                        "final_logit_softcapping"):
+        GRPOModule(policy=TINY, logprob_impl="fused").sequence_logprobs(model, r)
+    with pytest.raises(UserError, match="GRPOModule argument logprob_impl must be one of auto, fused, "
+                                        "materialized, got 'chunked'"):
+        GRPOModule(policy=TINY, logprob_impl="chunked")
+
+
+def test_lora_on_the_body_stays_fused_with_the_same_values_and_lora_gradients():
+    m = GRPOModule(policy=PolicySpec(model="tiny:llama", lora={"r": 4, "lora_alpha": 8,
+                                                                "target_modules": ["q_proj", "v_proj"]}))
+    m.configure_model()
+    r = _rollouts(len(m.tokenizer), seed=1)
+    lora = {k: p for k, p in m.policy.named_parameters() if p.requires_grad}
+    assert lora and all("lora_" in k for k in lora)
+    with torch.no_grad():  # non-zero B, so the adapters change the log-probs
+        for k, p in lora.items():
+            p.normal_(0, 0.2)
+    grads = {}
+    for impl in ("materialized", "auto"):
+        m.logprob_path = LogprobPath(impl, "GRPOModule")
+        lp = m.sequence_logprobs(m.policy, r)
+        grads[impl] = (lp, torch.autograd.grad((lp * r.completion_mask).sum(), list(lora.values())))
+    torch.testing.assert_close(grads["auto"][0], grads["materialized"][0], rtol=1e-5, atol=1e-5)
+    for k, ga, gm in zip(lora, grads["auto"][1], grads["materialized"][1]):
+        assert float(gm.abs().max()) > 0
+        torch.testing.assert_close(ga, gm, rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_grpo_logprob_pass_never_holds_full_logits():
+    """R = 16 rollouts of C = 128 tokens, V = 32,768 (a tied head, H = 16): the [R, C, V] float32 logits
+    would take 256 MiB. Forward + backward of sequence_logprobs on the fused path stays below a quarter of
+    that (one logits tile, the [V, H] gradient, activations); the materialised path's is caught above 90%."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    R, C, V = 16, 128, 32768
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
+                                         max_position_embeddings=256)).train()
+    r = _rollouts(V, R=R, P=4, C=C)
+
+    def step(impl, rollouts=r):
+        m = GRPOModule(policy=TINY, logprob_impl=impl)
+
+        def run():
+            model.zero_grad(set_to_none=True)
+            (m.sequence_logprobs(model, rollouts) * rollouts.completion_mask).sum().backward()
+        return run
+
+    # warm-up on a small batch (thread pools, lazy init) whose freed buffers are too small to hide the tiles
+    step("fused", _rollouts(V, R=2, P=4, C=8))()
+    fused = step("fused")
+    full = R * C * V * 4
+    extra = _peak_extra_bytes(fused)
+    print(f"\nfused log-prob pass: peak extra {extra / 2**20:.1f} MiB, [R, C, V] logits {full / 2**20:.0f} MiB")
+    assert extra < full / 4, f"peak extra {extra / 2**20:.1f} MiB vs [R, C, V] logits {full / 2**20:.0f} MiB"
+    assert _peak_extra_bytes(step("materialized")) > 0.9 * full  # the measurement does catch the logits
