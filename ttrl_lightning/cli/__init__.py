@@ -44,8 +44,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
     "bon": ("ttrl_lightning.cli.bon:bon_main", "best-of-N evaluation of selection methods on a rollout pool"),
     "pool": ("ttrl_lightning.cli.pool:pool_main", "rollout pools: `ttrl pool simulate|validate|convert`"),
-    "fit": ("ttrl_lightning.cli.fit:fit_main", "train (LightningCLI): `ttrl fit --config configs/<phase>/<name>.yaml`"),
-    "validate": ("ttrl_lightning.cli.fit:validate_main", "validate a model with a training config (LightningCLI)"),
+    "fit": ("ttrl_lightning.cli.fit:fit_main",
+            "train (LightningCLI): `ttrl fit --config configs/<phase>/<name>.yaml`"),
+    "validate": ("ttrl_lightning.cli.fit:validate_main",
+                 "validate a model with a training config (LightningCLI)"),
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
 }
 
@@ -106,7 +108,8 @@ def _one_line(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``ttrl <command> ...``; ``argv`` defaults to ``sys.argv[1:]``. Returns the exit code (0, 1 for a
-    user error printed as one line, 130 when interrupted; see the module doc)."""
+    user error printed as one line, 130 when interrupted; see the module doc); ``--help`` raises
+    ``SystemExit(0)`` as argparse does."""
     debug, flag, argv = _debugging(list(sys.argv[1:] if argv is None else argv))
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
@@ -122,11 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         with _debug_environment(flag):
             fn = getattr(importlib.import_module(module_name), fn_name)
             rc = fn(rest)
-    except SystemExit as e:  # --help, or a command that exits by itself: its code is the return value
-        if e.code is None or isinstance(e.code, int):
-            return int(e.code or 0)
-        print(f"ttrl {name}: {e.code}", file=sys.stderr)
-        return EXIT_USER_ERROR
     except USER_ERRORS as e:
         if debug:
             raise

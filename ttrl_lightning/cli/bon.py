@@ -3,8 +3,8 @@
 Every option is checked before the pool is read (:mod:`.arguments`; a bad one is one line naming the flag,
 exit 1), and the budgets against the pool right after it is read (``N <= pool size``). The report and its
 plot are written atomically (:mod:`ttrl_lightning.safe_files`). On Ctrl-C the questions finished so far are
-reported in ``NAME.partial.json`` (and its plot) beside ``--out NAME.json``, so a complete report of an earlier run is
-never replaced by a partial one; the exit code is then 130.
+reported in ``NAME.partial.json`` (and its plot) beside ``--out NAME.json``, so a complete report of an
+earlier run is never replaced by a partial one; the exit code is then 130.
 """
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def build_parser() -> CommandParser:
     p.add_argument("--visconf-alpha", type=unit_float, default=None,
                    help="VisConf's score: Z = V C when not given, else Z = V^a C^(1-a) with a in [0, 1]")
     p.add_argument("--target", default=DEFAULT_TARGET,
-                   help="the evaluated method compared with every other by the bootstrap; when the default is "
-                        "not among --methods, no intervals are computed (a note says so)")
+                   help="the evaluated method compared with every other by the bootstrap; when the default "
+                        "is not among --methods, no intervals are computed (a note says so)")
     p.add_argument("--bootstrap", type=nonnegative_int, default=2000,
                    help="bootstrap replicates (0: no confidence intervals)")
     p.add_argument("--out", default="outputs/bon_report.json", metavar="FILE.json",

@@ -37,11 +37,13 @@ def demo_main(argv: list[str]) -> int:
         if step > 1:
             print()
         print(f"== {step}/{steps}  ttrl fit: {title}")
-        rc = ttrl_main(["fit", "--config", config_path(config), "--trainer.default_root_dir", os.path.join(args.out, subdir)])
+        rc = ttrl_main(["fit", "--config", config_path(config),
+                        "--trainer.default_root_dir", os.path.join(args.out, subdir)])
         if rc:
             return rc
     pool = os.path.join(args.out, "pool.jsonl")
-    print(f"\n== {steps}/{steps}  best-of-N on a synthetic pool (its numbers describe the selection rules, not a model)")
+    print(f"\n== {steps}/{steps}  best-of-N on a synthetic pool "
+          "(its numbers describe the selection rules, not a model)")
     rc = ttrl_main(["pool", "simulate", "--out", pool, "--questions", str(args.questions), "--seed", "0"])
     if rc:
         return rc

@@ -46,7 +46,8 @@ def build_report(result: BoNResult, target: str | None, replicates: int = 2000, 
                 continue
             entry = {str(n): paired_bootstrap(t[n], per_n[n], replicates, seed=seed) for n in per_n}
             entry["overall"] = paired_bootstrap(torch.stack(list(t.values())).mean(0),
-                                                torch.stack(list(per_n.values())).mean(0), replicates, seed=seed)
+                                                torch.stack(list(per_n.values())).mean(0), replicates,
+                                                seed=seed)
             boot[comp] = entry
         report["bootstrap_target"] = target
         report["bootstrap"] = boot
