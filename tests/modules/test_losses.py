@@ -6,6 +6,7 @@ import torch
 
 from ttrl_lightning.modules.losses import (
     action_weighted_ce,
+    action_weighted_nll,
     clipped_policy_loss,
     completion_logprobs,
     feedback_dropout,
@@ -41,6 +42,28 @@ def test_action_weighted_ce_matches_naive_loop():
     assert plain.item() == pytest.approx(ref.item(), rel=1e-5)
     assert loss.item() != pytest.approx(plain.item(), rel=1e-4)  # the weighting changes the loss
     assert stats["ce_action"] > 0 and stats["ce_text"] > 0
+
+
+def test_action_weighted_nll_is_the_ce_of_the_label_logprobs():
+    """From the labels' log-probs (garbage where there is no label: not read) the loss, its gradient and
+    the text/action CE equal action_weighted_ce's from the logits."""
+    torch.manual_seed(1)
+    B, T, V = 2, 6, 5
+    logits = torch.randn(B, T, V, requires_grad=True)
+    labels = torch.tensor([[-100, -100, 3, 1, 4, -100], [-100, 2, 2, 0, -100, -100]])
+    action = torch.tensor([[0, 0, 1, 1, 0, 0], [0, 0, 1, 0, 0, 0]], dtype=torch.bool)
+    logp = torch.log_softmax(logits[:, :-1], -1).gather(-1, labels[:, 1:].clamp(min=0)[..., None])[..., 0]
+    logp = torch.where(labels[:, 1:] == -100, torch.full_like(logp, 123.0), logp)
+    loss, stats = action_weighted_nll(logp, labels, action, w_act=2.5)
+    ref, ref_stats = action_weighted_ce(logits, labels, action, w_act=2.5)
+    torch.testing.assert_close(loss, ref)
+    for k in ref_stats:
+        torch.testing.assert_close(stats[k], ref_stats[k])
+    (g,) = torch.autograd.grad(loss, logits)
+    (g_ref,) = torch.autograd.grad(ref, logits)
+    torch.testing.assert_close(g, g_ref)
+    with pytest.raises(ValueError, match=r"label_logprobs \(2, 6\) \[B,T-1\]"):
+        action_weighted_nll(torch.zeros(B, T), labels, action)
 
 
 def test_action_weighted_ce_rejects_bad_input():
