@@ -1,63 +1,141 @@
 #!/usr/bin/env bash
-# GPU check of the signal kernels, prepared to run as is on one H100/H200 (budget: under 8 minutes).
-#   1. builds the CUDA extension in place against the machine's own torch (CPU extension skipped: not needed);
-#   2. runs the Triton and CUDA correctness checks against ops/reference.py on the GPU;
-#   3. runs benchmarks/token_stats.py and benchmarks/attention_mass.py on the GPU (bf16), whose baselines
-#      include SDPA-flash and FlashAttention-2 when installed (target within 1.05x).
-# Results (logs + JSON) go to $OUT (default outputs/gpu_check). Each step has its own timeout; a failing
-# step is reported and the script goes on, exiting non-zero at the end if any step failed.
+# GPU check of the signal kernels as one safe call on one H100/H200 (budget: under 8 minutes, 460 s of steps).
+# Needs only what a CUDA image with torch, triton and nvcc has, plus the wheels in .whl/ if any
+# (benchmarks/gpu_wheels.txt, fetched here by benchmarks/gpu_wheels.sh; installed under /tmp, never into the
+# image's environment). Steps, each with its own timeout, log and exit code:
+#   A (in parallel) build_cuda_ext: the CUDA extension in place against the machine's torch (sm_90 by default);
+#                   check_triton / check_torch: benchmarks/gpu_kernel_check.py (head dims 64-256, fp32/bf16/fp16,
+#                   token_stats, linear_logprobs) plus tests/ops/_backend_check.py (odd small shapes);
+#   B check_cuda:   the same checks for the extension built in A;
+#   C bench_token_stats, bench_attention_mass (bf16, one at a time: they time things).
+# A step that would end past the budget is skipped and reported. Then one summary table (correctness per
+# backend and dtype, the benchmarks' ratios: benchmarks/gpu_check_summary.py). Everything goes under $OUT
+# (default outputs/gpu_check): summary.md, summary.json and logs.tar.gz (every step's log, rc and JSON); the
+# exit code is non-zero when a step failed.
 #
 #   bash benchmarks/gpu_check.sh
+#   GPU_CHECK_DRY_RUN=1 bash benchmarks/gpu_check.sh   # on a CPU machine: every step's plumbing, CPU-safe modes
 #   TTRL_CUDA_ARCHS="8.0" bash benchmarks/gpu_check.sh   # A100
+#
+# Dry run: check_triton runs under the Triton interpreter and check_torch on the CPU, both with --quick; the
+# benchmarks run on the CPU at toy sizes; build_cuda_ext and check_cuda (which need a CUDA torch and a GPU) print
+# their exact commands. The summary table is produced from what ran.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-$(command -v python || command -v python3)}
+ROOT=$PWD
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+DRY=${GPU_CHECK_DRY_RUN:-0}
 OUT=${OUT:-outputs/gpu_check}
-mkdir -p "$OUT"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+BUDGET_S=${GPU_CHECK_BUDGET_S:-460}
+LOGS="$OUT/logs"
+rm -rf "$LOGS"
+mkdir -p "$LOGS"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 export TTRL_CUDA_ARCHS=${TTRL_CUDA_ARCHS:-9.0}
 export TORCH_CUDA_ARCH_LIST="$TTRL_CUDA_ARCHS"
 export TTRL_FORCE_CUDA_BUILD=1 TTRL_SKIP_CPU_BUILD=1
 export MAX_JOBS=${MAX_JOBS:-8}
-failed=()
+export TRITON_DEFAULT_FP_FUSION=${TRITON_DEFAULT_FP_FUSION:-1}
+if [ "$DRY" = 1 ]; then DEV=cpu; QUICK=--quick; else DEV=cuda; QUICK=; fi
 
-step() {  # step NAME TIMEOUT_S CMD...
-  local name=$1 limit=$2
-  shift 2
-  echo "=== $name (timeout ${limit}s)"
-  local t0=$SECONDS
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  tail -n 25 "$OUT/$name.log"
-  echo "=== $name: rc=$rc in $((SECONDS - t0))s"
-  [ $rc -eq 0 ] || failed+=("$name(rc=$rc)")
+# carried wheels (benchmarks/gpu_wheels.txt): installed to a folder of their own, first on the path
+if compgen -G ".whl/*.whl" >/dev/null; then
+  WHL_CMD="$PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gpu_check_site .whl/*.whl"
+  if [ "$DRY" = 1 ]; then echo "dry run: would install the carried wheels: $WHL_CMD"
+  else $WHL_CMD && export PYTHONPATH="/tmp/gpu_check_site:$PYTHONPATH" || echo "installing .whl/*.whl failed"; fi
+fi
+
+declare -A PIDS
+# launch NAME TIMEOUT_S GPU_CMD [DRY_CMD]: start a step in the background; in a dry run DRY_CMD runs instead,
+# or, when it is "echo", the exact GPU command is printed and the step is recorded as "dry"
+launch() {
+  local name=$1 limit=$2 cmd=$3 dry_cmd=${4:-echo}
+  echo "$name" >>"$LOGS/steps"
+  if [ "$DRY" = 1 ]; then
+    if [ "$dry_cmd" = echo ]; then
+      echo "=== $name: dry run, on a GPU this runs (timeout ${limit}s): $cmd" | tee "$LOGS/$name.log"
+      echo dry >"$LOGS/$name.rc"
+      return
+    fi
+    cmd=$dry_cmd
+  fi
+  if (( SECONDS + limit > BUDGET_S )); then
+    echo "=== $name: skipped, it could end past the ${BUDGET_S}s budget (at ${SECONDS}s)" | tee "$LOGS/$name.log"
+    echo skipped >"$LOGS/$name.rc"
+    return
+  fi
+  echo "=== $name (timeout ${limit}s, at ${SECONDS}s): $cmd"
+  ( timeout --kill-after=10 "$limit" bash -c "$cmd" >"$LOGS/$name.log" 2>&1; echo $? >"$LOGS/$name.rc" ) &
+  PIDS[$name]=$!
 }
 
-$PY - <<'PY' 2>&1 | tee "$OUT/env.log"
+# finish NAME...: wait for started steps and print each one's tail
+finish() {
+  local name
+  for name in "$@"; do
+    [ -n "${PIDS[$name]:-}" ] && wait "${PIDS[$name]}"
+    unset "PIDS[$name]"
+    if [ "$(cat "$LOGS/$name.rc" 2>/dev/null)" != dry ]; then
+      tail -n 15 "$LOGS/$name.log"
+      echo "=== $name: rc=$(cat "$LOGS/$name.rc" 2>/dev/null || echo missing) at ${SECONDS}s"
+    fi
+  done
+}
+
+# a check step: gpu_kernel_check.py for the backend, then the odd-shape backend check
+check_cmd() {  # check_cmd BACKEND DEVICE QUICK
+  echo "$PY benchmarks/gpu_kernel_check.py --backend $1 --device $2 $3 --out $LOGS/check_$1.json && " \
+       "$PY tests/ops/_backend_check.py --backend $1 --device $2"
+}
+
+timeout 60 "$PY" - <<'PY' 2>&1 | tee "$LOGS/env.log"
 import torch
-print("torch", torch.__version__, "cuda", torch.version.cuda, "device", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)
-try:
-    import triton; print("triton", triton.__version__)
-except Exception as e: print("triton missing:", e)
-try:
-    import flash_attn; print("flash_attn", flash_attn.__version__)
-except Exception as e: print("flash_attn missing:", e)
+print("torch", torch.__version__, "cuda", torch.version.cuda)
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, "cc", f"{p.major}.{p.minor}", "shared_memory_per_block_optin",
+          getattr(p, "shared_memory_per_block_optin", None))
+else:
+    print("device: none (CPU)")
+for name in ("triton", "flash_attn", "transformers"):
+    try:
+        print(name, __import__(name).__version__)
+    except Exception as e:
+        print(name, "missing:", e)
 PY
-command -v nvcc && nvcc --version | tail -n 1
+{ command -v nvcc && nvcc --version | tail -n 1; } 2>&1 | tee -a "$LOGS/env.log"
 
-# step timeouts sum to 465 s, so the whole script stays under 8 minutes even when a step hangs
-step build_cuda_ext 120 $PY setup.py build_ext --inplace
-step check_triton 60 $PY tests/ops/_backend_check.py --backend triton --device cuda
-step check_cuda 45 $PY tests/ops/_backend_check.py --backend cuda --device cuda
-step check_torch_gpu 30 $PY tests/ops/_backend_check.py --backend torch --device cuda
-step bench_token_stats 90 $PY benchmarks/token_stats.py --device cuda --dtype bfloat16 --repeats 5 \
-  --out "$OUT/token_stats.json"
-step bench_attention_mass 120 $PY benchmarks/attention_mass.py --device cuda --dtype bfloat16 --repeats 10 \
-  --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T \
-  --out "$OUT/attention_mass.json"
+launch build_cuda_ext 150 "$PY setup.py build_ext --inplace"
+launch check_triton 180 "$(check_cmd triton cuda "")" "$(check_cmd triton cpu --quick)"
+launch check_torch 60 "$(check_cmd torch cuda "")" "$(check_cmd torch cpu --quick)"
+finish build_cuda_ext check_triton check_torch
 
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "FAILED: ${failed[*]}"
+launch check_cuda 60 "$(check_cmd cuda cuda "")"
+finish check_cuda
+
+launch bench_token_stats 90 \
+  "$PY benchmarks/token_stats.py --device cuda --dtype bfloat16 --repeats 5 --out $LOGS/token_stats.json" \
+  "$PY benchmarks/token_stats.py --device cpu --M 64 --H 32 --V 2000 --repeats 1 --candidates materialised,fused_torch --out $LOGS/token_stats.json"
+finish bench_token_stats
+launch bench_attention_mass 120 \
+  "$PY benchmarks/attention_mass.py --device cuda --dtype bfloat16 --repeats 10 --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T --out $LOGS/attention_mass.json" \
+  "$PY benchmarks/attention_mass.py --device cpu --T 128 --heads 2 --d 32 --repeats 1 --candidates sdpa_no_mass,ours_torch --out $LOGS/attention_mass.json"
+finish bench_attention_mass
+
+echo
+echo "=== summary ($([ "$DRY" = 1 ] && echo "DRY RUN on CPU" || echo GPU), ${SECONDS}s)"
+"$PY" benchmarks/gpu_check_summary.py "$LOGS" --out "$OUT/summary.md" --json "$OUT/summary.json"
+failed=""
+for name in $(cat "$LOGS/steps"); do
+  case "$(cat "$LOGS/$name.rc" 2>/dev/null)" in 0|dry) ;; *) failed+="$name " ;; esac
+done
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$LOGS"
+if [ -n "$failed" ]; then
+  echo "gpu_check: FAILED or skipped steps: $failed(logs in $OUT/logs.tar.gz)"
   exit 1
 fi
-echo "gpu_check: all steps passed"
+if [ "$DRY" = 1 ]; then
+  echo "gpu_check: dry run passed (CPU-safe modes; the echoed steps did not run)"
+else
+  echo "gpu_check: all steps passed"
+fi
