@@ -7,7 +7,6 @@ file renamed into place), so a failed, interrupted or concurrent run never leave
 from __future__ import annotations
 
 import json
-from typing import Sequence
 
 import torch
 
