@@ -1,4 +1,5 @@
-"""Peak-memory and timing helpers for the signal-op benchmarks (token_stats.py, attention_mass.py).
+"""Peak-memory and timing helpers for the kernel benchmarks (token_stats.py, attention_mass.py,
+train_logprobs.py), and the side-by-side ratio report of token_stats.py and train_logprobs.py.
 
 Memory: each candidate runs once in its own worker process; on CPU the peak resident set is reset through
 ``/proc/self/clear_refs`` (writing "5" resets VmHWM, Linux >= 4.0) once the inputs exist, so
@@ -81,7 +82,8 @@ def time_interleaved(fns: dict, device: str = "cpu", repeats: int = 5) -> dict:
             fns[name]()
             _sync(device)
             times[name].append(time.perf_counter() - t0)
-    return {name: {"times_s": ts, "median_s": statistics.median(ts), "min_s": min(ts)} for name, ts in times.items()}
+    return {name: {"times_s": ts, "median_s": statistics.median(ts), "min_s": min(ts)}
+            for name, ts in times.items()}
 
 
 def run_worker(script: str, args: list[str], timeout: float = 1800) -> dict:
@@ -132,7 +134,8 @@ def add_protocol_args(p, candidates: dict, repeats: int, out: str) -> None:
     output JSON, and the hidden options its worker processes are started with."""
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--repeats", type=int, default=repeats, help="timing rounds (each candidate once per round)")
+    p.add_argument("--repeats", type=int, default=repeats,
+                   help="timing rounds (each candidate once per round)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--candidates", default=None, help="comma-separated subset of " + str(candidates))
     p.add_argument("--out", default=out)
@@ -142,4 +145,45 @@ def add_protocol_args(p, candidates: dict, repeats: int, out: str) -> None:
 
 def protocol_argv(args) -> list[str]:
     """The shared options of :func:`add_protocol_args` as worker command-line arguments."""
-    return ["--device", args.device, "--dtype", args.dtype, "--repeats", str(args.repeats), "--seed", str(args.seed)]
+    return ["--device", args.device, "--dtype", args.dtype, "--repeats", str(args.repeats),
+            "--seed", str(args.seed)]
+
+
+def report_ratios(title: str, results: dict, mem_target: float, time_target: float,
+                  baseline: str = "materialised") -> None:
+    """Print the side-by-side table (peak extra MiB, median s, both as ratios to ``baseline``), a
+    ``[MISMATCH]`` line for every ``check`` statistic that differs from the baseline's by more than 1e-3
+    (relative), and per candidate whether memory <= ``mem_target`` and time <= ``time_target`` of the
+    baseline. Adds ``mem_ratio`` and ``time_ratio`` to each result (NaN without a baseline)."""
+    base = results.get(baseline)
+    print(f"\n{title}")
+    print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")
+    for name, r in results.items():
+        r["mem_ratio"] = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
+        r["time_ratio"] = r["median_s"] / base["median_s"] if base else float("nan")
+        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{r['mem_ratio']:>12.4f}"
+              f"{r['time_ratio']:>13.3f}")
+    if not base:
+        return
+    for name, r in results.items():
+        for stat, value in r["check"].items():
+            want = base["check"][stat]
+            if abs(value - want) > 1e-3 * max(1.0, abs(want)):
+                print(f"[MISMATCH] {name} {stat}: {value} vs baseline {want}")
+    for name, r in results.items():
+        if name == baseline:
+            continue
+        mem_ok, time_ok = r["mem_ratio"] <= mem_target, r["time_ratio"] <= time_target
+        print(f"target {name}: memory <= 1/{1 / mem_target:.0f} of baseline: {'PASS' if mem_ok else 'FAIL'} "
+              f"({1 / r['mem_ratio']:.1f}x less); time <= {time_target}x: {'PASS' if time_ok else 'FAIL'} "
+              f"({r['time_ratio']:.3f}x)")
+
+
+def report_auto_backend(op: str, args, results: dict) -> None:
+    """Print the backend ``op`` picks automatically on ``args.device`` and write the JSON report to
+    ``args.out`` (config, that backend, every candidate's results)."""
+    from ttrl_lightning.ops import selected_backend
+
+    auto = selected_backend(op, args.device)
+    print(f"auto backend for {op} on {args.device}: {auto}")
+    write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})

@@ -17,11 +17,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
-                     protocol_argv, time_interleaved, write_json)
+from _memory import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,  # noqa: E402
+                     report_auto_backend, report_ratios, time_interleaved)
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_cuda", "fused_torch"]}
+MEMORY_TARGET, TIME_TARGET = 1 / 20, 1.0
 
 
 def build(args):
@@ -69,7 +70,8 @@ def worker(args):
         fn = candidate(args.worker, hidden, weight, ids)
         result = peak_extra_memory(fn, args.device)
         out = fn()
-        result["check"] = {k: float(v.double().mean()) for k, v in zip(("logprob", "entropy", "self_certainty"), out)}
+        names = ("logprob", "entropy", "self_certainty")
+        result["check"] = {k: float(v.double().mean()) for k, v in zip(names, out)}
     result["threads"] = torch.get_num_threads()
     print(json.dumps(result))
 
@@ -87,31 +89,10 @@ def main():
     common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V)] + protocol_argv(args)
     script = os.path.abspath(__file__)
     results, timing = measure_candidates(script, names, common)
-    base = results.get("materialised")
-    print(f"\ntoken_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
-          f"(threads={timing['threads']}, {args.repeats} interleaved timing rounds)")
-    print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")
-    for name, r in results.items():
-        r["mem_ratio"] = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
-        r["time_ratio"] = r["median_s"] / base["median_s"] if base else float("nan")
-        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{r['mem_ratio']:>12.4f}"
-              f"{r['time_ratio']:>13.3f}")
-    if base:
-        for name, r in results.items():
-            for stat, value in r["check"].items():
-                if abs(value - base["check"][stat]) > 1e-3 * max(1.0, abs(base["check"][stat])):
-                    print(f"[MISMATCH] {name} {stat}: {value} vs baseline {base['check'][stat]}")
-        for name, r in results.items():
-            if name == "materialised":
-                continue
-            print(f"target {name}: memory <= 1/20 of baseline: {'PASS' if r['mem_ratio'] <= 1 / 20 else 'FAIL'} "
-                  f"({1 / r['mem_ratio']:.0f}x less); no slower: {'PASS' if r['time_ratio'] <= 1.0 else 'FAIL'} "
-                  f"({r['time_ratio']:.3f}x)")
-    from ttrl_lightning.ops import selected_backend
-
-    auto = selected_backend("token_stats", args.device)
-    print(f"auto backend for token_stats on {args.device}: {auto}")
-    write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})
+    report_ratios(f"token_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
+                  f"(threads={timing['threads']}, {args.repeats} interleaved timing rounds)", results,
+                  MEMORY_TARGET, TIME_TARGET)
+    report_auto_backend("token_stats", args, results)
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
-                     protocol_argv, time_interleaved, write_json)
+from _memory import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,  # noqa: E402
+                     report_auto_backend, report_ratios, time_interleaved)
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
               "cuda": ["materialised", "fused_triton", "fused_torch"]}
@@ -103,35 +103,12 @@ def main():
     common += ["--frozen-head"] if args.frozen_head else []
     script = os.path.abspath(__file__)
     results, timing = measure_candidates(script, names, common)
-    base = results.get("materialised")
     head = "frozen head" if args.frozen_head else "trainable head"
-    print(f"\nlinear_logprobs forward + backward ({head})  M={args.M} H={args.H} V={args.V} {args.dtype} on "
-          f"{args.device} (threads={timing['threads']}, {args.repeats} interleaved timing rounds)")
-    print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")
-    for name, r in results.items():
-        r["mem_ratio"] = r["peak_extra_bytes"] / base["peak_extra_bytes"] if base else float("nan")
-        r["time_ratio"] = r["median_s"] / base["median_s"] if base else float("nan")
-        print(f"{name:<16}{mib(r['peak_extra_bytes']):>16.1f}{r['median_s']:>11.3f}{r['mem_ratio']:>12.4f}"
-              f"{r['time_ratio']:>13.3f}")
-    if base:
-        for name, r in results.items():
-            for stat, value in r["check"].items():
-                want = base["check"][stat]
-                if abs(value - want) > 1e-3 * max(1.0, abs(want)):
-                    print(f"[MISMATCH] {name} {stat}: {value} vs baseline {want}")
-        for name, r in results.items():
-            if name == "materialised":
-                continue
-            mem_ok, time_ok = r["mem_ratio"] <= MEMORY_TARGET, r["time_ratio"] <= TIME_TARGET
-            print(f"target {name}: memory <= 1/10 of baseline: {'PASS' if mem_ok else 'FAIL'} "
-                  f"({1 / r['mem_ratio']:.1f}x less); "
-                  f"time <= {TIME_TARGET}x: {'PASS' if time_ok else 'FAIL'} "
-                  f"({r['time_ratio']:.3f}x)")
-    from ttrl_lightning.ops import selected_backend
-
-    auto = selected_backend("linear_logprobs", args.device)
-    print(f"auto backend for linear_logprobs on {args.device}: {auto}")
-    write_json(args.out, {"config": vars(args), "auto_backend": auto, "results": results})
+    report_ratios(f"linear_logprobs forward + backward ({head})  M={args.M} H={args.H} V={args.V} "
+                  f"{args.dtype} on {args.device} (threads={timing['threads']}, {args.repeats} interleaved "
+                  "timing rounds)",
+                  results, MEMORY_TARGET, TIME_TARGET)
+    report_auto_backend("linear_logprobs", args, results)
 
 
 if __name__ == "__main__":
