@@ -28,13 +28,19 @@ def test_torch_always_available():
 
 
 def test_auto_on_cpu_is_the_documented_choice(fresh_backends):
-    """docs/kernels.md: token_stats uses the fused C++ epilogue when built (else torch), attention torch."""
+    """docs/kernels.md: token_stats and linear_logprobs use the fused C++ epilogues when built (else torch),
+    attention torch."""
     assert backends.requested_backend() == "auto"
     want_token_stats = "cpp" if "cpp" in available_backends() else "torch"
     assert selected_backend("token_stats", "cpu") == want_token_stats
     assert selected_backend("attention_with_mass", "cpu") == "torch"
     assert backends.pick("token_stats", "cpu").__module__ == IMPL_MODULES[want_token_stats]
     assert backends.pick("attention_with_mass", "cpu").__module__ == IMPL_MODULES["torch"]
+    # linear_logprobs (registered by its module): the C++ tile epilogues when the extension has them
+    want_linear = "cpp" if backends.unavailable_reason("cpp", "linear_logprobs") is None else "torch"
+    assert selected_backend("linear_logprobs", "cpu") == want_linear
+    tile_fn = {"cpp": "_forward_tile_cpp", "torch": "forward_tile_torch"}[want_linear]
+    assert backends.pick("linear_logprobs", "cpu").forward_tile.__name__ == tile_fn
 
 
 @pytest.mark.parametrize("name", CPU_BACKENDS)
@@ -49,29 +55,16 @@ def test_env_override_dispatches_to_that_backend(fresh_backends, name):
         assert fn.__module__ == IMPL_MODULES[name] and fn.__name__ == f"{op}_{name}"
 
 
-def test_environment_is_read_at_first_use_until_reset(fresh_backends):
+@pytest.mark.parametrize("op", ["token_stats", "linear_logprobs"])
+def test_environment_is_read_at_first_use_until_reset(fresh_backends, op):
+    """One cached choice per op, linear_logprobs' included: reset_backend_cache forgets it."""
     require_backend("cpp")
     fresh_backends.setenv(backends.ENV_VAR, "torch")
-    assert selected_backend("token_stats", "cpu") == "torch"
+    assert selected_backend(op, "cpu") == "torch"
     fresh_backends.setenv(backends.ENV_VAR, "cpp")
-    assert selected_backend("token_stats", "cpu") == "torch"  # cached since the first use
+    assert selected_backend(op, "cpu") == "torch"  # cached since the first use
     backends.reset_backend_cache()
-    assert selected_backend("token_stats", "cpu") == "cpp"
-
-
-def test_reset_clears_the_linear_logprobs_choice(fresh_backends):
-    """linear_logprobs' backend is chosen by the same registry: cached at first use, forgotten by reset."""
-    require_backend("cpp")
-    fresh_backends.setenv(backends.ENV_VAR, "torch")
-    assert selected_backend("linear_logprobs", "cpu") == "torch"
-    fresh_backends.setenv(backends.ENV_VAR, "cpp")
-    assert selected_backend("linear_logprobs", "cpu") == "torch"  # cached since the first use
-    backends.reset_backend_cache()
-    assert selected_backend("linear_logprobs", "cpu") == "cpp"
-    fresh_backends.delenv(backends.ENV_VAR)
-    backends.reset_backend_cache()
-    assert selected_backend("linear_logprobs", "cpu") == "cpp"  # auto on CPU: the fused C++ epilogues
-    assert backends.pick("linear_logprobs", "cpu").forward_tile.__name__ == "_forward_tile_cpp"
+    assert selected_backend(op, "cpu") == "cpp"
 
 
 def test_env_override_calls_that_backend(fresh_backends):
