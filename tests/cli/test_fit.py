@@ -57,6 +57,23 @@ def test_fit_help_starts_with_usage(capsys, recwarn):
     assert not [w for w in recwarn if "sys.argv" in str(w.message)]
 
 
+def test_loggers_without_save_dir_follow_default_root_dir():
+    """A logger the config names without a save_dir (the fast GRPO config's CSVLogger) writes under
+    trainer.default_root_dir, also when the command line overrides it (`ttrl demo` does); an explicit
+    save_dir is kept."""
+    from ttrl_lightning.cli.fit import parse_config
+
+    grpo = ["--config", config_path("rft/tiny_grpo_fast.yaml")]
+    cfg = parse_config(grpo)
+    assert cfg.trainer.logger.class_path.endswith("CSVLogger")
+    assert cfg.trainer.logger.init_args.save_dir == cfg.trainer.default_root_dir == "outputs/rft_fast"
+    assert parse_config([*grpo, "--trainer.default_root_dir=demo/grpo"]).trainer.logger.init_args.save_dir \
+        == "demo/grpo"
+    assert parse_config([*grpo, "--trainer.logger.save_dir=mine"]).trainer.logger.init_args.save_dir == "mine"
+    sft = parse_config(["--config", config_path("sft/tiny_arith.yaml"), "--trainer.logger=CSVLogger"])
+    assert sft.trainer.logger.init_args.save_dir == "outputs/sft_tiny"
+
+
 def test_command_line_is_restored():
     from ttrl_lightning.cli.fit import _command_line
 

@@ -9,12 +9,24 @@ YAML is read with OmegaConf, so ``${...}`` interpolation works inside a config::
 
 Defaults: a Weights & Biases logger in offline mode (``WANDB_MODE=offline`` unless the environment sets it;
 no account or network needed; ``wandb sync`` uploads later) and a Rich progress bar (plain text, no
-terminal codes, when the output is not a terminal).
+terminal codes, when the output is not a terminal) that counts steps up to ``max_steps`` in step-limited
+runs (:mod:`ttrl_lightning.cli.progress`).
 
 Where a run writes: everything lands under ``trainer.default_root_dir`` (``outputs/`` when the config sets
-none). A W&B logger without its own ``save_dir`` logs there, so the run folder is
-``<root>/<project>/<run id>/`` holding ``checkpoints/`` and the resolved ``config.yaml`` (one per run: runs
-never overwrite each other's config). ``ttrl fit`` ends by printing the checkpoint and config paths.
+none). A logger without its own ``save_dir`` (W&B, CSV, TensorBoard: unset or ``.``) logs there, so the run
+folder is ``<root>/<name or project>/<version or run id>/`` holding ``checkpoints/`` and the resolved
+``config.yaml`` (one per run: runs never overwrite each other's config). ``ttrl fit`` ends by printing the
+checkpoint and config paths.
+
+Resuming (``--ckpt_path``): the file is checked first (missing, empty or not a Lightning checkpoint: one line
+naming it), and the checkpoint's hyperparameters must agree with the ones this run gives; a changed value is
+refused unless ``--allow_hparam_override`` is given (:mod:`ttrl_lightning.cli.resume`).
+
+Errors in the user's input (an option, a config value, a module argument out of range, a checkpoint file)
+are :class:`~ttrl_lightning.errors.UserError` s with one-line messages (jsonargparse's nested reports
+condensed, a module's own error unwrapped from jsonargparse's): the dispatcher prints
+``ttrl fit: <what is wrong>`` and exits 1; ``--debug`` or ``TTRL_DEBUG=1`` shows the full report and
+traceback.
 """
 from __future__ import annotations
 
@@ -29,19 +41,29 @@ from . import quiet
 quiet.install()
 
 import lightning.pytorch as pl  # noqa: E402  (after the noise filters)
-from lightning.pytorch.callbacks import ProgressBar, RichProgressBar  # noqa: E402
+from jsonargparse import ActionYesNo, Namespace  # noqa: E402
+from lightning.pytorch.callbacks import ProgressBar  # noqa: E402
 from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
+from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: E402
+
+from ttrl_lightning.errors import UserError  # noqa: E402
+
+from . import DEBUG_ENV, DEBUG_FLAG, resume  # noqa: E402
+from .parse_errors import ShortErrorParser  # noqa: E402
+from .progress import StepProgressBar  # noqa: E402
 
 #: where a run writes when its config sets no ``trainer.default_root_dir``
 DEFAULT_ROOT_DIR = "outputs"
-#: the logger of every config that names none (``save_dir`` follows the trainer's root dir, see module doc)
+#: ``save_dir`` values that mean "not set by the config": the logger then writes under the run's root dir
+UNSET_SAVE_DIR = (None, ".")
+#: the logger of every config that names none. Its explicit ``save_dir: .`` is carried over by jsonargparse
+#: to a logger a config names without a ``save_dir`` (CSVLogger, TensorBoardLogger require one), which
+#: then follows ``trainer.default_root_dir`` too (see module doc)
 DEFAULT_LOGGER = {
     "class_path": "lightning.pytorch.loggers.WandbLogger",
-    "init_args": {"project": "ttrl_lightning", "offline": True},
+    "init_args": {"project": "ttrl_lightning", "offline": True, "save_dir": "."},
 }
-#: ``WandbLogger``'s own ``save_dir`` default: "not set by the config"
-_WANDB_UNSET_SAVE_DIR = (None, ".")
 
 
 def _import_class(path: str) -> type | None:
@@ -52,16 +74,35 @@ def _import_class(path: str) -> type | None:
         return None
 
 
-def _wandb_logger_configs(logger_cfg) -> list:
-    """The ``class_path``/``init_args`` entries of ``trainer.logger`` that build a ``WandbLogger``."""
+def _logger_configs(logger_cfg) -> list[tuple[type | None, dict | Namespace]]:
+    """``(class, init_args)`` of each ``class_path``/``init_args`` entry of ``trainer.logger``."""
     entries = logger_cfg if isinstance(logger_cfg, list) else [logger_cfg]
     out = []
     for entry in entries:
-        class_path = entry.get("class_path") if isinstance(entry, dict) else getattr(entry, "class_path", None)
-        cls = _import_class(class_path) if class_path else None
-        if isinstance(cls, type) and issubclass(cls, WandbLogger):
-            out.append(entry)
+        get = entry.get if isinstance(entry, (dict, Namespace)) else (lambda key, default=None: default)
+        class_path, init = get("class_path"), get("init_args")
+        if class_path and init is not None:
+            out.append((_import_class(class_path), init))
     return out
+
+
+def debug_requested(argv: list[str]) -> bool:
+    """``--debug`` in ``argv`` or ``TTRL_DEBUG`` set to a true value (the dispatcher turns ``--debug`` into
+    it): full reports and tracebacks."""
+    env = os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+    return env or DEBUG_FLAG in argv
+
+
+def _user_error_in(error: BaseException) -> UserError | None:
+    """The first :class:`UserError` in ``error``'s chain of causes (jsonargparse wraps what a class's
+    ``__init__`` raised in its own errors)."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, UserError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def run_dir(trainer: pl.Trainer) -> str:
@@ -103,23 +144,75 @@ class RunConfigSaver(SaveConfigCallback):
 
 
 class TTRLCLI(LightningCLI):
-    """LightningCLI with the project defaults (offline W&B logger under the run's root dir, Rich bar)."""
+    """LightningCLI with the project defaults (offline W&B logger under the run's root dir, step-counting Rich
+    bar), checked resumes and one-line user errors (see the module doc)."""
+
+    #: hyperparameters this run gives instead of the checkpoint's (``--allow_hparam_override``)
+    hparam_overrides: dict[str, tuple] = {}
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument(
+            f"--{resume.OVERRIDE_FLAG}", action=ActionYesNo, nargs="?", default=False,
+            help="With --ckpt_path: resume with this run's hyperparameters where they differ from the "
+                 "checkpoint's (without it such a resume is refused, naming each changed value).")
+
+    def _parse_ckpt_path(self) -> None:
+        """Check ``--ckpt_path`` and compare its hyperparameters with this run's (:mod:`.resume`), instead of
+        LightningCLI's silent replacement of the given values by the checkpoint's."""
+        subcommand = self.config.get("subcommand")
+        config = self.config[subcommand] if subcommand else None
+        if config is None or not config.get("ckpt_path"):
+            return
+        path = config.ckpt_path
+        checkpoint = resume.load_checkpoint(path)
+        saved = resume.saved_model_config(checkpoint) if checkpoint is not None else {}
+        if not saved:
+            return
+        if config.get("model") is None:  # no model given: the checkpoint's (LightningCLI's rule)
+            class_path = saved.pop("class_path", None)
+            model = {"class_path": class_path, "dict_kwargs": saved} if class_path else saved
+            self.config = self.parser.parse_object({subcommand: {"model": model}}, self.config)
+            return
+        changes = resume.hparam_changes(saved, resume.given_model_config(config.model))
+        if not changes:
+            return
+        if not config.get(resume.OVERRIDE_FLAG):
+            raise UserError(f"checkpoint {path} was trained with other hyperparameters than this run gives "
+                            f"({resume.describe_changes(changes)}): give the checkpoint's values, or pass "
+                            f"--{resume.OVERRIDE_FLAG} to resume with this run's")
+        self.hparam_overrides = changes
+        rank_zero_only(print)(f"resuming {path} with this run's hyperparameters instead of the checkpoint's: "
+                              f"{resume.describe_changes(changes)}", file=sys.stderr)
 
     def before_instantiate_classes(self) -> None:
         trainer = self._get(self.config, "trainer")
         if trainer is None:
             return
         root = trainer.get("default_root_dir") or DEFAULT_ROOT_DIR
-        for entry in _wandb_logger_configs(trainer.get("logger")):
-            init = entry["init_args"] if isinstance(entry, dict) else entry.init_args
-            if init.get("save_dir") in _WANDB_UNSET_SAVE_DIR and init.get("dir") is None:
-                init["save_dir"] = root
+        for cls, init in _logger_configs(trainer.get("logger")):
+            if "save_dir" not in init or init.get("save_dir") not in UNSET_SAVE_DIR:
+                continue
+            if isinstance(cls, type) and issubclass(cls, WandbLogger) and init.get("dir") is not None:
+                continue  # W&B's own `dir` names the folder
+            init["save_dir"] = root
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except Exception as e:
+            user_error = _user_error_in(e)
+            if user_error is None or user_error is e:
+                raise
+            raise user_error from e  # the module's own message, not jsonargparse's wrapping
 
     def _instantiate_trainer(self, config: dict, callbacks: list):
         given = list(config.get("callbacks") or []) + list(callbacks)
         wants_bar = config.get("enable_progress_bar", True) is not False
         if wants_bar and not any(isinstance(c, ProgressBar) for c in given):
-            callbacks = list(callbacks) + [RichProgressBar()]
+            callbacks = list(callbacks) + [StepProgressBar()]
+        if self.hparam_overrides:
+            callbacks = list(callbacks) + [resume.ResumedOptimizerSettings(
+                {k: new for k, (_, new) in self.hparam_overrides.items()})]
         trainer = super()._instantiate_trainer(config, callbacks)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
@@ -172,11 +265,21 @@ def _command_line(args: list[str] | None) -> Iterator[None]:
         sys.argv = saved
 
 
-def make_cli(args: list[str] | None, run: bool = True) -> TTRLCLI:
-    """Build (and with ``run=True`` run) the CLI; ``args=None`` reads ``sys.argv``."""
+class _ParseOnlyCLI(TTRLCLI):
+    """Parses and checks the config against the class signatures; builds nothing."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+def make_cli(args: list[str] | None, run: bool = True, cli_class: type[TTRLCLI] = TTRLCLI) -> TTRLCLI:
+    """Build (and with ``run=True`` run) the CLI; ``args=None`` reads ``sys.argv``; ``--debug`` is taken out
+    (it keeps jsonargparse's full error reports)."""
     os.environ.setdefault("WANDB_MODE", "offline")
-    with _command_line(None if args is None else list(args)):
-        return TTRLCLI(
+    args = list(sys.argv[1:] if args is None else args)
+    ShortErrorParser.verbose = debug_requested(args)
+    with _command_line([a for a in args if a != DEBUG_FLAG]):
+        return cli_class(
             pl.LightningModule,
             pl.LightningDataModule,
             subclass_mode_model=True,
@@ -184,6 +287,7 @@ def make_cli(args: list[str] | None, run: bool = True) -> TTRLCLI:
             trainer_defaults={"logger": DEFAULT_LOGGER},
             # prog: "ttrl" also under `python -m ttrl_lightning.cli`
             parser_kwargs={"parser_mode": "omegaconf", "prog": "ttrl"},
+            parser_class=ShortErrorParser,
             save_config_callback=RunConfigSaver,
             save_config_kwargs={"overwrite": True},
             auto_configure_optimizers=False,
@@ -191,8 +295,19 @@ def make_cli(args: list[str] | None, run: bool = True) -> TTRLCLI:
         )
 
 
+def parse_config(args: list[str]) -> Namespace:
+    """The config that ``ttrl fit <args>`` would run (``args`` without the subcommand), parsed and checked
+    against the class signatures (logger folders resolved, see module doc), without building any class."""
+    return make_cli(list(args), run=False, cli_class=_ParseOnlyCLI).config
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``argv`` starts with the subcommand (``fit``, ``validate``, ...); ``None`` reads ``sys.argv``."""
+    """``argv`` starts with the subcommand (``fit``, ``validate``, ...); ``None`` reads ``sys.argv``.
+
+    An error in the user's input raises :class:`~ttrl_lightning.errors.UserError` (a wrong option or config
+    value as :class:`~ttrl_lightning.cli.parse_errors.CommandLineError`, condensed to one line): the ``ttrl``
+    dispatcher prints it as ``ttrl fit: <message>`` and exits 1.
+    """
     make_cli(None if argv is None else list(argv))
     return 0
 

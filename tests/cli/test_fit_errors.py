@@ -1,0 +1,82 @@
+"""`ttrl fit` user errors (ttrl_lightning/cli/fit.py, cli/parse_errors.py): one line naming what is wrong,
+exit code 1, no traceback; `--debug` / TTRL_DEBUG=1 show the full report."""
+import pytest
+
+from ttrl_lightning.cli import main
+from ttrl_lightning.cli.configs import config_path
+from ttrl_lightning.cli.parse_errors import CommandLineError, condense
+from ttrl_lightning.errors import UserError
+
+GRPO = ["--config", config_path("rft/tiny_grpo_fast.yaml"), "--trainer.logger=false"]
+
+
+@pytest.fixture(autouse=True)
+def _no_debug(monkeypatch, tmp_path):
+    monkeypatch.delenv("TTRL_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)  # nothing may land in the checkout
+
+
+@pytest.mark.parametrize("option, message", [
+    # module arguments checked when the module is built
+    ("--model.init_args.rewards=[exact_answer, nosuch]",
+     "unknown reward 'nosuch'; known: digits_only, exact_answer"),
+    ("--model.init_args.policy.lr=-0.001", "policy.lr must be > 0, got -0.001"),
+    ("--model.init_args.policy.dtype=int8",
+     "policy.dtype must be one of float32, bfloat16, float16, float64"),
+    ("--model.init_args.top_p=0", "GRPOModule argument top_p must be in (0, 1], got 0.0"),
+    ("--model.init_args.num_generations=0", "GRPOModule argument num_generations must be an integer >= 1"),
+    # jsonargparse's own errors, condensed
+    ("--model.init_args.temperature=abc",
+     "model.init_args.temperature: Expected a <class 'float'>. Got value: abc (GRPOModule)"),
+    ("--model.init_args.nosuch=1", "model.init_args: Option 'nosuch' is not accepted (GRPOModule)"),
+    ("--trainer.max_stepz=3", "unrecognized arguments: --trainer.max_stepz=3"),
+])
+def test_user_errors_are_one_line(option, message, capsys, tmp_path):
+    rc = main(["fit", *GRPO, option, f"--trainer.default_root_dir={tmp_path / 'run'}"])
+    out, err = capsys.readouterr()
+    assert rc == 1
+    assert err == f"ttrl fit: {message}" + err[len("ttrl fit: ") + len(message):]  # starts with it
+    assert err.count("\n") == 1 and "Traceback" not in err and "usage:" not in out + err
+    assert not (tmp_path / "run").exists()
+
+
+def test_model_errors_are_refused_before_training(capsys, tmp_path):
+    """The negative learning rate used to fail inside torch.optim after the model was built and the trainer
+    set up: now the spec refuses it while the classes are built."""
+    rc = main(["fit", *GRPO, "--model.init_args.policy.lr=-1", f"--trainer.default_root_dir={tmp_path}"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err == "ttrl fit: policy.lr must be > 0, got -1.0\n"
+    assert "Qwen2ForCausalLM" not in out  # no model summary: the trainer never started
+
+
+def test_debug_shows_the_full_report(monkeypatch):
+    with pytest.raises(UserError, match="unknown reward 'nosuch'"):
+        main(["fit", *GRPO, "--model.init_args.rewards=[nosuch]", "--debug"])
+    monkeypatch.setenv("TTRL_DEBUG", "1")
+    with pytest.raises(UserError, match="policy.lr must be > 0"):
+        main(["fit", *GRPO, "--model.init_args.policy.lr=-1"])
+    with pytest.raises(SystemExit) as e:  # jsonargparse's own report (usage + nested errors), exit 2
+        main(["fit", *GRPO, "--model.init_args.temperature=abc"])
+    assert e.value.code == 2
+
+
+_UNION_REPORT = '''Parser key "trainer.logger":
+  Does not validate against any of the Union subtypes
+  Subtypes: [<class 'lightning.pytorch.loggers.logger.Logger'>, <class 'bool'>, <class 'NoneType'>]
+  Errors:
+    - Problem with given class_path 'lightning.pytorch.loggers.CSVLogger':
+        the following arguments are required: save_dir
+    - Expected a <class 'bool'>
+    - Expected a <class 'NoneType'>
+  Given value type: <class 'jsonargparse._namespace.Namespace'>
+  Given value: Namespace(class_path='lightning.pytorch.loggers.CSVLogger')'''
+
+
+def test_condense_keeps_the_key_and_the_reason():
+    assert condense(_UNION_REPORT) == ("trainer.logger.init_args: the following arguments are required: "
+                                       "save_dir (CSVLogger)")
+    assert condense("unrecognized arguments: --x") == "unrecognized arguments: --x"
+    only_alternatives = 'Parser key "a":\n  Does not validate against any of the Union subtypes\n' \
+                        "  Errors:\n    - Expected a <class 'int'>\n    - Expected a <class 'NoneType'>"
+    assert condense(only_alternatives) == "a: Expected a <class 'int'> (and 1 more)"
+    assert issubclass(CommandLineError, UserError)

@@ -1,0 +1,153 @@
+"""Resuming ``ttrl fit`` from ``--ckpt_path``: the checkpoint file is checked, and its hyperparameters must
+agree with the ones this run gives.
+
+LightningCLI's own rule loads the checkpoint's ``hyper_parameters`` over the parsed config, so a value given
+on the command line or in a config (``--model.init_args.policy.lr=0.01``) was silently replaced by the
+checkpoint's. ``ttrl fit`` instead compares the two (:func:`hparam_changes`) and
+
+* refuses a resume whose values differ, naming each one (``policy.lr: checkpoint 0.003, this run 0.01``);
+* with ``--allow_hparam_override`` resumes with this run's values, says which ones replace the checkpoint's,
+  and sets the changed optimizer settings (``policy.lr``, ``policy.weight_decay``, ``policy.betas``) in the
+  restored optimizer state (:class:`ResumedOptimizerSettings`: the optimizer state in a checkpoint carries
+  its own learning rate).
+
+A run without a model in its config (``ttrl fit --ckpt_path x.ckpt --data ...``) takes the model from the
+checkpoint, as LightningCLI does. :func:`load_checkpoint` refuses a missing, empty or foreign file with a
+message naming it, before Lightning reads it.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import zipfile
+from collections.abc import Mapping
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from ttrl_lightning.errors import UserError
+
+#: ``ckpt_path`` values the Trainer resolves itself (not file names)
+TRAINER_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
+#: the flag that lets this run's values replace a checkpoint's hyperparameters
+OVERRIDE_FLAG = "allow_hparam_override"
+#: entries Lightning adds to the saved hyperparameters (not arguments of the module)
+_BOOKKEEPING = ("_instantiator",)
+
+
+#: torch's boilerplate around the reason a weights-only load failed
+_TORCH_LOAD_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation",
+                           "Re-running `torch.load`")
+
+
+def _load_failure(error: BaseException) -> str:
+    """The line of a failed ``torch.load`` that says why (torch wraps it in advice about ``weights_only``)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    reason = next((line for line in lines if not line.startswith(_TORCH_LOAD_BOILERPLATE)), "")
+    reason = reason.removeprefix("WeightsUnpickler error:").strip() or type(error).__name__
+    return reason if len(reason) <= 120 else reason[:117] + "..."
+
+
+def load_checkpoint(path: str) -> dict | None:
+    """The checkpoint at ``path`` (weights-only load, on the CPU), or None where the Trainer resolves the path
+    itself (``last``/``best``/..., a remote URL, a distributed checkpoint folder).
+
+    Raises :class:`~ttrl_lightning.errors.UserError` naming the file when it is missing, empty, not a complete
+    ``torch.save`` archive (truncated, or another kind of file) or not a Lightning checkpoint; a file that
+    would need to run code to unpickle is refused, never run.
+    """
+    path = str(path)
+    if path in TRAINER_CKPT_KEYWORDS or path.startswith("registry:") or "://" in path or os.path.isdir(path):
+        return None
+    if not os.path.exists(path):
+        raise UserError(f"checkpoint {path} does not exist")
+    if not os.path.isfile(path):
+        raise UserError(f"checkpoint {path} is not a file")
+    if os.path.getsize(path) == 0:
+        raise UserError(f"checkpoint {path} is empty (0 bytes)")
+    if not zipfile.is_zipfile(path):
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (not a complete torch.save "
+                        "archive: truncated, or another kind of file)")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (it holds objects other than "
+                        f"tensors and plain data, which are not loaded: {_load_failure(e)})") from e
+    except Exception as e:  # noqa: BLE001 - whatever torch.load says, the file is not one we can resume from
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint ({_load_failure(e)})") from e
+    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
+        held = (f"keys {sorted(map(str, checkpoint))[:6]}" if isinstance(checkpoint, dict)
+                else type(checkpoint).__name__)
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict; it holds {held})")
+    return checkpoint
+
+
+def saved_model_config(checkpoint: Mapping) -> dict[str, Any]:
+    """The model's hyperparameters saved in ``checkpoint`` as ``{"class_path"?, <init args>}`` (empty if
+    none)."""
+    saved = dict(checkpoint.get("hyper_parameters") or {})
+    hparams = {k: v for k, v in saved.items() if k not in _BOOKKEEPING}
+    if "_class_path" in hparams:
+        hparams["class_path"] = hparams.pop("_class_path")
+    return hparams
+
+
+def given_model_config(model: Any) -> dict[str, Any]:
+    """This run's model config (a ``class_path``/``init_args`` Namespace or mapping) as
+    ``{"class_path", <init args>}``."""
+    config = model.as_dict() if hasattr(model, "as_dict") else dict(model)
+    return {"class_path": config.get("class_path"), **dict(config.get("init_args") or {}),
+            **dict(config.get("dict_kwargs") or {})}
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with Namespaces as dicts and tuples as lists (YAML gives lists, checkpoints keep tuples)."""
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def hparam_changes(saved: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{dotted key: (checkpoint value, this run's value)}`` of every hyperparameter both name and that
+    differ (nested groups such as ``policy`` compared field by field: ``policy.lr``)."""
+    a, b = _flatten(_plain(dict(saved))), _flatten(_plain(dict(given)))
+    return {k: (a[k], b[k]) for k in a if k in b and a[k] != b[k]}
+
+
+def describe_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    return "; ".join(f"{k}: checkpoint {old!r}, this run {new!r}" for k, (old, new) in changes.items())
+
+
+class ResumedOptimizerSettings(pl.Callback):
+    """Sets optimizer settings that this run changed on resume (``policy.<name>`` where ``<name>`` is a key
+    of the optimizer's param groups, such as ``lr``) in the checkpoint's optimizer state before it is
+    restored.
+
+    Without it the restored optimizer state would bring back the checkpoint's learning rate although the
+    module was built with the new one.
+    """
+
+    def __init__(self, changes: Mapping[str, Any]):
+        self.changes = {k.removeprefix("policy."): v for k, v in changes.items() if k.startswith("policy.")}
+
+    def on_load_checkpoint(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           checkpoint: dict) -> None:
+        for state in checkpoint.get("optimizer_states") or []:
+            for group in state.get("param_groups", []):
+                for key, value in self.changes.items():
+                    if key in group:
+                        group[key] = tuple(value) if isinstance(group[key], tuple) else value
