@@ -64,7 +64,8 @@ def test_checkpoint_reloads_the_same_module(tmp_path):
     ({"weight_decay": -0.1}, r"policy\.weight_decay must be >= 0"),
     ({"betas": (0.9, 1.0)}, r"policy\.betas must be two numbers in \[0, 1\)"),
     ({"betas": (0.9,)}, r"policy\.betas must be two numbers"),
-    ({"dtype": "int8"}, r"policy\.dtype must be one of float32, bfloat16, float16, float64 or null, got 'int8'"),
+    ({"dtype": "int8"},
+     r"policy\.dtype must be one of float32, bfloat16, float16, float64 or null, got 'int8'"),
     ({"seed": 1.5}, r"policy\.seed must be an integer"),
     ({"model": ""}, r"policy\.model must be a model name or path"),
 ])
@@ -105,7 +106,8 @@ def _zero_reward(**kw):
     ({"loss_aggregation": "mean"}, r"loss_aggregation must be one of seq_mean, token_mean, got 'mean'"),
     ({"reward_weights": [float("inf")]}, r"reward_weights must be finite numbers"),
     ({"rewards": ["nosuch"]}, r"unknown reward 'nosuch'; known: digits_only, exact_answer"),
-    ({"rewards": [3]}, r"a reward must be a registered name \(digits_only, exact_answer\) or a callable, got int"),
+    ({"rewards": [3]},
+     r"a reward must be a registered name \(digits_only, exact_answer\) or a callable, got int"),
 ])
 def test_grpo_refuses_arguments_outside_their_range(kwargs, message):
     kwargs = {"rewards": [_zero_reward], **kwargs}
@@ -117,7 +119,8 @@ def test_grpo_refuses_arguments_outside_their_range(kwargs, message):
     ({"w_act": 0.0}, r"SFTModule argument w_act must be > 0, got 0\.0"),
     ({"feedback_dropout": 1.0}, r"SFTModule argument feedback_dropout must be in \[0, 1\), got 1\.0"),
     ({"feedback_dropout": -0.1}, r"feedback_dropout must be in \[0, 1\)"),
-    ({"hide_token": "<nope>"}, r"SFTModule argument hide_token '<nope>' is not in the tokenizer's vocabulary"),
+    ({"hide_token": "<nope>"},
+     r"SFTModule argument hide_token '<nope>' is not in the tokenizer's vocabulary"),
     ({"policy": PolicySpec(lr=1e-3), "w_act": float("inf")}, r"w_act must be > 0, got inf"),
 ])
 def test_sft_refuses_arguments_outside_their_range(kwargs, message):
