@@ -78,7 +78,8 @@ def _probe_ext(name: str) -> Callable[[], str | None]:
         try:
             importlib.import_module(f"ttrl_lightning.{name}")
         except ImportError as e:
-            return f"extension ttrl_lightning.{name} not built ({e}); rebuild with `pip install --no-build-isolation -e .`"
+            return (f"extension ttrl_lightning.{name} not built ({e}); "
+                    "rebuild with `pip install --no-build-isolation -e .`")
         return None
 
     return probe
