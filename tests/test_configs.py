@@ -71,6 +71,7 @@ def test_defaults_offline_wandb_and_rich_bar(monkeypatch):
 def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
     """`ttrl fit` / `ttrl validate` through the project's dispatcher, on the fast GRPO config."""
     import csv
+    import math
 
     from ttrl_lightning.cli import main
 
@@ -79,16 +80,16 @@ def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
     assert main(["fit", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0
     rows = [r for r in csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))) if r.get("pid/beta")]
     assert len(rows) == 4
-    # beta_t by hand from the logged KL observations k_t (Pixelis appendix 6.1, the PIDKLController defaults
-    # of the config: target 0.15, Kp 0.30, Ki 0.05, Kd 0 during the 100 warm-up steps, EMA 0.9,
-    # beta_0 = kl_coef = 0.1)
-    smoothed, integral, beta_prev = None, 0.0, 0.1
+    # beta_t by hand from the logged KL observations k_t (Pixelis appendix 6.1 gains, the PIDKLController
+    # defaults of the config: form "log", target 0.15, Kp 0.30, EMA 0.9, beta_0 = kl_coef = 0.1). In the
+    # 100 warm-up steps Ki_t = Kd_t = 0, so the velocity rule u_t = u_{t-1} + Kp (e_t - e_{t-1}), e_{-1} = 0,
+    # telescopes to beta_t = beta_0 * exp(Kp * e_t) with the relative error e_t = s_t / 0.15 - 1.
+    smoothed, beta_prev = None, 0.1
     for r in rows:
         k = float(r["train/kl"])
         smoothed = k if smoothed is None else 0.9 * smoothed + 0.1 * k
-        error = smoothed - 0.15
-        integral = min(max(integral + error, -5.0), 5.0)
-        beta = min(max(0.1 + 0.30 * error + 0.05 * integral, 1e-3), 100.0)
+        error = smoothed / 0.15 - 1
+        beta = min(max(0.1 * math.exp(0.30 * error), 1e-3), 100.0)
         assert float(r["train/beta"]) == pytest.approx(beta_prev, rel=1e-6)  # step t's loss used beta_{t-1}
         assert float(r["pid/beta"]) == pytest.approx(beta, rel=1e-6)
         assert float(r["pid/kl_smoothed"]) == pytest.approx(smoothed, rel=1e-6, abs=1e-12)

@@ -5,7 +5,7 @@ from ttrl_lightning.callbacks.pid import PIDController
 
 
 def test_matches_hand_computed_sequence():
-    c = PIDController(beta_0=0.1, target=0.15, kp=0.3, ki=0.05, kd=0.1, warmup_steps=2, smoothing=0.9)
+    c = PIDController(form="positional", beta_0=0.1, target=0.15, kp=0.3, ki=0.05, kd=0.1, warmup_steps=2, smoothing=0.9)
     # t=0: s=0.35, e=0.20, I=0.20, D=0 (first step), Kd=0 (warm-up): beta = 0.1 + 0.06 + 0.01 = 0.17
     assert c.update(0.35) == pytest.approx(0.17, abs=1e-12)
     # t=1: s=0.9*0.35+0.1*0.35=0.35, e=0.20, I=0.40, Kd=0 (warm-up): beta = 0.1 + 0.06 + 0.02 = 0.18
@@ -16,18 +16,18 @@ def test_matches_hand_computed_sequence():
     # t=3: s=0.288+0.005=0.293, e=0.143, I=0.713, D=-0.027: beta = 0.1 + 0.0429 + 0.03565 - 0.0027 = 0.17585
     assert c.update(0.05) == pytest.approx(0.17585, abs=1e-12)
     # KL below target lowers beta: from s=0.05 on, e=-0.1, the P term alone is -0.03
-    low = PIDController(beta_0=0.1, warmup_steps=0)
+    low = PIDController(form="positional", beta_0=0.1, warmup_steps=0)
     assert low.update(0.05) == pytest.approx(0.1 - 0.03 - 0.005)
 
 
 def test_clamps_integral_and_beta():
-    c = PIDController(beta_0=0.1, beta_max=100.0, integral_max=5.0)
+    c = PIDController(form="positional", beta_0=0.1, beta_max=100.0, integral_max=5.0)
     for _ in range(200):
         c.update(0.35)  # e = 0.2 every step
     assert c.state.integral == pytest.approx(5.0)
     assert c.beta == pytest.approx(0.1 + 0.3 * 0.2 + 0.05 * 5.0)
-    assert PIDController(beta_0=0.1).update(1e4) == 100.0
-    c = PIDController(beta_0=0.1)
+    assert PIDController(form="positional", beta_0=0.1).update(1e4) == 100.0
+    c = PIDController(form="positional", beta_0=0.1)
     for _ in range(200):
         c.update(0.0)
     assert c.state.integral == pytest.approx(-5.0)
@@ -37,17 +37,17 @@ def test_clamps_integral_and_beta():
 
 
 def test_state_dict_round_trip():
-    a = PIDController(beta_0=0.1, warmup_steps=1)
+    a = PIDController(form="positional", beta_0=0.1, warmup_steps=1)
     for k in (0.3, 0.2, 0.1):
         a.update(k)
-    b = PIDController(beta_0=0.1, warmup_steps=1)
+    b = PIDController(form="positional", beta_0=0.1, warmup_steps=1)
     b.load_state_dict(a.state_dict())
     assert [a.update(0.25), a.update(0.12)] == [b.update(0.25), b.update(0.12)]
 
 
 def simulate_plant(steps=1500, k_free=0.4, beta_half=0.1, rate=0.05, beta_0=0.1, target=0.15):
     """First-order plant: KL relaxes (rate per step) toward k_free / (1 + beta / beta_half); KL starts at 0."""
-    c = PIDController(beta_0=beta_0, target=target)
+    c = PIDController(form="positional", beta_0=beta_0, target=target)
     kl, trace = 0.0, []
     for _ in range(steps):
         beta = c.update(kl)

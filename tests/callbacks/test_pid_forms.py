@@ -116,7 +116,7 @@ def test_checkpoint_of_another_form_is_refused_and_old_checkpoints_load():
         PIDController(form="positional").load_state_dict(log.state_dict())
     old = {"step": 3, "kl_smoothed": 0.2, "integral": 0.1, "prev_error": 0.05, "beta": 0.12,
            "p_term": 0.0, "i_term": 0.0, "d_term": 0.0}  # written before the forms existed
-    c = PIDController()
+    c = PIDController(form="positional")
     c.load_state_dict(old)
     assert c.state.step == 3 and c.state.form == "positional"
 

@@ -6,7 +6,7 @@ the smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, ch
     s_t  = k_0 (t = 0);  s_t = tau * s_{t-1} + (1 - tau) * k_t (t > 0)     smoothed KL, EMA with tau = 0.9
     Kd_t = 0 for t < warmup (100), else Kd                                 no derivative kick in warm-up
 
-``positional`` (linear beta, absolute error; the default of ``PIDController``):
+``positional`` (linear beta, absolute error; the landed rule, kept as an option):
     e_t = s_t - KL_tgt;  I_t = clamp(I_{t-1} + e_t, -I_max, I_max), I_{-1} = 0
     D_t = e_t - e_{t-1} (D_0 = 0)
     beta_t = clamp(beta_0 + Kp e_t + Ki I_t + Kd_t D_t, beta_min, beta_max)
@@ -16,7 +16,7 @@ the smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, ch
     beta_t = clamp(beta_{t-1} + Kp (e_t - e_{t-1}) + Ki_t e_t + Kd_t (D_t - D_{t-1}), beta_min, beta_max)
     beta_{-1} = beta_0, D_{-1} = 0
 
-``log`` (velocity form in u = log beta, relative error as in adaptive-KL practice):
+``log`` (velocity form in u = log beta, relative error as in adaptive-KL practice; the default):
     e_t = s_t / KL_tgt - 1 (optionally clipped to ``error_clip``)
     u_t = clamp(u_{t-1} + Kp (e_t - e_{t-1}) + Ki_t e_t + Kd_t (D_t - D_{t-1}), log beta_min, log beta_max)
     beta_t = exp(u_t), u_{-1} = log beta_0, e_{-1} = 0, D as above
@@ -132,7 +132,7 @@ class PIDController:
     def __init__(self, beta_0: float = 0.1, target: float = 0.15, corridor: tuple[float, float] = (0.10, 0.20),
                  kp: float = 0.30, ki: float = 0.05, kd: float = 0.10, beta_min: float = 1e-3,
                  beta_max: float = 1e2, integral_max: float = 5.0, warmup_steps: int = 100,
-                 smoothing: float = 0.9, form: str = "positional", integral_start: str = "warmup",
+                 smoothing: float = 0.9, form: str = "log", integral_start: str = "warmup",
                  error_clip: tuple[float, float] | None = None, horizon: float = 10_000.0):
         if not beta_min <= beta_0 <= beta_max:
             raise ValueError(f"beta_0={beta_0} outside [{beta_min}, {beta_max}]")
@@ -196,7 +196,7 @@ class PIDKLController(pl.Callback):
     def __init__(self, beta_0: float | None = None, target: float = 0.15,
                  corridor: tuple[float, float] = (0.10, 0.20), kp: float = 0.30, ki: float = 0.05,
                  kd: float = 0.10, beta_min: float = 1e-3, beta_max: float = 1e2, integral_max: float = 5.0,
-                 warmup_steps: int = 100, smoothing: float = 0.9, form: str = "positional",
+                 warmup_steps: int = 100, smoothing: float = 0.9, form: str = "log",
                  integral_start: str = "warmup", error_clip: tuple[float, float] | None = None,
                  horizon: float = 10_000.0):
         PID_FORMS[form]  # fail early on a typo
