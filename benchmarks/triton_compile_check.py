@@ -59,7 +59,9 @@ def summary(records):
         row["seconds"] += r["seconds"]
         row["failed"] += not (r["fits"] and r["bound_holds"])
         row["max_shared"] = max(row["max_shared"], r["shared"] or 0)
-        if r["bound"] is not None and row["bounds"] != "EXCEEDED":
+        if r["shared"] is None:
+            row["bounds"] = "no cubin"
+        elif r["bound"] is not None and row["bounds"] not in ("EXCEEDED", "no cubin"):
             row["bounds"] = "held" if r["bound_holds"] else "EXCEEDED"
     lines = [f"{'kernel':<30}{'arch':<7}{'configs':>8}{'failed':>8}{'max shared B':>14}{'limit B':>10}"
              f"{'bounds':>10}{'compile s':>11}"]

@@ -19,6 +19,7 @@ that architecture's limit (tests/ops/test_triton_compile.py, benchmarks/triton_c
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import Callable
 
 import triton
@@ -199,7 +200,10 @@ def compile_config(config: LaunchConfig, arch: Architecture):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    signature = {**config.signature, **{k: "constexpr" for k in config.constexprs}}
-    src = ASTSource(fn=config.kernel, signature=signature, constexprs=dict(config.constexprs),
-                    attrs=_pointer_alignment(config))
+    if "constexprs" in inspect.signature(ASTSource).parameters:  # Triton >= 3.3
+        signature = {**config.signature, **{k: "constexpr" for k in config.constexprs}}
+        src = ASTSource(fn=config.kernel, signature=signature, constexprs=dict(config.constexprs),
+                        attrs=_pointer_alignment(config))
+    else:  # Triton 3.2: constexprs by name as "constants", the signature lists the runtime arguments only
+        src = ASTSource(fn=config.kernel, signature=dict(config.signature), constants=dict(config.constexprs))
     return triton.compile(src, target=GPUTarget("cuda", arch.capability, 32), options=dict(config.options))
