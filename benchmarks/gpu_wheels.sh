@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Download the wheels named in benchmarks/gpu_wheels.txt for the lent GPU machine (CPython 3.12, manylinux
+# Download the wheels named in benchmarks/gpu_wheels.txt for the target GPU machine (CPython 3.12, manylinux
 # x86_64) into .whl/ at the repository root, without dependencies, then list each wheel's declared
-# requirements so that missing ones can be added to the list. Run here, where pip reaches PyPI; the device
-# call then carries .whl (benchmarks/gpu_check.sh installs it there).
+# requirements so that missing ones can be added to the list. Run where pip reaches PyPI, then copy .whl/
+# to the GPU machine along with the repository (benchmarks/gpu_check.sh installs it there).
 #
 #   bash benchmarks/gpu_wheels.sh
 set -euo pipefail

@@ -3,7 +3,7 @@ sm_80 / sm_89 / sm_90 with the installed Triton, on a machine without a GPU; pri
 (kernel, architecture): configurations compiled, the largest shared memory a block needs against the
 architecture's opt-in limit, and whether the launchers' shared-memory bounds held.
 
-Meant for checking another Triton version than the development one (the lent GPU image runs Triton 3.6),
+Meant for checking another Triton version than the development one (the target GPU image runs Triton 3.6),
 in a scratch environment with that version, torch and this repository on PYTHONPATH:
 
     python -m venv /tmp/tr36 && /tmp/tr36/bin/pip install torch triton==3.6.0 numpy

@@ -29,7 +29,7 @@ def test_dry_run_exercises_every_step_and_writes_the_summary(tmp_path):
     proc = _run(tmp_path)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     out = tmp_path / "out"
-    # what comes back from the lent machine: few files, no deep folders
+    # what a remote GPU run hands back: few files, no deep folders
     assert sorted(os.listdir(out)) == ["logs.tar.gz", "summary.json", "summary.md"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == {"build_cuda_ext": "dry", "check_triton": "ok", "check_torch": "ok",
