@@ -56,7 +56,7 @@ def _extensions():
             cpp_extension.CppExtension(
                 name="ttrl_lightning._C",
                 sources=cpu_sources,
-                extra_compile_args={"cxx": ["-O3", "-fopenmp", "-std=c++17", "-fno-math-errno"]},
+                extra_compile_args={"cxx": ["-O3", "-fopenmp", "-std=c++20", "-fno-math-errno"]},
                 extra_link_args=["-fopenmp"],
             )
         )
@@ -72,7 +72,7 @@ def _extensions():
             cpp_extension.CUDAExtension(
                 name="ttrl_lightning._C_cuda",
                 sources=binding + cuda_sources,
-                extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": ["-O3", "--use_fast_math", "-std=c++17"]},
+                extra_compile_args={"cxx": ["-O3", "-std=c++20"], "nvcc": ["-O3", "--use_fast_math", "-std=c++17"]},
             )
         )
     if not exts:

@@ -24,6 +24,7 @@ def _run(tmp_path, **env):
     return subprocess.run(["bash", SCRIPT], capture_output=True, text=True, env=full, timeout=900, cwd=ROOT)
 
 
+@pytest.mark.slow  # 40 s on a quiet machine, minutes under load: `make test-all` runs it
 def test_dry_run_exercises_every_step_and_writes_the_summary(tmp_path):
     pytest.importorskip("triton", reason="triton is not installed")
     proc = _run(tmp_path)
