@@ -25,11 +25,13 @@ class GenerationSignalRecorder:
 
     input_ids / attention_mask / mm_token_type_ids: the prompt batch passed to generate ([B, T0]).
     temperature: divides the logits for the signals (independent of the sampling settings).
+    tokenizer: optional; its ``all_special_ids`` join the config's special ids in the SPECIAL key group (see
+    ``groups``); without it the tokenizer's other special tokens count as prompt.
     After generate: ``signals(sequences)`` -> RolloutSignals over the generated tokens ([B, N]).
     """
 
     def __init__(self, model, input_ids, attention_mask=None, mm_token_type_ids=None, temperature=1.0,
-                 record_attention=True):
+                 record_attention=True, tokenizer=None):
         self.model = model
         self.prompt_len = input_ids.shape[1]
         self.temperature = float(temperature)
@@ -37,7 +39,7 @@ class GenerationSignalRecorder:
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         self.groups = key_groups_from_ids(input_ids, attention_mask, None, image_token_ids(model.config),
-                                          special_token_ids(model.config), mm_token_type_ids)
+                                          special_token_ids(model.config, tokenizer), mm_token_type_ids)
         self.mass_recorder = AttentionMassRecorder(self.groups)
         self.head = model.get_output_embeddings()
         self._hidden: list[torch.Tensor] = []
@@ -101,13 +103,17 @@ class GenerationSignalRecorder:
 
 
 @torch.no_grad()
-def generate_with_signals(model, temperature: float = 1.0, record_attention: bool = True, **generate_kwargs):
+def generate_with_signals(model, temperature: float = 1.0, record_attention: bool = True, tokenizer=None,
+                          **generate_kwargs):
     """``model.generate(**generate_kwargs)`` that also returns the generated tokens' signals.
+
+    ``tokenizer`` (optional, not passed to generate): its special ids are excluded from visual engagement.
 
     Returns (sequences [B, T0 + N], RolloutSignals over the N generated tokens)."""
     input_ids = generate_kwargs["input_ids"]
     with GenerationSignalRecorder(model, input_ids, generate_kwargs.get("attention_mask"),
-                                  generate_kwargs.get("mm_token_type_ids"), temperature, record_attention) as rec:
+                                  generate_kwargs.get("mm_token_type_ids"), temperature, record_attention,
+                                  tokenizer) as rec:
         out = model.generate(**generate_kwargs)
     sequences = out.sequences if hasattr(out, "sequences") else out
     return sequences, rec.signals(sequences)

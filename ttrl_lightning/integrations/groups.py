@@ -2,6 +2,12 @@
 
 VisConf Sec. 3: v_t = A_I / (A_I + A_P + A_G) over image (I), prompt-text (P) and previously generated (G)
 positions, excluding padding and non-image special tokens; LookBack's A_t is the image mass A_I.
+
+"Special tokens" are every special id of the tokenizer (``tokenizer.all_special_ids``: chat-template markers
+such as Qwen's ``<|im_start|>`` / ``<|im_end|>``, which act as attention sinks) plus the special ids named in
+the model config. Without a tokenizer only the config's ids are known, and the tokenizer's other special
+tokens fall into PROMPT; callers that have the tokenizer should pass it (``special_token_ids(config,
+tokenizer)``, ``score_rollouts(..., tokenizer=)``, ``generate_with_signals(..., tokenizer=)``).
 """
 from __future__ import annotations
 
@@ -35,11 +41,18 @@ def image_token_ids(config) -> list[int]:
     return _config_ids(config, ("image_token_id", "video_token_id", "image_token_index"))
 
 
-def special_token_ids(config) -> list[int]:
-    """Non-image special tokens named in the config (vision start/end markers, BOS/EOS/PAD)."""
-    return _config_ids(
+def special_token_ids(config, tokenizer=None) -> list[int]:
+    """Special tokens: those named in the config (vision start/end markers, BOS/EOS/PAD) plus, when a
+    ``tokenizer`` is given, all of its ``all_special_ids`` (chat markers such as ``<|im_start|>``, added
+    special tokens). Image placeholders may be among them; ``key_groups_from_ids`` labels those IMAGE."""
+    ids = _config_ids(
         config, ("vision_start_token_id", "vision_end_token_id", "bos_token_id", "eos_token_id", "pad_token_id")
     )
+    if tokenizer is not None:
+        for value in tokenizer.all_special_ids:
+            if isinstance(value, int) and value not in ids:
+                ids.append(value)
+    return ids
 
 
 def key_groups_from_ids(

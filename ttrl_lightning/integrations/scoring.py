@@ -83,7 +83,7 @@ def _base_model(model):
 
 @torch.no_grad()
 def score_rollouts(model, batch: dict, temperature: float = 1.0, record_attention: bool = True,
-                   backend: str | None = None) -> RolloutSignals:
+                   backend: str | None = None, tokenizer=None) -> RolloutSignals:
     """Per-token signals of prompt + completion sequences by a teacher-forced replay.
 
     batch: ``input_ids`` [B, T] (prompt + completion, padded), ``attention_mask`` [B, T] (1 = token),
@@ -91,6 +91,9 @@ def score_rollouts(model, batch: dict, temperature: float = 1.0, record_attentio
     token) and, for vision-language models, the processor outputs (``pixel_values``, ``image_grid_thw``,
     ``mm_token_type_ids`` ...) or explicit ``position_ids``. ``temperature`` divides the logits (use the
     sampling temperature). ``backend``: the ``token_stats`` backend (None = the ops' automatic choice).
+    ``tokenizer``: its ``all_special_ids`` join the config's special ids in the SPECIAL key group, so their
+    attention mass stays out of v = A_I / (A_I + A_P + A_G); without it only the config's special ids are
+    excluded and the tokenizer's other special tokens (e.g. ``<|im_start|>``) count as prompt.
     The model runs in eval mode for the replay and gets its previous mode back.
     """
     input_ids = batch["input_ids"]
@@ -112,7 +115,7 @@ def score_rollouts(model, batch: dict, temperature: float = 1.0, record_attentio
     recorder = groups = None
     if record_attention:
         groups = key_groups_from_ids(input_ids, attention_mask, completion_mask, image_token_ids(model.config),
-                                     special_token_ids(model.config), batch.get("mm_token_type_ids"))
+                                     special_token_ids(model.config, tokenizer), batch.get("mm_token_type_ids"))
         recorder = AttentionMassRecorder(groups)
     was_training = model.training
     model.eval()
