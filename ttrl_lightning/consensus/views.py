@@ -6,7 +6,9 @@ frequencies of answer ``a`` among the rollouts of the original and the reframed 
     ``y* = argmax_a 2 p_0(a) p_1(a) / (p_0(a) + p_1(a))``,
 
 so an answer must be frequent in *both* views. Details follow the public implementation (ANCHORS):
-unextractable answers are dropped before counting (but still count in each view's ``N_v``); an answer must
+unextractable answers are dropped before counting (but, by default, still count in each view's ``N_v``:
+``p_v(a) = n_v(a) / N_v`` with ``N_v`` all of the view's rollouts; ``unextractable_in_denominator=False``
+gives the other reading, ``N_v`` = the view's extractable answers only); an answer must
 appear in both views unless Laplace smoothing (+1 to both counts) is on; ties go to the higher total count
 ``n_0 + n_1``, then to the answer seen earliest (original view first); no common answer gives no label.
 """
@@ -32,17 +34,25 @@ def _counts(answers: list[str]) -> dict[str, int]:
 
 
 def harmonic_mean_select(answers_original: Sequence[str], answers_reframed: Sequence[str],
-                         laplace: bool = False) -> Decision:
+                         laplace: bool = False, unextractable_in_denominator: bool = True) -> Decision:
     """Self-Harmony's Harmonic Mean Score (HMS) pseudo-label.
 
     Support holds ``HM(a) = 2 n_0 n_1 / (n_0 N_1 + n_1 N_0)`` (equal to ``2 p_0 p_1 / (p_0 + p_1)``), computed
     as one division of exact integers so that equal harmonic means compare equal.
     ``Decision.abstain`` is set (and ``answer`` is ``None``) when no answer is common to both views.
+
+    ``unextractable_in_denominator``: ``True`` (default, the public implementation's reading) divides by
+    ``N_v`` = all rollouts of view ``v``, so a view with many unextractable answers weighs its answers down;
+    ``False`` divides by the number of *extractable* answers of view ``v`` (frequencies among answers given).
+    The two readings can choose differently when the views differ in their unextractable counts.
     """
     a0 = check_answers(answers_original, name="answers_original")
     a1 = check_answers(answers_reframed, name="answers_reframed")
-    big_n0, big_n1 = len(a0), len(a1)
     c0, c1 = _counts(a0), _counts(a1)
+    if unextractable_in_denominator:
+        big_n0, big_n1 = len(a0), len(a1)
+    else:
+        big_n0, big_n1 = sum(c0.values()), sum(c1.values())
     order: list[str] = []
     for a in a0 + a1:
         if a != NO_ANSWER and a not in order:

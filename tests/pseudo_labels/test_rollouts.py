@@ -1,0 +1,49 @@
+import pytest
+
+from ttrl_lightning.answers import NO_ANSWER
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, pseudo_label
+from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
+
+
+@pytest.mark.parametrize("method", ["majority", "self_harmony", "visconf", "self_certainty", "entropy"])
+def test_empty_rollouts_is_a_clear_error(method):
+    with pytest.raises(PseudoLabelError, match=f"{method}: rollouts is empty"):
+        pseudo_label(method, [])
+
+
+@pytest.mark.parametrize("method", ["majority", "self_harmony", "visconf", "self_certainty", "entropy"])
+@pytest.mark.parametrize("bad,shown", [(float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf")])
+def test_non_finite_signal_names_rollout_field_and_token(method, bad, shown):
+    good = {"self_certainty": [1.0, 2.0], "entropy": [0.5, 0.5]}
+    rollouts = [
+        {"answer": "5", "view": "original", **good},
+        {"answer": "5", "view": "reframed", "text": "SOLUTION: 5", **good},
+        {"answer": "5", "view": "original", "self_certainty": [1.0, 2.0], "entropy": [0.1, bad]},
+    ]
+    with pytest.raises(PseudoLabelError) as err:
+        pseudo_label(method, rollouts)
+    msg = str(err.value)
+    assert f"{method}: rollouts[2].entropy" in msg and shown in msg and "token 1" in msg
+
+
+def test_not_a_list_and_not_a_dict():
+    with pytest.raises(PseudoLabelError, match="must be a list"):
+        pseudo_label("majority", "5")
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[1\] must be a dict"):
+        pseudo_label("majority", [{"answer": "5"}, "5"])
+
+
+def test_bad_view_and_bad_answer_type_are_named():
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[1\]\.view"):
+        pseudo_label("self_harmony", [{"answer": "5"}, {"answer": "5", "view": "rephrased"}])
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.answer"):
+        pseudo_label("majority", [{"answer": 5}])
+
+
+def test_canonical_answers_use_equivalence_classes_and_extraction():
+    rollouts = [{"answer": "0.5"}, {"text": r"so \boxed{\frac{1}{2}}"}, {"text": "no idea"}, {"answer": "3"}]
+    assert canonical_answers(rollouts) == ["0.5", "0.5", NO_ANSWER, "3"]
+
+
+def test_every_registered_labeler_is_covered_here():
+    assert set(PSEUDO_LABELERS.names()) == {"majority", "self_harmony", "visconf", "self_certainty", "entropy"}

@@ -1,0 +1,29 @@
+"""Pseudo-labelers for test-time RL: one question's rollouts -> a pseudo-label and one reward per rollout.
+
+``pseudo_label(method, rollouts, **options) -> PseudoLabel``; ``method`` is a name in
+:data:`PSEUDO_LABELERS`. Rollouts are dicts in the pool schema (:mod:`ttrl_lightning.data.pool`: ``answer``
+/ ``text`` / ``view`` and optional per-token arrays); every labeler also takes ``choices`` for
+multiple-choice answer extraction.
+
+==================  ===============================================================  ======================
+name                label and reward                                                 source
+==================  ===============================================================  ======================
+``majority``        most frequent answer; ``1[y = y*]``                              TTRL (:mod:`.majority`)
+``self_harmony``    HMS over two views; ``R_solve`` and gated ``R_fused``            Self-Harmony
+``visconf``         RWC over ``Z = V C``; ``1[y = y*]``                              VisConf sec. 4-5
+``self_certainty``  no label; mean token self-certainty                              Intuitor
+``entropy``         no label; minus mean token entropy                               RENT
+==================  ===============================================================  ======================
+
+Abstention (``abstain=True``, ``label=None``, all rewards 0): ``majority`` and ``visconf`` when the
+unextractable answers win the vote, ``self_harmony`` when no answer is common to both views.
+"""
+from . import intrinsic, majority, self_harmony, visconf  # noqa: F401  (register the labelers)
+from .fused_format import FUSED_SECTIONS, fused_format_score, fused_template
+from .label import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from .rollouts import PseudoLabelError
+from .self_harmony import DIVERSITY_PENALTIES, js_consistency_penalty, sharpness_penalty
+
+__all__ = ["PSEUDO_LABELERS", "PseudoLabel", "PseudoLabelError", "pseudo_label", "DIVERSITY_PENALTIES",
+           "js_consistency_penalty", "sharpness_penalty", "FUSED_SECTIONS", "fused_format_score",
+           "fused_template"]

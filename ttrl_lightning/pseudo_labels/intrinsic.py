@@ -1,0 +1,37 @@
+"""Continuous intrinsic-reward baselines: no label, one reward per rollout from its own token signals.
+
+* ``self_certainty`` (Intuitor, Zhao et al. 2025): ``r_i = (1/T_i) sum_t KL(U || p_{i,t})``, the rollout's
+  mean token self-certainty (``signals.self_certainty_score``).
+* ``entropy`` (RENT, Prabhudesai et al. 2025): ``r_i = -(1/T_i) sum_t H_{i,t}``, minus the mean token
+  entropy.
+
+Both return ``label=None`` and ``abstain=False`` (they never abstain and never vote); the rewards are raw
+(not normalised: GRPO's group advantage does that). They are gamed by repetition and short outputs
+(ANCHORS, "Intuitor"); they are here because users compare against them.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..signals import self_certainty_score
+from .label import PSEUDO_LABELERS, PseudoLabel
+from .rollouts import check_rollouts, token_signal
+
+__all__ = ["self_certainty_reward", "entropy_reward"]
+
+
+@PSEUDO_LABELERS.register("self_certainty")
+def self_certainty_reward(rollouts: Sequence[dict], *, choices=None) -> PseudoLabel:
+    """Intuitor: reward = mean token self-certainty; needs per-token ``self_certainty`` on every rollout."""
+    rollouts = check_rollouts(rollouts, "self_certainty")
+    rewards = [float(self_certainty_score(token_signal(rollouts, j, "self_certainty", "self_certainty")))
+               for j in range(len(rollouts))]
+    return PseudoLabel(None, rewards, False, {"reward": "mean token self-certainty (Intuitor)"})
+
+
+@PSEUDO_LABELERS.register("entropy")
+def entropy_reward(rollouts: Sequence[dict], *, choices=None) -> PseudoLabel:
+    """RENT: reward = -mean token entropy; needs per-token ``entropy`` on every rollout."""
+    rollouts = check_rollouts(rollouts, "entropy")
+    rewards = [-float(token_signal(rollouts, j, "entropy", "entropy").mean()) for j in range(len(rollouts))]
+    return PseudoLabel(None, rewards, False, {"reward": "minus mean token entropy (RENT)"})

@@ -1,0 +1,39 @@
+"""The result of a pseudo-labeler, the registry of labelers and the one public entry point."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from ..registry import Registry
+
+__all__ = ["PseudoLabel", "PSEUDO_LABELERS", "pseudo_label"]
+
+
+@dataclass
+class PseudoLabel:
+    """What a pseudo-labeler decided for one question's rollouts.
+
+    Attributes:
+        label: the pseudo-label (an answer string, the representative of its equivalence class), or
+            ``None`` when the labeler abstains or is a continuous intrinsic reward (no label at all).
+        rewards: one reward per rollout, in the order the rollouts were given.
+        abstain: ``True`` when the question should contribute no gradient (the rewards are then all 0).
+        info: what the labeler measured (support, margin, penalties, the signal used, ...), for logging.
+    """
+
+    label: str | None
+    rewards: list[float]
+    abstain: bool = False
+    info: dict = field(default_factory=dict)
+
+
+#: ``name -> labeler(rollouts, *, choices=None, **options) -> PseudoLabel``
+PSEUDO_LABELERS: Registry[Callable[..., PseudoLabel]] = Registry("pseudo-labeler")
+
+
+def pseudo_label(method: str, rollouts: Sequence[dict], **kw) -> PseudoLabel:
+    """Apply the pseudo-labeler ``method`` (a name in :data:`PSEUDO_LABELERS`) to one question's rollouts.
+
+    Unknown names raise ``KeyError`` listing the known ones.
+    """
+    return PSEUDO_LABELERS[method](rollouts, **kw)
