@@ -154,6 +154,8 @@ def test_format_scores_given_and_missing_text():
     out = pseudo_label("self_harmony", rollouts, format_scores=[0.5], penalty="none")
     assert out.rewards == pytest.approx([1.0, 0.85])
     assert pseudo_label("self_harmony", rollouts, w_f=0.0).rewards == [1.0, 1.0]
+    with pytest.raises(PseudoLabelError, match=r"format_scores\[0\] must be a number in \[0, 1\], got True"):
+        pseudo_label("self_harmony", rollouts, format_scores=[True])
     with pytest.raises(PseudoLabelError, match="format_scores has 2 entries"):
         pseudo_label("self_harmony", rollouts, format_scores=[1.0, 1.0])
 

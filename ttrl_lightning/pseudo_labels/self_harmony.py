@@ -34,8 +34,8 @@ Rewards (sec. "Reward design"):
     the number of reframed rollouts and ``target = sharpness_target`` (default 4);
   - ``"none"``: 0.
 
-``info``: ``hms`` (support), ``margin``, ``div_penalty``, ``format_scores`` (per reframed rollout, in
-order), ``warmup``.
+``info``: ``hms`` (answer -> HM; in warm-up ``support`` and ``majority_ratio`` instead), ``margin``,
+``div_penalty``, ``format_scores`` (per reframed rollout, in order), ``penalty``, ``warmup``.
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ def _format_scores(rollouts, reframed: list[int], format_scores, w_f: float) -> 
             raise PseudoLabelError(f"self_harmony: format_scores has {len(scores)} entries but there are "
                                    f"{len(reframed)} reframed rollouts")
         for k, s in enumerate(scores):
-            if not isinstance(s, (int, float)) or not 0.0 <= s <= 1.0:
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0.0 <= s <= 1.0:
                 raise PseudoLabelError(f"self_harmony: format_scores[{k}] must be a number in [0, 1], got {s!r}")
         return [float(s) for s in scores]
     out = []
