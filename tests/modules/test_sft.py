@@ -110,3 +110,36 @@ def test_sft_lora_and_mid_epoch_resume(tmp_path):
     assert full and full.keys() == resumed.keys()
     for k in full:
         torch.testing.assert_close(full[k], resumed[k], rtol=0, atol=0)
+
+
+def test_feedback_dropout_differs_across_micro_batches_and_is_a_pure_function(monkeypatch):
+    """accumulate_grad_batches=2: the two micro-batches of one optimizer step hide different observations,
+    and every mask drawn equals its recomputation from (seed, global_step, micro-batch, rank) alone."""
+    import ttrl_lightning.modules.sft as sft_mod
+    from ttrl_lightning.seeding import derived_generator
+
+    drawn = []
+
+    def recording_dropout(ids, span, p, hide_id, generator):
+        out = feedback_dropout(ids, span, p, hide_id, generator)
+        drawn.append((ids.clone(), span.clone(), out))
+        return out
+
+    monkeypatch.setattr(sft_mod, "feedback_dropout", recording_dropout)
+    pl.seed_everything(0)
+    module = SFTModule(policy=PolicySpec(model="tiny:qwen2", seed=3), feedback_dropout=0.5)
+    data = SFTDataModule(task="arith3", n_train=8, n_val=4, batch_size=2, seed=0)  # 4 micro-batches
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, accumulate_grad_batches=2, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0, enable_checkpointing=False)
+    trainer.fit(module, data)
+    assert len(drawn) == 4
+    for k, (ids, span, out) in enumerate(drawn):  # optimizer step k // 2, micro-batch k % 2
+        want = feedback_dropout(ids, span, 0.5, module.hide_id,
+                                derived_generator(3, "feedback_dropout", (k // 2) * 2 + k % 2, 0))
+        assert torch.equal(out, want)
+    # the same batch under micro-batches 0 and 1 of step 0: different masks (the old seed gave the same one)
+    ids, span, _ = drawn[0]
+    masks = [feedback_dropout(ids, span, 0.5, module.hide_id, derived_generator(3, "feedback_dropout", m, 0))
+             for m in (0, 1)]
+    assert not torch.equal(masks[0], masks[1])

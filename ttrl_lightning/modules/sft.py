@@ -28,7 +28,8 @@ class SFTModule(PolicyModule):
     ``logprob_impl`` (``"auto"``, ``"fused"``, ``"materialized"``): how ``loss`` gets the labels' log-probs.
     Batch (from ``SFTDataModule``): ``input_ids, attention_mask, labels, action_mask, observation_span``,
     all [B, T]. The dropout draws come from a generator seeded by
-    ``derive_seed(seed, "feedback_dropout", global_step, global_rank)``, so a resumed run draws the same.
+    ``derive_seed(seed, "feedback_dropout", global_step * a + batch_idx % a, global_rank)`` (``a`` =
+    ``accumulate_grad_batches``: each micro-batch of a step draws its own mask), so a resumed run draws the same.
     """
 
     def __init__(
@@ -50,11 +51,23 @@ class SFTModule(PolicyModule):
         self.val_loss = MeanMetric()
         self.logprob_path = LogprobPath(logprob_impl, type(self).__name__)
 
-    def _dropout_generator(self) -> torch.Generator:
-        return derived_generator(self.policy_spec.seed, "feedback_dropout", self.global_step,
-                                 self.global_rank)
+    def _accumulation(self) -> int:
+        trainer = self._trainer
+        return max(1, int(getattr(trainer, "accumulate_grad_batches", 1) or 1)) if trainer is not None else 1
 
-    def loss(self, batch: dict[str, torch.Tensor], train: bool) -> tuple[torch.Tensor, dict]:
+    def _dropout_generator(self, batch_idx: int = 0) -> torch.Generator:
+        """Generator of the hiding mask of micro-batch ``batch_idx`` (the training step's batch index).
+
+        Under gradient accumulation (``a`` micro-batches per optimizer step) ``global_step`` stays put within
+        a step, so the micro-batch index enters the step term:
+        ``derive_seed(seed, "feedback_dropout", global_step * a + batch_idx % a, global_rank)``; with ``a = 1``
+        this is the plain ``global_step``. A pure function of (seed, global_step, micro-batch, rank), all
+        restored on resume, so a resumed run draws the same masks."""
+        a = self._accumulation()
+        return derived_generator(self.policy_spec.seed, "feedback_dropout",
+                                 self.global_step * a + int(batch_idx) % a, self.global_rank)
+
+    def loss(self, batch: dict[str, torch.Tensor], train: bool, batch_idx: int = 0) -> tuple[torch.Tensor, dict]:
         """Action-weighted CE of the batch (``losses.action_weighted_ce``) and its text/action parts.
 
         Fused (``modules.logprobs``: CE_t = -``linear_logprobs`` of the label, no [B, T, V] logits) when
@@ -62,7 +75,7 @@ class SFTModule(PolicyModule):
         ids = batch["input_ids"]
         if train and self.hparams.feedback_dropout > 0:
             ids = feedback_dropout(ids, batch["observation_span"], self.hparams.feedback_dropout,
-                                   self.hide_id, self._dropout_generator())
+                                   self.hide_id, self._dropout_generator(batch_idx))
         labels, action_mask, w_act = batch["labels"], batch["action_mask"], self.hparams.w_act
         if self.logprob_path.fused(self.policy):
             logprobs = fused_logprobs(self.policy, labels[:, 1:], input_ids=ids,
@@ -72,7 +85,7 @@ class SFTModule(PolicyModule):
         return action_weighted_ce(logits, labels, action_mask, w_act)
 
     def training_step(self, batch, batch_idx):
-        loss, stats = self.loss(batch, train=True)
+        loss, stats = self.loss(batch, train=True, batch_idx=batch_idx)
         self.train_loss(loss.detach())
         self.log("train/loss", loss.detach(), prog_bar=True)
         self.log("train/loss_epoch", self.train_loss, on_step=False, on_epoch=True)
