@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
-from ttrl_lightning.consensus.dawid_skene import dawid_skene, dawid_skene_reliability
+from ttrl_lightning.consensus.dawid_skene import dawid_skene, dawid_skene_reliability, rollout_annotator_labels
 
 
 def _simulate(seed, items, annotators, classes, missing=0.0):
@@ -57,13 +57,14 @@ def test_matches_crowdkit(case):
     with max_iter=K returns the K-th M-step and the E-step under it, so ours(K) pairs with crowd-kit's
     errors at n=K and probas at n=K+1. Tolerances (absolute): posteriors 1e-8 (crowd-kit clips its returned
     probas to >= 1e-10 in place when computing its ELBO; measured max difference 1.0e-10), confusion 1e-10
-    (measured 2.2e-16). With the default smoothing=1e-2 the differences are 1e-4 .. 1e-2, so the test can
-    tell the configurations apart.
+    (measured 2.2e-16). crowd-kit starts from the soft majority vote, i.e. ``init="soft"``; the default
+    (the paper's hard-majority, smoothed-identity start) and the former ``smoothing=1e-2`` are different
+    estimators, and the test tells them apart.
     """
     labels, truth = _simulate(**case)
     classes = case["classes"]
     iters = 12
-    post, conf, prior = dawid_skene(labels, classes, max_iter=iters, tol=0.0, smoothing=0.0)
+    post, conf, prior = dawid_skene(labels, classes, max_iter=iters, tol=0.0, smoothing=0.0, init="soft")
     ck_probas, _ = _crowdkit(labels, iters + 1)
     _, ck_errors = _crowdkit(labels, iters)
     assert torch.equal(post.argmax(-1), ck_probas.argmax(-1))
@@ -73,15 +74,18 @@ def test_matches_crowdkit(case):
         seen = labels[:, j][labels[:, j] >= 0].unique()
         given[j][:, seen] = True
     torch.testing.assert_close(conf[given], ck_errors[given], atol=1e-10, rtol=0)
-    # the default smoothing is a different estimator: it must not pass the same check
-    smoothed, _, _ = dawid_skene(labels, classes, max_iter=iters, tol=0.0)
+    # the smoothed soft start and the paper's default start are different estimators: they fail the check
+    smoothed, _, _ = dawid_skene(labels, classes, max_iter=iters, tol=0.0, smoothing=1e-2, init="soft")
     assert (smoothed - ck_probas).abs().max() > 1e-6
+    _, paper_conf, _ = dawid_skene(labels, classes, max_iter=1, tol=0.0)  # the starts differ
+    _, ck_errors_1 = _crowdkit(labels, 1)
+    assert (paper_conf[given] - ck_errors_1[given]).abs().max() > 1e-3
     # and the model is sensible: better than chance against the simulated truth
     assert (post.argmax(-1) == truth).float().mean() > 0.8
 
 
 # ------------------------------------------------------------------------------------ naive reference
-def _naive_em(labels, classes, max_iter=50, tol=1e-6, smoothing=1e-2):
+def _naive_em(labels, classes, max_iter=50, tol=1e-6, smoothing=0.0, init="majority", eps=1e-2):
     """Independent per-item Python-loop implementation of the documented updates (pure floats)."""
     rows = labels.tolist()
     n, m = len(rows), len(rows[0])
@@ -124,8 +128,17 @@ def _naive_em(labels, classes, max_iter=50, tol=1e-6, smoothing=1e-2):
         for j in range(m):
             if rows[i][j] >= 0:
                 votes[rows[i][j]] += 1
-        post.append([v / sum(votes) for v in votes])
-    prior, conf = m_step(post)
+        if init == "soft":
+            post.append([v / sum(votes) for v in votes])
+        else:  # hard majority, ties split evenly
+            tied = [c for c in range(classes) if votes[c] == max(votes)]
+            post.append([1 / len(tied) if c in tied else 0.0 for c in range(classes)])
+    if init == "soft":
+        prior, conf = m_step(post)
+    else:
+        prior = [max(sum(post[i][c] for i in range(n)) / n, 1e-10) for c in range(classes)]
+        row = lambda c: [((c == l) + eps) / (1 + classes * eps) for l in range(classes)]  # noqa: E731
+        conf = [[row(c) for c in range(classes)] for _ in range(m)]
     post, ll = e_step(prior, conf)
     it = 0
     for _ in range(max_iter):
@@ -151,6 +164,80 @@ def test_defaults_match_naive_loop(seed, missing):
     torch.testing.assert_close(conf, ref_conf, atol=1e-9, rtol=0)
     torch.testing.assert_close(prior, ref_prior, atol=1e-9, rtol=0)
     assert math.isclose(float(info["log_likelihood"]), ref_ll, rel_tol=1e-10)
+
+
+@pytest.mark.parametrize("seed, missing", [(14, 0.0), (15, 0.3)])
+def test_soft_init_matches_naive_loop(seed, missing):
+    labels, _ = _simulate(seed, items=25, annotators=6, classes=3, missing=missing)
+    post, conf, prior, info = dawid_skene(labels, 3, smoothing=1e-2, init="soft", return_info=True)
+    ref_post, ref_conf, ref_prior, ref_iters, _ = _naive_em(labels, 3, smoothing=1e-2, init="soft")
+    assert int(info["iterations"]) == ref_iters < 50
+    torch.testing.assert_close(post, ref_post, atol=1e-9, rtol=0)
+    torch.testing.assert_close(conf, ref_conf, atol=1e-9, rtol=0)
+    # and the paper's start is not the soft one
+    assert (dawid_skene(labels, 3, max_iter=1, tol=0.0)[1] - dawid_skene(labels, 3, max_iter=1, tol=0.0,
+                                                                          init="soft")[1]).abs().max() > 1e-3
+
+
+def test_paper_init_by_hand():
+    """One item, labels (0, 0, 1), C = 2, eps = 0.01: prior (1, 0) from the hard majority label, every
+    confusion [[1.01, 0.01], [0.01, 1.01]] / 1.02; then one M-step on the E-step's posterior."""
+    labels = torch.tensor([[0, 0, 1]])
+    post, conf, prior = dawid_skene(labels, 2, max_iter=1, tol=0.0)
+    # E-step under the init: prior[1] is floored at 1e-10, so T = (1 - ~1e-10 * (1.01 / 0.01)^-1 ..., ~0)
+    a, b = 1.01 / 1.02, 0.01 / 1.02
+    s0, s1 = math.log(1.0) + 2 * math.log(a) + math.log(b), math.log(1e-10) + 2 * math.log(b) + math.log(a)
+    t0 = 1 / (1 + math.exp(s1 - s0))
+    # M-step (smoothing 0): prior = T; annotators 0, 1 said 0 -> row 0 = (1, 0) (floored), row 1 = (1, 0);
+    # annotator 2 said 1 -> row 0 = (0, 1), row 1 = (0, 1)
+    want_prior = torch.tensor([t0, max(1 - t0, 1e-10)], dtype=torch.float64)  # the 1e-10 floor
+    torch.testing.assert_close(prior, want_prior, atol=1e-12, rtol=0)
+    torch.testing.assert_close(conf[2, 0], torch.tensor([1e-10 / (t0 + 1e-10), t0 / (t0 + 1e-10)],
+                                                        dtype=torch.float64), atol=1e-12, rtol=0)
+    assert post[0, 0] > 0.999999
+    # a tie splits the hard label: prior (1/2, 1/2), and the smoothed-identity E-step keeps the item at 1/2
+    post_tie, _, prior_tie = dawid_skene(torch.tensor([[0, 1]]), 2, max_iter=1, tol=0.0)
+    torch.testing.assert_close(post_tie, torch.tensor([[0.5, 0.5]], dtype=torch.float64), atol=1e-12, rtol=0)
+
+
+def test_rollout_annotator_labels_by_hand():
+    labels, classes = rollout_annotator_labels([["7", "5", "7", None], ["x", "y", "y", "z"], ["k"]])
+    assert classes == 3
+    assert labels.tolist() == [[0, 1, 0, -1], [1, 0, 0, 2], [0, -1, -1, -1]]  # ties: first appearance
+    labels, classes = rollout_annotator_labels([["x", "y", "y", "z"]], max_classes=2)
+    assert classes == 2 and labels.tolist() == [[1, 0, 0, -1]]
+    with pytest.raises(ValueError, match="empty"):
+        rollout_annotator_labels([])
+    with pytest.raises(ValueError, match="max_classes"):
+        rollout_annotator_labels([["a"]], max_classes=0)
+
+
+def test_planted_unreliable_rollout_slot_gets_lower_reliability():
+    """Items = 60 queries, annotators = 6 rollout slots; slot 5 is a broken sampler that answers a wrong
+    answer every time: its prior-weighted r_j is the lowest, and the labels follow the reliable slots."""
+    g = torch.Generator().manual_seed(40)
+    answers, truth = [], []
+    for q in range(60):
+        right = f"a{q}"
+        wrong = [f"w{q}_{k}" for k in range(3)]
+        row = []
+        for j in range(6):
+            u = float(torch.rand(1, generator=g))
+            if j < 5 and u < 0.75:
+                row.append(right)
+            elif j < 5 and u < 0.85:
+                row.append(None)  # unextractable
+            else:
+                row.append(wrong[int(torch.randint(0, 3, (1,), generator=g))])
+        answers.append(row)
+        truth.append(right)
+    labels, classes = rollout_annotator_labels(answers)
+    post, conf, prior = dawid_skene(labels, classes)
+    r = dawid_skene_reliability(conf, prior)
+    assert r[5] < 0.1 and r[:5].min() > 0.7
+    right_rank = torch.tensor([labels[q][[a == truth[q] for a in answers[q]]][0] for q in range(60)])
+    ds_accuracy = (post.argmax(-1) == right_rank).float().mean()
+    assert ds_accuracy >= 0.9  # (majority vote, rank 0, gets 59/60 here; DS 57/60)
 
 
 def test_iteration_cap_matches_naive_loop():
@@ -225,6 +312,17 @@ def test_recovers_reliable_and_adversarial_annotators():
 
 
 # ------------------------------------------------------------------------------------ reliability
+def test_prior_weighted_reliability_by_hand():
+    conf = torch.tensor([[[0.9, 0.1], [0.2, 0.8]], [[0.5, 0.5], [0.0, 1.0]]], dtype=torch.float64)
+    prior = torch.tensor([3.0, 1.0], dtype=torch.float64)  # normalised to (0.75, 0.25)
+    torch.testing.assert_close(dawid_skene_reliability(conf, prior),
+                               torch.tensor([0.75 * 0.9 + 0.25 * 0.8, 0.75 * 0.5 + 0.25 * 1.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="prior must be a tensor of shape"):
+        dawid_skene_reliability(conf, torch.ones(3))
+    with pytest.raises(ValueError, match="prior must be finite"):
+        dawid_skene_reliability(conf, torch.tensor([1.0, -1.0]))
+
+
 def test_reliability_formula_by_hand():
     conf = torch.tensor([
         [[0.9, 0.1], [0.2, 0.8]],  # (0.9 + 0.8) / 2 = 0.85
@@ -279,5 +377,9 @@ def test_bad_hyperparameters_and_types():
         dawid_skene(labels, 2, tol=-1.0)
     with pytest.raises(ValueError, match="smoothing"):
         dawid_skene(labels, 2, smoothing=float("nan"))
+    with pytest.raises(ValueError, match="eps"):
+        dawid_skene(labels, 2, eps=-1.0)
+    with pytest.raises(ValueError, match="init must be one of"):
+        dawid_skene(labels, 2, init="random")
     with pytest.raises(TypeError, match="torch.Tensor"):
         dawid_skene([[0, 1]], 2)
