@@ -13,6 +13,7 @@ from .views import dual_view_majority, harmonic_mean_select
 __all__ = [
     "CONSENSUS", "Decision", "aggregate", "average_ranks", "borda_weights", "conformal_set",
     "conformal_threshold", "dual_view_majority", "harmonic_mean_select", "normalised_support",
-    "pixelis_weights", "rank_weights", "vote_margin", "dawid_skene", "dawid_skene_reliability", "rollout_annotator_labels",
+    "pixelis_weights", "rank_weights", "vote_margin", "dawid_skene", "dawid_skene_reliability",
+    "rollout_annotator_labels",
 ]
 
