@@ -1,0 +1,48 @@
+"""The layers of the data flow (README "Architecture") import only the layers below them.
+
+consensus sits below signals and eval: it imports neither. pseudo_labels sits on answers, consensus and signals and
+never imports the training stack (modules, rollout, eval, cli), so the trainer can depend on it and not the reverse.
+"""
+import ast
+import importlib
+import pathlib
+
+import pytest
+
+#: package -> the ttrl_lightning modules its files may import, besides itself
+ALLOWED = {
+    "consensus": {"answers", "registry"},
+    "pseudo_labels": {"answers", "consensus", "signals", "registry", "errors", "data"},
+}
+
+
+def _package_imports(path: pathlib.Path) -> set[str]:
+    """First component below ``ttrl_lightning`` of every import of a ttrl_lightning module by ``path``."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module:
+            out.add(node.module.split(".")[0])
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ttrl_lightning."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("ttrl_lightning."))
+    return out
+
+
+def _files(package: str) -> list[pathlib.Path]:
+    return sorted(pathlib.Path(importlib.import_module(f"ttrl_lightning.{package}").__file__).parent.glob("*.py"))
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_the_layers_below(package):
+    files = _files(package)
+    assert len(files) >= 5
+    for path in files:
+        assert _package_imports(path) <= ALLOWED[package], (path.name, _package_imports(path) - ALLOWED[package])
+
+
+def test_pseudo_labels_read_only_the_pool_schema_of_data():
+    data_imports = {node.module for path in _files("pseudo_labels") for node in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module
+                    and node.module.startswith("data")}
+    assert data_imports <= {"data.pool"}
