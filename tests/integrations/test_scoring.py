@@ -102,3 +102,17 @@ def test_replay_gives_the_model_its_mode_back():
     model = llama().train()
     sig = score_rollouts(model, text_batch(), record_attention=False)
     assert model.training and sig.group_mass is None and sig.image_attention is None
+
+
+@pytest.mark.parametrize("softcap", [0.5, 1.0])
+def test_replay_refuses_logits_transformed_after_the_head(softcap):
+    """Soft-capping (any cap, 1.0 included: c tanh(z / c) is not the identity) changes the distribution after
+    the head, so signals from the hidden states and the head alone would be wrong: refused, naming the field."""
+    from tests.modules._models import tiny_gemma2
+
+    model = tiny_gemma2(vocab_size=40, softcap=softcap)
+    ids = torch.randint(0, 40, (1, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.zeros_like(ids)
+    mask[:, 3:] = 1
+    with pytest.raises(NotImplementedError, match=f"final_logit_softcapping={softcap}"):
+        score_rollouts(model, {"input_ids": ids, "completion_mask": mask}, record_attention=False)

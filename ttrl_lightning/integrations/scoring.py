@@ -65,16 +65,36 @@ def visual_engagement_from_mass(group_mass: torch.Tensor) -> torch.Tensor:
     return torch.where(den > 0, a_i / den.clamp_min(torch.finfo(den.dtype).tiny), torch.full_like(den, float("nan")))
 
 
-def _check_supported(model) -> None:
-    for cfg in (model.config, getattr(model.config, "text_config", None)):
+#: config fields that change the logits after the head (``h W^T + b``), with the values that leave them
+#: unchanged: Gemma 2/3 soft-capping ``c tanh(z / c)``, Cohere's ``logit_scale``, Granite's
+#: ``logits_scaling``. Signals computed from ``h`` and the head alone would be those of another distribution.
+LOGIT_TRANSFORMS: dict[str, tuple] = {
+    "final_logit_softcapping": (None,),
+    "logit_scale": (None, 1.0),
+    "logits_scaling": (None, 1.0),
+}
+
+
+def logit_transform_reason(model) -> str | None:
+    """None when ``model``'s config applies no :data:`LOGIT_TRANSFORMS` after its head, else which one."""
+    config = getattr(model, "config", None)
+    for cfg in (config, getattr(config, "text_config", None)):
         if cfg is None:
             continue
-        for name in ("final_logit_softcapping", "logit_scale"):
-            if getattr(cfg, name, None) not in (None, 1.0):
-                raise NotImplementedError(f"score_rollouts: models with {name} are not supported")
+        for name, neutral in LOGIT_TRANSFORMS.items():
+            value = getattr(cfg, name, None)
+            if value not in neutral:
+                return f"its config sets {name}={value!r} (the logits are transformed after the LM head)"
+    return None
 
 
-def _base_model(model):
+def _check_supported(model) -> None:
+    reason = logit_transform_reason(model)
+    if reason is not None:
+        raise NotImplementedError(f"score_rollouts: model not supported: {reason}")
+
+
+def base_model(model):
     """The model without its LM head (a PEFT wrapper is looked through): the module that takes the
     processor's inputs (``pixel_values`` ...) and returns the final hidden states."""
     inner = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -122,7 +142,7 @@ def score_rollouts(model, batch: dict, temperature: float = 1.0, record_attentio
     try:
         with mass_attention(model, record_attention), \
                 recording(recorder) if record_attention else contextlib.nullcontext():
-            hidden = _base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+            hidden = base_model(model)(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                                         **extra)[0]
     finally:
         model.train(was_training)

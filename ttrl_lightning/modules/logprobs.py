@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.integrations.scoring import _base_model
+from ttrl_lightning.integrations.scoring import base_model, logit_transform_reason
 from ttrl_lightning.modules.sharding import is_sharded
 from ttrl_lightning.ops import linear_logprobs
 
@@ -34,24 +34,12 @@ log = logging.getLogger("ttrl_lightning.modules")
 
 LOGPROB_IMPLS = ("auto", "fused", "materialized")
 
-#: config fields that change the logits after the head (``h W^T + b``), with the values that leave them
-#: unchanged: Gemma 2/3 soft-capping ``c tanh(z / c)``, Cohere's ``logit_scale``, Granite's
-#: ``logits_scaling``; a model whose config sets one of these takes the materialised path
-LOGIT_TRANSFORMS: dict[str, tuple] = {
-    "final_logit_softcapping": (None,),
-    "logit_scale": (None, 1.0),
-    "logits_scaling": (None, 1.0),
-}
-
-
 def fused_unsupported_reason(model: nn.Module) -> str | None:
     """None when ``model``'s log-probs can be computed from its final hidden states and its head's weight
     (and bias) alone, else why not (one phrase)."""
-    for cfg in (getattr(model, "config", None), getattr(getattr(model, "config", None), "text_config", None)):
-        for name, neutral in LOGIT_TRANSFORMS.items():
-            value = getattr(cfg, name, None) if cfg is not None else None
-            if value not in neutral:
-                return f"its config sets {name}={value!r} (the logits are transformed after the LM head)"
+    reason = logit_transform_reason(model)
+    if reason is not None:
+        return reason
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if head is None:
         return "it has no LM head (get_output_embeddings() is None)"
@@ -62,7 +50,7 @@ def fused_unsupported_reason(model: nn.Module) -> str | None:
     if head._forward_hooks or head._forward_pre_hooks:
         return "its LM head has forward hooks"
     try:
-        _base_model(model)
+        base_model(model)
     except AttributeError as e:
         return f"its base model (the module before the head) cannot be reached: {e}"
     if is_sharded(model):
@@ -78,7 +66,7 @@ def fused_logprobs(model: nn.Module, targets: torch.Tensor, temperature: float =
     ``attention_mask``, ``position_ids``, ...). Negative targets give 0 and no gradient. Assumes
     ``fused_unsupported_reason(model) is None``."""
     K = targets.shape[1]
-    hidden = _base_model(model)(**inputs, use_cache=False)[0]
+    hidden = base_model(model)(**inputs, use_cache=False)[0]
     head = model.get_output_embeddings()
     h = hidden[:, hidden.shape[1] - K - 1:-1]  # the positions that predict the targets
     return linear_logprobs(h, head.weight, targets, temperature, head.bias)
