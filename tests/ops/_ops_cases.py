@@ -5,16 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ttrl_lightning.ops import available_backends
+from ttrl_lightning.ops.backends import unavailable_reason
 
 CPU_BACKENDS = ["torch", "cpp"]
 
 
-def require_backend(backend):
-    """Skip (with the reason) when ``backend`` is not built here; ``make test`` turns a missing ``cpp`` into a
-    failure through TTRL_REQUIRE_BACKENDS (tests/ops/test_extension_required.py)."""
-    if backend not in available_backends():
-        pytest.skip(f"backend {backend} not built/available here (build the extension with pip install -e .)")
+def require_backend(backend, op=None):
+    """Skip (with the reason) when ``backend`` (for ``op``, if given) cannot run here; ``make test`` turns a
+    missing ``cpp`` into a failure through TTRL_REQUIRE_BACKENDS (tests/ops/test_extension_required.py)."""
+    reason = unavailable_reason(backend, op)
+    if reason is not None:
+        pytest.skip(f"backend {backend}{f' for {op}' if op else ''} unavailable here: {reason}")
 
 
 def token_stats_inputs(dtype=torch.float32, M=41, H=40, V=1271, bias=True, seed=0):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.ops._linear_logprobs_cases import compare_with_reference, linear_logprobs_inputs
+from tests.ops._ops_cases import CPU_BACKENDS, require_backend
 from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
 from ttrl_lightning.ops import backends
 from ttrl_lightning.ops.linear_logprobs import linear_logprobs, selected_backend, unavailable_reason
@@ -22,13 +23,10 @@ lp_module = importlib.import_module("ttrl_lightning.ops.linear_logprobs")  # the
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-CPU_BACKENDS = ["torch", "cpp"]
 
 
 def require(backend):
-    reason = unavailable_reason(backend)
-    if reason is not None:
-        pytest.skip(f"linear_logprobs backend {backend} unavailable here: {reason}")
+    require_backend(backend, lp_module.OP)
 
 
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
