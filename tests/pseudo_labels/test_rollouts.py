@@ -36,6 +36,10 @@ def test_not_a_list_and_not_a_dict():
 def test_bad_view_and_bad_answer_type_are_named():
     with pytest.raises(PseudoLabelError, match=r"rollouts\[1\]\.view"):
         pseudo_label("self_harmony", [{"answer": "5"}, {"answer": "5", "view": "rephrased"}])
+    for not_a_view in (0, 1, ""):  # the pool schema's rule: only absent or None means "original"
+        with pytest.raises(PseudoLabelError, match=r"rollouts\[1\]\.view"):
+            pseudo_label("self_harmony", [{"answer": "5"}, {"answer": "5", "view": not_a_view},
+                                          {"answer": "5", "view": "reframed"}])
     with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.answer"):
         pseudo_label("majority", [{"answer": 5}])
 

@@ -65,11 +65,14 @@ def canonical_answers(rollouts: Sequence[Mapping], choices=None, method: str = "
 
 
 def rollout_views(rollouts: Sequence[Mapping], method: str) -> list[str]:
-    """Each rollout's view (absent or ``None``: ``"original"``); an unknown view is an error."""
+    """Each rollout's view (absent or ``None``: ``"original"``); anything else must be a string of
+    :data:`VIEWS`, as in the pool schema (``data.pool.validate_record``): ``0`` or ``""`` is an error."""
     out = []
     for j, ro in enumerate(rollouts):
-        view = ro.get("view") or VIEWS[0]
-        if view not in VIEWS:
+        view = ro.get("view")
+        if view is None:
+            view = VIEWS[0]
+        elif not isinstance(view, str) or view not in VIEWS:
             raise PseudoLabelError(f"{method}: rollouts[{j}].view must be one of {VIEWS}, got {view!r}")
         out.append(view)
     return out
