@@ -11,6 +11,7 @@ bon        :mod:`ttrl_lightning.cli.bon`         best-of-N evaluation of a rollo
 pool       :mod:`ttrl_lightning.cli.pool`        simulate / validate / convert rollout pools
 fit        :mod:`ttrl_lightning.cli.fit`         training (LightningCLI), every phase
 validate   :mod:`ttrl_lightning.cli.fit`         validation with a training config
+eval       :mod:`ttrl_lightning.cli.eval`        avg@k / maj@k / pass@k of sampled completions
 demo       :mod:`ttrl_lightning.cli.demo`        the README's main job (CPU)
 ========== ===================================== ==========================================
 
@@ -48,6 +49,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
             "train (LightningCLI): `ttrl fit --config configs/<phase>/<name>.yaml`"),
     "validate": ("ttrl_lightning.cli.fit:validate_main",
                  "validate a model with a training config (LightningCLI)"),
+    "eval": ("ttrl_lightning.cli.eval:eval_main",
+             "avg@k / maj@k / pass@k of k sampled completions per question (a model on a question set)"),
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
 }
 

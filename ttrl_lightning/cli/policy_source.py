@@ -1,0 +1,124 @@
+"""The model a command samples from, named by one string (``ttrl eval --model``):
+
+* ``tiny:<arch>`` -- a tiny randomly initialised model of a real architecture (``models.TINY_CONFIGS``);
+* a local Hugging Face checkpoint folder (it holds ``config.json``);
+* a Lightning ``.ckpt`` file written by ``ttrl fit`` for any :class:`~ttrl_lightning.modules.PolicyModule`
+  subclass: the module saves its policy's :class:`~ttrl_lightning.modules.PolicySpec` as the plain mapping
+  ``hyper_parameters["policy"]`` and the policy's weights in ``state_dict`` under ``policy.``; the policy is
+  rebuilt from the spec (a tiny model, or the base checkpoint it names, with its LoRA adapters if any) and
+  the weights are loaded over it (strictly: a missing or unexpected key is an error). Other entries of the
+  ``state_dict`` (a GRPO reference, frozen copies) are not the policy and are left out.
+
+Anything else is a :class:`~ttrl_lightning.errors.UserError` naming the flag and the path, one line.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UserError
+from ..models import TINY_CONFIGS, is_tiny, load_model, load_tokenizer
+
+__all__ = ["LoadedPolicy", "POLICY_PREFIX", "load_policy", "policy_kind"]
+
+#: key prefix of the policy's weights in a ``PolicyModule`` checkpoint's ``state_dict``
+POLICY_PREFIX = "policy."
+#: the files that make a folder a distributed (sharded) Lightning checkpoint
+_DISTRIBUTED_MARKERS = (".metadata",)
+
+
+@dataclass
+class LoadedPolicy:
+    """A model ready to sample from: ``model`` (eval mode, on ``device``), its ``tokenizer``, what ``name``
+    was (``kind``: ``"tiny"``, ``"hf"`` or ``"ckpt"``) and, for a ``.ckpt``, the saved policy spec."""
+
+    model: Any
+    tokenizer: Any
+    kind: str
+    spec: dict | None = None
+
+    @property
+    def is_tiny(self) -> bool:
+        """A tiny random model (directly, or the policy of a checkpoint trained from one)."""
+        return self.kind == "tiny" or (self.spec is not None and is_tiny(str(self.spec.get("model", ""))))
+
+
+def policy_kind(name: str, flag: str = "--model") -> str:
+    """``"tiny"``, ``"hf"`` or ``"ckpt"`` for ``name``, or a :class:`UserError` saying what it should be."""
+    if is_tiny(name):
+        arch = name.split(":", 1)[1]
+        if arch not in TINY_CONFIGS:
+            raise UserError(f"argument {flag}: unknown tiny architecture {arch!r}; known: "
+                            f"{', '.join('tiny:' + a for a in TINY_CONFIGS.names())}")
+        return "tiny"
+    if os.path.isdir(name):
+        if os.path.isfile(os.path.join(name, "config.json")):
+            return "hf"
+        if any(os.path.exists(os.path.join(name, m)) for m in _DISTRIBUTED_MARKERS):
+            raise UserError(f"argument {flag}: {name} is a distributed (sharded) checkpoint folder; "
+                            "consolidate it into one .ckpt file first")
+        raise UserError(f"argument {flag}: {name} is a folder without config.json, not a Hugging Face "
+                        "checkpoint")
+    if os.path.isfile(name):
+        if name.endswith(".ckpt"):
+            return "ckpt"
+        raise UserError(f"argument {flag}: {name} is a file but not a Lightning .ckpt; give tiny:<arch>, a "
+                        "Hugging Face checkpoint folder or a .ckpt written by `ttrl fit`")
+    raise UserError(f"argument {flag}: {name} does not exist; give tiny:<arch>, a Hugging Face checkpoint "
+                    "folder or a .ckpt written by `ttrl fit`")
+
+
+def _from_pretrained_error(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def _load_ckpt(path: str, flag: str, dtype: str | None, seed: int) -> LoadedPolicy:
+    from ..modules.base import PolicySpec
+    from .resume import load_checkpoint
+
+    checkpoint = load_checkpoint(path)  # refuses empty, truncated and foreign files, naming the path
+    saved = (checkpoint.get("hyper_parameters") or {}).get("policy")
+    if not isinstance(saved, dict):
+        raise UserError(f"argument {flag}: {path} has no policy spec (hyper_parameters.policy); it was not "
+                        "written by a PolicyModule")
+    try:
+        spec = PolicySpec.of(saved)
+    except (TypeError, UserError) as e:
+        raise UserError(f"argument {flag}: {path}: the saved policy spec is not usable ({e})") from None
+    state = {k[len(POLICY_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(POLICY_PREFIX)}
+    if not state:
+        raise UserError(f"argument {flag}: {path} holds no policy weights (no state_dict key starts with "
+                        f"{POLICY_PREFIX!r})")
+    try:
+        tokenizer = load_tokenizer(spec.model)
+        model = load_model(spec.model, tokenizer, tiny_kwargs=spec.tiny_kwargs, lora=spec.lora,
+                           dtype=dtype or spec.dtype, seed=spec.seed)
+    except (OSError, ValueError, KeyError) as e:
+        raise UserError(f"argument {flag}: {path}: its policy's base model {spec.model!r} cannot be loaded "
+                        f"({_from_pretrained_error(e)})") from None
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                if missing else f"unexpected {unexpected[0]!r}")
+        raise UserError(f"argument {flag}: {path}: the policy weights do not fit the model its spec builds "
+                        f"({what})")
+    return LoadedPolicy(model, tokenizer, "ckpt", dict(saved))
+
+
+def load_policy(name: str, *, dtype: str | None = None, device: str = "cpu", seed: int = 0,
+                flag: str = "--model") -> LoadedPolicy:
+    """Load the model ``name`` names (module docstring) in eval mode on ``device``; ``dtype``: a torch dtype
+    name to cast to (None: the checkpoint's); ``seed``: initialisation of a ``tiny:<arch>`` model."""
+    kind = policy_kind(name, flag)
+    if kind == "ckpt":
+        loaded = _load_ckpt(name, flag, dtype, seed)
+    else:
+        try:
+            tokenizer = load_tokenizer(name)
+            model = load_model(name, tokenizer, dtype=dtype, seed=seed)
+        except (OSError, ValueError, KeyError) as e:
+            raise UserError(f"argument {flag}: {name} cannot be loaded ({_from_pretrained_error(e)})") from None
+        loaded = LoadedPolicy(model, tokenizer, kind)
+    loaded.model.to(device).eval()
+    return loaded
