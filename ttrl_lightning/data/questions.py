@@ -1,0 +1,355 @@
+"""Question files and generated questions: the unlabeled test set of test-time RL and of ``ttrl eval``.
+
+Question schema (one row per question, a JSONL line or a Parquet row)::
+
+    {"id": str | int,                  # unique in the file; an integer id becomes its decimal string
+     "prompt": str,                    # or "question" (exactly one of the two), non-empty
+     "gold": str | int | null,         # optional; monitoring and evaluation only, never a training signal
+     "choices": {letter: text} | null, # optional, multiple-choice options (answers.extract_answer)
+     "image": str | [str] | null,      # optional image path(s), relative paths against the file's folder
+     "reframed_prompt": str | null}    # optional, Self-Harmony's reframed view of the question
+
+:func:`read_questions` returns dicts with the keys :data:`QUESTION_KEYS`: ``id``, ``prompt``, ``gold`` (None
+when absent), ``choices`` (None), ``images`` (a list of absolute paths, ``[]`` when none) and
+``reframed_prompt`` (None). It is strict as the rollout-pool reader is (:mod:`.pool`): the format follows
+the file's content and name (``.parquet`` must be Parquet; any other name is JSONL and must not be Parquet
+or gzip), and every bad row raises :class:`QuestionError` (a :class:`~ttrl_lightning.errors.UserError`:
+one line, exit 1) naming the file, the row (``line N`` of a JSONL file counted from 1, ``row N`` of a
+Parquet file counted from 0) and the field: a missing or empty prompt, both ``prompt`` and ``question``, a
+duplicate id (both rows named), an image that is missing or that PIL cannot open and verify, a column the
+schema does not name, a value of the wrong type, bytes that are not UTF-8, a line that is not JSON.
+
+:func:`questions_from_task` gives the generated tasks of :mod:`.tasks` in the same shape, and
+:class:`QuestionDataModule` batches either source for training (TTRL's epochs over a fixed unlabeled set,
+or Pixelis' online stream read once in file order).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Iterator
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from ..errors import UserError
+from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompts
+from .pool import _PARQUET_MAGIC, PoolError, _kind, _looks_like, _parse_jsonl, _parse_parquet
+from .tasks import generate_prompts
+
+__all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
+           "questions_from_task", "collate_questions", "QuestionDataModule"]
+
+#: The columns a question file may have (any other column is refused).
+QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
+#: The keys of every question dict (:func:`read_questions`, :func:`questions_from_task`).
+QUESTION_KEYS = ("id", "prompt", "gold", "choices", "images", "reframed_prompt")
+#: The keys of a :class:`QuestionDataModule` batch (each a list over the batch's questions).
+BATCH_KEYS = ("id", "prompt", "gold", "choices", "images", "reframed_prompt")
+#: Columns users write for the gold answer under another name: the message suggests ``gold``.
+_GOLD_SYNONYMS = ("answer", "label", "target", "solution")
+
+
+class QuestionError(UserError):
+    """A question file or row violates the schema; the message names the file, the row and the field."""
+
+
+def _rows(path: str) -> Iterator[tuple[str, Any]]:
+    """``(location, raw row)`` of a question file, format from name and content as the pool reader does."""
+    if not os.path.exists(path):
+        raise QuestionError(f"{path}: question file not found")
+    if not os.path.isfile(path):
+        raise QuestionError(f"{path}: not a file")
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+    if path.endswith(".parquet"):
+        if not head.startswith(_PARQUET_MAGIC):
+            raise QuestionError(f"{path}: not a Parquet file: {_looks_like(head)}")
+        parsed = _parse_parquet(path)
+    elif head.startswith(_PARQUET_MAGIC) or head.startswith(b"\x1f\x8b"):
+        raise QuestionError(f"{path}: not a JSONL file: {_looks_like(head)}")
+    else:
+        parsed = _parse_jsonl(path)
+    try:
+        yield from parsed
+    except PoolError as e:  # the pool reader's byte / JSON / Parquet errors, raised as a question error
+        raise QuestionError(str(e)) from None
+
+
+def _text(row: dict, key: str, where: str, required: bool = False) -> str | None:
+    value = row.get(key)
+    if value is None:
+        if required:
+            raise QuestionError(f"{where}: missing field {key!r}")
+        return None
+    if not isinstance(value, str):
+        raise QuestionError(f"{where}: field {key!r} must be a string, got {_kind(value)}")
+    if not value.strip():
+        raise QuestionError(f"{where}: field {key!r} is empty")
+    return value
+
+
+def _question_id(row: dict, where: str) -> str:
+    qid = row.get("id")
+    if qid is None:
+        raise QuestionError(f"{where}: missing field 'id'")
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise QuestionError(f"{where}: field 'id' must be a string or an integer, got {_kind(qid)}")
+    qid = str(qid)
+    if not qid.strip():
+        raise QuestionError(f"{where}: field 'id' is empty")
+    return qid
+
+
+def _gold(row: dict, where: str) -> str | None:
+    gold = row.get("gold")
+    if gold is None:
+        return None
+    if isinstance(gold, bool) or not isinstance(gold, (str, int)):
+        raise QuestionError(f"{where}: field 'gold' must be a string, an integer or null, got {_kind(gold)} "
+                            "(write a decimal or a fraction as a string)")
+    gold = str(gold)
+    if not gold.strip():
+        raise QuestionError(f"{where}: field 'gold' is empty (leave it out or null when there is none)")
+    return gold
+
+
+def _choices(row: dict, where: str) -> dict[str, str] | None:
+    choices = row.get("choices")
+    if choices is None:
+        return None
+    if (not isinstance(choices, dict) or not choices
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in choices.items())):
+        raise QuestionError(f"{where}: field 'choices' must map option letters to option texts, "
+                            f"got {_kind(choices)}")
+    return dict(choices)
+
+
+def _images(row: dict, where: str, folder: str) -> list[str]:
+    """The row's image paths, resolved against ``folder``, each opened and verified with PIL."""
+    value = row.get("image")
+    if value is None:
+        return []
+    paths = [value] if isinstance(value, str) else value
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
+        raise QuestionError(f"{where}: field 'image' must be a path or a list of paths, got {_kind(value)}")
+    from PIL import Image, UnidentifiedImageError
+
+    out = []
+    for k, p in enumerate(paths):
+        name = "image" if isinstance(value, str) else f"image[{k}]"
+        full = os.path.normpath(os.path.join(folder, os.path.expanduser(p)))
+        if not os.path.isfile(full):
+            raise QuestionError(f"{where}: field {name!r}: image {full} not found")
+        try:
+            with Image.open(full) as img:
+                img.verify()
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
+            reason = (str(e).splitlines() or [type(e).__name__])[0]
+            raise QuestionError(f"{where}: field {name!r}: image {full} is not readable ({reason})") from None
+        out.append(full)
+    return out
+
+
+def _unknown_column(row: dict, where: str) -> None:
+    unknown = [k for k in row if k not in QUESTION_COLUMNS]
+    if not unknown:
+        return
+    hint = " (the gold answer's column is 'gold')" if unknown[0] in _GOLD_SYNONYMS else ""
+    raise QuestionError(f"{where}: unknown field {unknown[0]!r}{hint}; a question has "
+                        f"{', '.join(QUESTION_COLUMNS)}")
+
+
+def question_from_row(row: Any, where: str, folder: str) -> dict:
+    """One validated question (keys :data:`QUESTION_KEYS`) from a raw row; ``where`` names the row."""
+    if not isinstance(row, dict):
+        raise QuestionError(f"{where}: must be a JSON object, got {_kind(row)}")
+    qid = row.get("id")
+    if isinstance(qid, (str, int)) and not isinstance(qid, bool):
+        where = f"{where} (id={str(qid)!r})"
+    _unknown_column(row, where)
+    qid = _question_id(row, where)
+    has_prompt, has_question = row.get("prompt") is not None, row.get("question") is not None
+    if has_prompt and has_question:
+        raise QuestionError(f"{where}: has both 'prompt' and 'question'; give exactly one of them")
+    if not has_prompt and not has_question:
+        raise QuestionError(f"{where}: missing field 'prompt' (or 'question')")
+    prompt = _text(row, "prompt" if has_prompt else "question", where, required=True)
+    return {"id": qid, "prompt": prompt, "gold": _gold(row, where), "choices": _choices(row, where),
+            "images": _images(row, where, folder),
+            "reframed_prompt": _text(row, "reframed_prompt", where)}
+
+
+def _checked_questions(located: Iterable[tuple[str, Any]], source: str, folder: str) -> list[dict]:
+    questions: list[dict] = []
+    seen: dict[str, str] = {}
+    prefix = f"{source}, "
+    for loc, row in located:
+        q = question_from_row(row, loc, folder)
+        short = loc[len(prefix):] if loc.startswith(prefix) else loc
+        if q["id"] in seen:
+            raise QuestionError(f"{loc} (id={q['id']!r}): duplicate id {q['id']!r}, already used by "
+                                f"{seen[q['id']]}; every question must appear once")
+        seen[q["id"]] = short
+        questions.append(q)
+    if not questions:
+        raise QuestionError(f"{source}: the file has no questions")
+    return questions
+
+
+def read_questions(path: str | os.PathLike) -> list[dict]:
+    """The questions of a ``.jsonl`` or ``.parquet`` file, validated (module docstring), in file order.
+
+    Raises :class:`QuestionError` naming the file, the row and the field of the first bad row."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    return _checked_questions(_rows(path), path, folder)
+
+
+def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dict]:
+    """``n`` generated questions of ``task`` (:func:`.tasks.generate_prompts` with ``seed``) in the shape of
+    :func:`read_questions`: ``gold`` is the task's answer, ids are ``f"{task}-{seed}-{i}"``."""
+    return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["answer"], "choices": None,
+             "images": [], "reframed_prompt": None}
+            for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
+
+
+def collate_questions(items: list[dict]) -> dict[str, list]:
+    """Questions -> a batch ``{key: [value per question]}`` over :data:`BATCH_KEYS` (None values kept)."""
+    return collate_prompts([{k: q[k] for k in BATCH_KEYS} for q in items])
+
+
+class QuestionDataModule(pl.LightningDataModule):
+    """Batches of questions for test-time RL, from a question file or a generated task.
+
+    Args:
+        path: a question file (:func:`read_questions`); or
+        task: a generated task (:data:`.tasks.TASKS`) with ``task_kwargs``, ``n`` questions drawn with
+            ``seed`` (exactly one of ``path`` and ``task``).
+        batch_size: questions per batch.
+        shuffle: True: a new permutation every epoch (:class:`EpochSeededSampler`, seeded by
+            ``(seed, epoch)``): TTRL's epochs over a fixed unlabeled test set. False: the file order, read
+            once per epoch as a stream (Pixelis' online setting; run one epoch).
+        val_path / val_task: optional validation questions; a ``val_task`` draws ``n_val`` questions with
+            ``seed + 1`` and ``val_task_kwargs`` (default: ``task_kwargs``).
+        calibration_path / n_calibration: an optional labelled dev-cal split, returned by
+            :meth:`calibration_questions` (every question must have a gold answer): the file's questions
+            (the first ``n_calibration`` of them when it is given), or, for a generated task,
+            ``n_calibration`` questions of ``task`` drawn with ``seed + 2``.
+        seed: the data seed (generation and shuffling).
+
+    Batches: ``{"id", "prompt", "gold", "choices", "images", "reframed_prompt"}``, each a list over the
+    batch (:func:`collate_questions`). The train loader is a :class:`ResumableDataLoader`: a run resumed
+    from a mid-epoch checkpoint sees the batches the uninterrupted run saw.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        task: str | None = None,
+        task_kwargs: dict[str, Any] | None = None,
+        n: int = 64,
+        batch_size: int = 8,
+        shuffle: bool = True,
+        val_path: str | None = None,
+        val_task: str | None = None,
+        val_task_kwargs: dict[str, Any] | None = None,
+        n_val: int = 16,
+        calibration_path: str | None = None,
+        n_calibration: int | None = None,
+        seed: int = 0,
+        num_workers: int = 0,
+    ):
+        super().__init__()
+        where = f"{type(self).__name__} argument"
+        if (path is None) == (task is None):
+            raise UserError(f"{where}s: give exactly one of path and task, got "
+                            f"{'both' if path is not None else 'neither'}")
+        if val_path is not None and val_task is not None:
+            raise UserError(f"{where}s: give at most one of val_path and val_task")
+        for name, value, low in (("n", n, 1), ("batch_size", batch_size, 1), ("n_val", n_val, 1),
+                                 ("seed", seed, 0), ("num_workers", num_workers, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise UserError(f"{where} {name} must be an integer >= {low}, got {value!r}")
+        if n_calibration is not None and (isinstance(n_calibration, bool) or not isinstance(n_calibration, int)
+                                          or n_calibration < 0):
+            raise UserError(f"{where} n_calibration must be an integer >= 0 or null, got {n_calibration!r}")
+        if task is None and calibration_path is None and n_calibration:
+            raise UserError(f"{where} n_calibration needs calibration_path with a question file "
+                            "(a generated task draws its calibration questions itself)")
+        self.save_hyperparameters()
+        self._train: list[dict] | None = None
+        self._val: list[dict] | None = None
+        self._calibration: list[dict] | None = None
+
+    def _load_train(self) -> list[dict]:
+        h = self.hparams
+        if h.path is not None:
+            return read_questions(h.path)
+        return questions_from_task(h.task, h.n, h.seed, **(h.task_kwargs or {}))
+
+    def _load_val(self) -> list[dict]:
+        h = self.hparams
+        if h.val_path is not None:
+            return read_questions(h.val_path)
+        if h.val_task is not None:
+            kwargs = h.val_task_kwargs if h.val_task_kwargs is not None else (h.task_kwargs or {})
+            return questions_from_task(h.val_task, h.n_val, h.seed + 1, **kwargs)
+        return []
+
+    def _load_calibration(self) -> list[dict]:
+        h = self.hparams
+        if h.calibration_path is not None:
+            questions = read_questions(h.calibration_path)
+            if h.n_calibration is not None:
+                if h.n_calibration > len(questions):
+                    raise QuestionError(f"{h.calibration_path}: n_calibration={h.n_calibration} but the file "
+                                        f"has {len(questions)} questions")
+                questions = questions[:h.n_calibration]
+            unlabelled = [q["id"] for q in questions if q["gold"] is None]
+            if unlabelled:
+                raise QuestionError(f"{h.calibration_path}: the calibration split must be labelled, but "
+                                    f"{len(unlabelled)} question(s) have no gold: {_few(unlabelled)}")
+            return questions
+        if h.task is not None and h.n_calibration:
+            return questions_from_task(h.task, h.n_calibration, h.seed + 2, **(h.task_kwargs or {}))
+        return []
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._train is None:
+            self._train = self._load_train()
+            self._val = self._load_val()
+
+    def train_questions(self) -> list[dict]:
+        self.setup()
+        return self._train
+
+    def val_questions(self) -> list[dict]:
+        self.setup()
+        return self._val
+
+    def calibration_questions(self) -> list[dict]:
+        """The labelled dev-cal questions (``[]`` when neither a calibration file nor ``n_calibration`` for
+        a generated task is given); loaded once."""
+        if self._calibration is None:
+            self._calibration = self._load_calibration()
+        return self._calibration
+
+    def train_dataloader(self) -> DataLoader:
+        data = self.train_questions()
+        h = self.hparams
+        return ResumableDataLoader(data, batch_size=h.batch_size, num_workers=h.num_workers,
+                                   sampler=EpochSeededSampler(len(data), h.seed) if h.shuffle else None,
+                                   collate_fn=collate_questions)
+
+    def val_dataloader(self):
+        data = self.val_questions()
+        if not data:
+            return []
+        return DataLoader(data, batch_size=self.hparams.batch_size, shuffle=False,
+                          num_workers=self.hparams.num_workers, collate_fn=collate_questions)
+
+
+def _few(ids: list[str], limit: int = 5) -> str:
+    """``a, b, c`` (and how many more)."""
+    shown = ", ".join(map(repr, ids[:limit]))
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
