@@ -45,3 +45,48 @@ def test_lora_trains_only_adapters(tok):
     m = load_model("tiny:qwen2", tok, lora={"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})
     trainable = [n for n, p in m.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
+
+
+def _fit_checkpoint(tmp_path, lora=None):
+    """A one-step SFT run's checkpoint (what ``ttrl fit`` writes)."""
+    import lightning.pytorch as pl
+
+    from ttrl_lightning.data.datamodules import SFTDataModule
+    from ttrl_lightning.modules import PolicySpec, SFTModule
+
+    module = SFTModule(policy=PolicySpec(model="tiny:llama", tiny_kwargs={"hidden": 48, "layers": 1},
+                                         lora=lora, lr=5e-2, seed=3))
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_progress_bar=False,
+                         enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path)
+    trainer.fit(module, SFTDataModule(task="arith", n_train=8, n_val=2, batch_size=4))
+    path = tmp_path / "sft.ckpt"
+    trainer.save_checkpoint(path)
+    return module, str(path)
+
+
+@pytest.mark.parametrize("lora", [None, {"r": 2, "lora_alpha": 4, "target_modules": ["q_proj", "v_proj"]}])
+def test_fit_checkpoint_as_model_name(tmp_path, lora):
+    module, path = _fit_checkpoint(tmp_path, lora)
+    model = load_model(path)
+    assert load_tokenizer(path).get_vocab() == module.tokenizer.get_vocab()
+    assert model.config.hidden_size == 48 and model.config.num_hidden_layers == 1  # the saved spec's sizes
+    assert not any("lora" in name for name in model.state_dict())  # adapters merged
+    ids = torch.tensor([[5, 6, 7, 8]])
+    with torch.no_grad():
+        trained = module.policy.eval()(input_ids=ids).logits
+        torch.testing.assert_close(model.eval()(input_ids=ids).logits, trained, rtol=1e-4, atol=1e-5)
+        fresh = load_model("tiny:llama", tiny_kwargs={"hidden": 48, "layers": 1}, seed=3)(input_ids=ids).logits
+    assert not torch.allclose(fresh, trained)  # the checkpoint's weights, not a new initialisation
+
+
+def test_bad_checkpoint_as_model_name_is_one_named_error(tmp_path):
+    from ttrl_lightning.errors import UserError
+
+    bad = tmp_path / "x.ckpt"
+    bad.write_bytes(b"not a checkpoint")
+    with pytest.raises(UserError, match="x.ckpt"):
+        load_model(str(bad))
+    other = tmp_path / "other.ckpt"
+    torch.save({"state_dict": {}, "hyper_parameters": {}}, other)
+    with pytest.raises(UserError, match="no policy spec"):
+        load_model(str(other))

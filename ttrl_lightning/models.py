@@ -4,6 +4,9 @@ A model is named by one string:
 
 * ``"tiny:<arch>"`` (``tiny:qwen2``, ``tiny:llama``) builds a 2-layer, 32-wide model of that real
   architecture with random weights and a character-level tokenizer made in code (no download);
+* a ``*.ckpt`` file written by ``ttrl fit`` (any phase: the policy of an SFT run starts TTRL) is rebuilt
+  from the ``PolicySpec`` saved in it and loaded with its policy weights (LoRA adapters merged), so a later
+  phase starts where the earlier one ended (``checkpoints.policy_state_from_checkpoint``);
 * anything else is a local path (or hub id, if the hub is reachable) given to ``from_pretrained``.
 
 LoRA (PEFT) is optional: ``lora={"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}``.
@@ -16,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ttrl_lightning.checkpoints import is_checkpoint_path, policy_state_from_checkpoint
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import TOOL_TOKENS
 
@@ -90,8 +95,17 @@ def is_tiny(name: str) -> bool:
     return name.startswith("tiny:")
 
 
+def checkpoint_model_name(path: str) -> str:
+    """The model name saved in the ``ttrl fit`` checkpoint ``path`` (its ``PolicySpec.model``)."""
+    spec, _ = policy_state_from_checkpoint(path)
+    return spec["model"]
+
+
 def load_tokenizer(name: str):
-    """Tokenizer for model ``name`` (``tiny:<arch>`` -> the built-in character tokenizer)."""
+    """Tokenizer for model ``name`` (``tiny:<arch>`` -> the built-in character tokenizer; a ``ttrl fit``
+    checkpoint -> the tokenizer of the model it was trained from)."""
+    if is_checkpoint_path(name):
+        return load_tokenizer(checkpoint_model_name(name))
     if is_tiny(name):
         return build_char_tokenizer()
     from transformers import AutoTokenizer
@@ -119,6 +133,8 @@ def load_model(
     """
     from transformers import AutoModelForCausalLM
 
+    if is_checkpoint_path(name):
+        return _load_checkpoint_policy(name, tokenizer, lora=lora, dtype=dtype)
     if is_tiny(name):
         arch = name.split(":", 1)[1]
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name)
@@ -141,6 +157,33 @@ def load_model(
             from peft import LoraConfig, get_peft_model
         except ImportError as e:  # pragma: no cover - peft is a runtime requirement
             raise ImportError("LoRA needs `peft` (pip install peft)") from e
+        cfg = dict(lora)
+        cfg.setdefault("task_type", "CAUSAL_LM")
+        model = get_peft_model(model, LoraConfig(**cfg))
+    return model
+
+
+def _load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) -> nn.Module:
+    """The policy of a ``ttrl fit`` checkpoint: rebuilt from its saved ``PolicySpec`` (model name, tiny
+    sizes, LoRA, seed), its weights loaded strictly, LoRA adapters merged into the base weights; then cast
+    to ``dtype`` and given new adapters ``lora`` when asked."""
+    spec, state = policy_state_from_checkpoint(path)
+    inner = spec["model"]
+    if is_checkpoint_path(inner):
+        raise UserError(f"checkpoint {path} names another checkpoint ({inner}) as its model")
+    model = load_model(inner, tokenizer, tiny_kwargs=spec.get("tiny_kwargs"), lora=spec.get("lora"),
+                       dtype=spec.get("dtype"), seed=int(spec.get("seed", 0)))
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise UserError(f"checkpoint {path}: its policy weights do not fit the model {inner!r} "
+                        f"(missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]})")
+    if spec.get("lora"):
+        model = model.merge_and_unload()
+    if dtype is not None:
+        model = model.to(getattr(torch, dtype))
+    if lora:
+        from peft import LoraConfig, get_peft_model
+
         cfg = dict(lora)
         cfg.setdefault("task_type", "CAUSAL_LM")
         model = get_peft_model(model, LoraConfig(**cfg))

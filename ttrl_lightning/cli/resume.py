@@ -17,70 +17,19 @@ message naming it, before Lightning reads it.
 """
 from __future__ import annotations
 
-import os
-import pickle
-import zipfile
 from collections.abc import Mapping
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
+from ttrl_lightning.checkpoints import TRAINER_CKPT_KEYWORDS, load_checkpoint  # noqa: F401  (re-exported)
 from ttrl_lightning.errors import UserError
 
-#: ``ckpt_path`` values the Trainer resolves itself (not file names)
-TRAINER_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 #: the flag that lets this run's values replace a checkpoint's hyperparameters
 OVERRIDE_FLAG = "allow_hparam_override"
 #: entries Lightning adds to the saved hyperparameters (not arguments of the module)
 _BOOKKEEPING = ("_instantiator",)
-
-
-#: torch's boilerplate around the reason a weights-only load failed
-_TORCH_LOAD_BOILERPLATE = ("Weights only load failed", "Please file an issue", "Check the documentation",
-                           "Re-running `torch.load`")
-
-
-def _load_failure(error: BaseException) -> str:
-    """The line of a failed ``torch.load`` that says why (torch wraps it in advice about ``weights_only``)."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    reason = next((line for line in lines if not line.startswith(_TORCH_LOAD_BOILERPLATE)), "")
-    reason = reason.removeprefix("WeightsUnpickler error:").strip() or type(error).__name__
-    return reason if len(reason) <= 120 else reason[:117] + "..."
-
-
-def load_checkpoint(path: str) -> dict | None:
-    """The checkpoint at ``path`` (weights-only load, on the CPU), or None where the Trainer resolves the path
-    itself (``last``/``best``/..., a remote URL, a distributed checkpoint folder).
-
-    Raises :class:`~ttrl_lightning.errors.UserError` naming the file when it is missing, empty, not a complete
-    ``torch.save`` archive (truncated, or another kind of file) or not a Lightning checkpoint; a file that
-    would need to run code to unpickle is refused, never run.
-    """
-    path = str(path)
-    if path in TRAINER_CKPT_KEYWORDS or path.startswith("registry:") or "://" in path or os.path.isdir(path):
-        return None
-    if not os.path.exists(path):
-        raise UserError(f"checkpoint {path} does not exist")
-    if not os.path.isfile(path):
-        raise UserError(f"checkpoint {path} is not a file")
-    if os.path.getsize(path) == 0:
-        raise UserError(f"checkpoint {path} is empty (0 bytes)")
-    if not zipfile.is_zipfile(path):
-        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (not a complete torch.save "
-                        "archive: truncated, or another kind of file)")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (it holds objects other than "
-                        f"tensors and plain data, which are not loaded: {_load_failure(e)})") from e
-    except Exception as e:  # noqa: BLE001 - whatever torch.load says, the file is not one we can resume from
-        raise UserError(f"checkpoint {path} is not a Lightning checkpoint ({_load_failure(e)})") from e
-    if not isinstance(checkpoint, dict) or "state_dict" not in checkpoint:
-        held = (f"keys {sorted(map(str, checkpoint))[:6]}" if isinstance(checkpoint, dict)
-                else type(checkpoint).__name__)
-        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict; it holds {held})")
-    return checkpoint
 
 
 def saved_model_config(checkpoint: Mapping) -> dict[str, Any]:
