@@ -13,6 +13,8 @@ Three public functions and one shared label, one module each:
 * :func:`canonical_answer_classes` (:mod:`.classes`) -- group one question's answers into equivalence
   classes for voting; here all :data:`NO_ANSWER` strings share one class (VisConf votes them as one shared
   label).
+* :data:`ANSWER_EXTRACTORS` (:mod:`.extractors`) -- extractors by name (``final_answer`` = :func:`extract_answer`,
+  ``last_number`` for arithmetic tasks), so training and evaluation read answers the same way.
 * :data:`NO_ANSWER` (:mod:`.label`) -- the shared label of an unextractable response.
 
 :mod:`.latex` holds the brace-aware LaTeX scanning both extraction and equivalence use.
@@ -20,6 +22,7 @@ Three public functions and one shared label, one module each:
 from .classes import canonical_answer_classes
 from .equivalence import answers_equal, equivalence_stats
 from .extract import extract_answer
+from .extractors import ANSWER_EXTRACTORS, last_number
 from .label import NO_ANSWER
 
 __all__ = [
@@ -28,4 +31,6 @@ __all__ = [
     "answers_equal",
     "canonical_answer_classes",
     "equivalence_stats",
+    "ANSWER_EXTRACTORS",
+    "last_number",
 ]
