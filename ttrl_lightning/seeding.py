@@ -19,6 +19,7 @@ STREAM_STRIDES: dict[str, int] = {
     "feedback_dropout": 7919,  # SFTModule: tool-output hiding masks of step `global_step`
     "shuffle": 1,              # DataModules: permutation of epoch `epoch`
     "bon_subsets": 1,          # ttrl bon: fixed subsets of budget N
+    "calibration": 997,        # TTRLModule: sampling on the labelled dev-cal split (step 0)
 }
 
 

@@ -1,7 +1,8 @@
-"""LightningModules of the three training phases: SFT and GRPO (CC-RFT and TTRL subclass GRPO), all built
-from one ``PolicySpec``."""
+"""LightningModules of the three training phases: SFT, GRPO (CC-RFT subclasses it) and TTRL (a GRPO subclass
+rewarded by pseudo-labels), all built from one ``PolicySpec``."""
 from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.sft import SFTModule
+from ttrl_lightning.modules.ttrl import TTRLModule
 
-__all__ = ["PolicyModule", "PolicySpec", "GRPOModule", "RolloutRewards", "SFTModule"]
+__all__ = ["PolicyModule", "PolicySpec", "GRPOModule", "RolloutRewards", "SFTModule", "TTRLModule"]

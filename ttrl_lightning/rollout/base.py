@@ -72,6 +72,27 @@ class Rollouts:
     def attention_mask(self) -> torch.Tensor:
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
 
+    def first_per_group(self, k: int) -> Rollouts:
+        """The first ``k`` rows of every group (``1 <= k <= n``), as a ``Rollouts`` with ``n = k``: the
+        samples are i.i.d., so the first k are a uniform draw of k of them (TTRL trains on N of M votes).
+        Completion columns are cut to the longest kept row."""
+        if not 1 <= k <= self.n:
+            raise ValueError(f"k must be in [1, n={self.n}], got {k}")
+        R = self.completion_ids.shape[0]
+        rows = torch.arange(R, device=self.completion_ids.device).view(R // self.n, self.n)[:, :k].reshape(-1)
+        keep = self.completion_mask[rows]
+        width = max(int(keep.sum(1).max()), 1)
+        return Rollouts(
+            prompt_ids=self.prompt_ids[rows],
+            prompt_mask=self.prompt_mask[rows],
+            completion_ids=self.completion_ids[rows, :width],
+            completion_mask=keep[:, :width],
+            texts=[self.texts[i] for i in rows.tolist()],
+            group=self.group[rows],
+            n=k,
+            signals={name: v[rows, :width] for name, v in self.signals.items()},
+        )
+
 
 @runtime_checkable
 class RolloutEngine(Protocol):

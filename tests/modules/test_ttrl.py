@@ -1,0 +1,199 @@
+"""TTRLModule: votes -> pseudo-labels -> rewards on the trained rows, abstention, the fused view, the EMA
+baseline, the monitoring metrics against hand counts, and gold never reaching a reward."""
+import copy
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from ttrl_lightning.answers import last_number
+from ttrl_lightning.data.datamodules import collate_prompts
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.modules import PolicySpec, TTRLModule
+from ttrl_lightning.modules.ttrl import StepLabels
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from ttrl_lightning.rollout import Rollouts
+
+TINY = PolicySpec(model="tiny:qwen2", lr=1e-2)
+FUSED = "{prompt} reframe:"
+
+
+class ScriptedEngine:
+    """Returns fixed completions: ``script[prompt]`` is the list of texts of its rows (the first n are used);
+    the token ids are the tokenizer's, so the policy can be trained on them."""
+
+    def __init__(self, tokenizer, script: dict[str, list[str]]):
+        self.tokenizer, self.script, self.calls = tokenizer, script, []
+
+    def sync_weights(self, model):
+        return None
+
+    def generate(self, model, prompts, params):
+        self.calls.append((list(prompts), params))
+        tok = self.tokenizer
+        texts = [t for p in prompts for t in self.script[p][: params.n]]
+        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        comp = [tok(t, add_special_tokens=False)["input_ids"] + [tok.eos_token_id] for t in texts]
+        C = max(len(c) for c in comp)
+        ids = torch.full((len(comp), C), tok.pad_token_id)
+        mask = torch.zeros(len(comp), C, dtype=torch.long)
+        for i, c in enumerate(comp):
+            ids[i, : len(c)] = torch.tensor(c)
+            mask[i, : len(c)] = 1
+        n = params.n
+        return Rollouts(prompt_ids=enc["input_ids"].repeat_interleave(n, 0),
+                        prompt_mask=enc["attention_mask"].repeat_interleave(n, 0), completion_ids=ids,
+                        completion_mask=mask, texts=texts, group=torch.arange(len(prompts)).repeat_interleave(n),
+                        n=n)
+
+
+def _module(script, **kw):
+    kw = {"policy": TINY, "num_votes": 6, "num_generations": 3, "answer_extractor": "last_number", **kw}
+    m = TTRLModule(**kw)
+    m.engine = ScriptedEngine(m.tokenizer, script)
+    m.configure_model()
+    return m
+
+
+SCRIPT = {
+    "1+4=": ["5", "5", "6", "5", "7", "5"],      # label 5; trained rows [5, 5, 6]
+    "2+2=": ["x", "x", "4", "x", "3", "x"],      # unextractable majority: abstains
+    "3+3=": ["6", "7", "7", "6", "7", "1"],      # label 7 (3 votes) although the gold is 6
+}
+BATCH = {"prompt": ["1+4=", "2+2=", "3+3="], "id": ["a", "b", "c"], "gold": ["5", "4", "6"]}
+
+
+def test_majority_labels_rewards_on_first_n_rows_and_abstention():
+    m = _module(SCRIPT)
+    trained = m.rollout(BATCH)
+    assert trained.n == 3 and trained.texts == ["5", "5", "6", "x", "x", "4", "6", "7", "7"]
+    assert m.engine.calls[0][1].n == 6  # M votes sampled
+    scored = m.rewards(trained, BATCH)
+    assert scored.rewards.tolist() == [1, 1, 0, 0, 0, 0, 0, 1, 1]
+    assert scored.group_mask.tolist() == [True, False, True]
+    step = m._step_labels
+    assert [lab.label for lab in step.labels] == ["5", None, "7"]
+    # the module's label is the registry's label of the full vote set
+    assert step.labels[2] == pseudo_label("majority", [{"answer": t} for t in SCRIPT["3+3="]])
+
+
+def test_monitoring_metrics_by_hand():
+    m = _module(SCRIPT)
+    trained = m.rollout(BATCH)
+    m._step_labels.completion_mask = trained.completion_mask
+    got = m.monitor(m._step_labels, BATCH)
+    # labelled: a (5 = gold 5) and c (7 != gold 6); b abstains
+    assert got["label_accuracy"] == pytest.approx(0.5) and got["err_at_sel"] == pytest.approx(0.5)
+    assert got["coverage"] == pytest.approx(2 / 3) and got["abstention_rate"] == pytest.approx(1 / 3)
+    assert got["accepted_per_1k"] == pytest.approx(1000 * 2 / 3)
+    # majority ratio per question: 4/6, 4/6 (the unextractable class), 3/6
+    assert got["majority_ratio"] == pytest.approx((4 / 6 + 4 / 6 + 3 / 6) / 3)
+    # reward accuracy over the trained rows of labelled questions: a: 5,5,6 rewards 1,1,0 all agree with gold;
+    # c: 6,7,7 rewards 0,1,1 vs correct 1,0,0 -> all three disagree
+    assert got["reward_accuracy"] == pytest.approx(3 / 6)
+    # online (pre-update) majority accuracy: a right, b wrong (majority unextractable), c wrong
+    assert got["online_accuracy"] == pytest.approx(1 / 3)
+    # cumulative acceptance over a second identical step
+    m.monitor(m._step_labels, BATCH)
+    assert m.questions_seen == 6 and m.questions_accepted == 4
+
+
+def _train_one_step(m, batch):
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0)
+    loader = DataLoader([{k: batch[k][i] for k in batch} for i in range(len(batch["prompt"]))],
+                        batch_size=len(batch["prompt"]), collate_fn=collate_prompts)
+    trainer.fit(m, loader)
+    return trainer
+
+
+def test_gold_never_reaches_a_reward():
+    shuffled = dict(BATCH, gold=["6", "5", "nonsense"])
+    runs = []
+    for batch in (BATCH, shuffled):
+        m = _module(SCRIPT)
+        rewards = m.rewards(m.rollout(batch), batch)
+        m2 = _module(SCRIPT)
+        _train_one_step(m2, batch)
+        runs.append((rewards, {k: v.detach().clone() for k, v in m2.policy.state_dict().items()}, m2))
+    (r0, w0, a), (r1, w1, b) = runs
+    assert torch.equal(r0.rewards, r1.rewards) and torch.equal(r0.group_mask, r1.group_mask)
+    assert all(torch.equal(w0[k], w1[k]) for k in w0)
+    assert any(not torch.equal(w0[k], _module(SCRIPT).policy.state_dict()[k]) for k in w0)  # it did train
+    assert a.label_history == b.label_history
+
+
+def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
+    fused = "STRATEGY: swap\nREWRITTEN PROBLEM: 4+1=\nSOLUTION: {}"
+    script = {"1+4=": ["5", "6", "6", "5", "6", "9"],
+              FUSED.format(prompt="1+4="): [fused.format(a) for a in ("5", "5", "5", "6", "5", "5")]}
+    m = _module(script, pseudo_labeler="self_harmony", fused_prompt_template=FUSED)
+    batch = {"prompt": ["1+4="], "id": ["a"]}
+    trained = m.rollout(batch)
+    assert m.engine.calls[0][0] == ["1+4=", FUSED.format(prompt="1+4=")]
+    assert trained.n == 3 and trained.completion_ids.shape[0] == 6  # two groups: original, fused
+    # HMS: p0(5)=2/6 p1(5)=5/6 -> 0.476; p0(6)=3/6 p1(6)=1/6 -> 0.25: label 5, majority over both views too
+    expected = pseudo_label("self_harmony", [{"text": t, "answer": last_number(t)} for t in script["1+4="]]
+                            + [{"text": t, "answer": last_number(t), "view": "reframed"}
+                               for t in script[FUSED.format(prompt="1+4=")]])
+    assert expected.label == "5"
+    scored = m.rewards(trained, batch)
+    torch.testing.assert_close(scored.rewards, torch.tensor(expected.rewards[0:3] + expected.rewards[6:9]))
+    assert scored.rewards[3:].gt(0).all() and scored.rewards[3:].lt(1).all()  # gated by the JS penalty
+
+
+def test_ema_baseline_advantages_by_hand():
+    m = _module(SCRIPT, advantage="ema_baseline", baseline_momentum=0.5)
+    trained = m.rollout(BATCH)
+    scored = m.rewards(trained, BATCH)
+    adv = m.group_advantages(trained, scored)
+    r = torch.tensor([1, 1, 0, 0, 1, 1.0])  # accepted rows (a: 5 5 6 with label 5; c: 6 7 7 with label 7)
+    b = r.mean()
+    expect = (r - b) / (r - b).std()
+    torch.testing.assert_close(adv[[0, 1, 2, 6, 7, 8]], expect)
+    assert adv[3:6].eq(0).all()
+    assert m.baseline == pytest.approx(float(b))
+    # second step: b <- 0.5 b + 0.5 mean (same batch: unchanged), advantages use the old b
+    adv2 = m.group_advantages(trained, scored)
+    torch.testing.assert_close(adv2, adv)
+
+
+@pytest.fixture
+def rejecting_labeler():
+    @PSEUDO_LABELERS.register("_test_rejects_second")
+    def lab(rollouts, *, choices=None):
+        out = pseudo_label("majority", rollouts, choices=choices)
+        out.info["update_mask"] = [j != 1 for j in range(len(rollouts))]
+        return out
+
+    yield "_test_rejects_second"
+    PSEUDO_LABELERS._items.pop("_test_rejects_second", None)
+
+
+def test_rows_rejected_from_the_update_get_zero_advantage(rejecting_labeler):
+    m = _module(SCRIPT, pseudo_labeler=rejecting_labeler)
+    trained = m.rollout(BATCH)
+    adv = m.group_advantages(trained, m.rewards(trained, BATCH))
+    assert adv.view(3, 3)[:, 1].eq(0).all()
+    assert adv.view(3, 3)[0, 2] != 0  # the others keep theirs
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"num_votes": 2, "num_generations": 4}, "num_generations"),
+    ({"pseudo_labeler": "nope"}, "pseudo_labeler"),
+    ({"pseudo_labeler": "self_harmony"}, "fused_prompt_template"),
+    ({"advantage": "value"}, "advantage"),
+    ({"baseline_momentum": 1.0}, "baseline_momentum"),
+])
+def test_bad_arguments_name_themselves(kwargs, needle):
+    with pytest.raises(UserError, match=needle):
+        TTRLModule(policy=TINY, **kwargs)
+
+
+def test_step_labels_cover_all_views():
+    m = _module(SCRIPT)
+    trained = m.rollout(BATCH)
+    assert isinstance(m._step_labels, StepLabels)
+    assert m._step_labels.rewards.numel() == trained.completion_ids.shape[0]
+    assert copy.copy(m._step_labels.ids) == ["a", "b", "c"]
