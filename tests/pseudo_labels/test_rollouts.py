@@ -4,14 +4,16 @@ from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, pseudo_label
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 
+LABELERS = ["majority", "self_harmony", "visconf", "pixel", "self_certainty", "entropy"]
 
-@pytest.mark.parametrize("method", ["majority", "self_harmony", "visconf", "self_certainty", "entropy"])
+
+@pytest.mark.parametrize("method", LABELERS)
 def test_empty_rollouts_is_a_clear_error(method):
     with pytest.raises(PseudoLabelError, match=f"{method}: rollouts is empty"):
         pseudo_label(method, [])
 
 
-@pytest.mark.parametrize("method", ["majority", "self_harmony", "visconf", "self_certainty", "entropy"])
+@pytest.mark.parametrize("method", LABELERS)
 @pytest.mark.parametrize("bad,shown", [(float("nan"), "NaN"), (float("inf"), "inf"), (float("-inf"), "-inf")])
 def test_non_finite_signal_names_rollout_field_and_token(method, bad, shown):
     good = {"self_certainty": [1.0, 2.0], "entropy": [0.5, 0.5]}
@@ -50,4 +52,4 @@ def test_canonical_answers_use_equivalence_classes_and_extraction():
 
 
 def test_every_registered_labeler_is_covered_here():
-    assert set(PSEUDO_LABELERS.names()) == {"majority", "self_harmony", "visconf", "self_certainty", "entropy"}
+    assert set(PSEUDO_LABELERS.names()) == set(LABELERS)

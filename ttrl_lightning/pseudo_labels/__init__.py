@@ -11,19 +11,24 @@ name                label and reward                                            
 ``majority``        most frequent answer; ``1[y = y*]``                              TTRL (:mod:`.majority`)
 ``self_harmony``    HMS over two views; ``R_solve`` and gated ``R_fused``            Self-Harmony
 ``visconf``         RWC over ``Z = V C``; ``1[y = y*]``                              VisConf sec. 4-5
+``pixel``           vote weighted by ``exp(-H) Cal VisFid r``; ``1[y = y*]``         Pixelis sec. 3.2.3
 ``self_certainty``  no label; mean token self-certainty                              Intuitor
 ``entropy``         no label; minus mean token entropy                               RENT
 ==================  ===============================================================  ======================
 
 Abstention (``abstain=True``, ``label=None``, all rewards 0): ``majority`` and ``visconf`` when the
-unextractable answers win the vote, ``self_harmony`` when no answer is common to both views.
+unextractable answers win the vote, ``self_harmony`` when no answer is common to both views, ``pixel``
+also on a tie, a weighted margin below ``delta`` or a conformal set that is not one answer.
 """
-from . import intrinsic, majority, self_harmony, visconf  # noqa: F401  (register the labelers)
+from . import intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
 from .fused_format import FUSED_SECTIONS, fused_format_score, fused_template
 from .label import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,
+                    fit_temperature, pixel_label)
 from .rollouts import PseudoLabelError
 from .self_harmony import DIVERSITY_PENALTIES, js_consistency_penalty, sharpness_penalty
 
 __all__ = ["PSEUDO_LABELERS", "PseudoLabel", "PseudoLabelError", "pseudo_label", "DIVERSITY_PENALTIES",
            "js_consistency_penalty", "sharpness_penalty", "FUSED_SECTIONS", "fused_format_score",
-           "fused_template"]
+           "fused_template", "PixelCalibration", "batch_reliability", "calibrate_pixel",
+           "decisive_token_mask", "fit_temperature", "pixel_label"]

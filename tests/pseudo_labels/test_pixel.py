@@ -1,0 +1,396 @@
+import logging
+import math
+import random
+
+import pytest
+import torch
+
+from ttrl_lightning.consensus import conformal_threshold
+from ttrl_lightning.pseudo_labels import (PseudoLabelError, batch_reliability, calibrate_pixel,
+                                          decisive_token_mask, fit_temperature, pseudo_label)
+from ttrl_lightning.pseudo_labels.pixel import rollout_similarity
+
+LN_HALF = math.log(0.5)  # p = exp(mean logprob) = 0.5 exactly -> Cal = 0.5 at any T
+
+
+def ro(answer, entropy=(0.0,), logprob=(LN_HALF,), text=None):
+    out = {"answer": answer, "entropy": list(entropy), "logprob": list(logprob)}
+    if text is not None:
+        out["text"] = text
+    return out
+
+
+def temperature_scaled(p, t):
+    # sigmoid(logit(p) / T) written as p^(1/T) / (p^(1/T) + (1-p)^(1/T)), a different route to the same value
+    a, b = p ** (1 / t), (1 - p) ** (1 / t)
+    return a / (a + b)
+
+
+# ------------------------------------------------------------------------------------- the weights w_j
+
+def test_weight_formula_worked_by_hand_on_three_rollouts():
+    rollouts = [
+        ro("5", entropy=[0.2, 0.4], logprob=[-0.1, -0.3]),           # H = 0.3, p = e^-0.2
+        ro("6", entropy=[5.0, 0.1], logprob=[-4.0, -0.05]),          # decisive: token 1 only
+        ro("5", entropy=[1.0, 1.0, 0.4], logprob=[-0.5, -0.5, -0.2]),  # H = 0.8, p = e^-0.4
+    ]
+    masks = [None, [False, True], [True, True, True]]
+    vis, rel, t = [0.9, 0.5, 1.0], [1.2, 0.6, 1.2], 2.0
+    out = pseudo_label("pixel", rollouts, decisive_masks=masks, visual_fidelity=vis, reliability=rel,
+                       temperature=t, delta=0.0)
+    h = [0.3, 0.1, 0.8]
+    p = [math.exp(-0.2), math.exp(-0.05), math.exp(-0.4)]
+    cal = [temperature_scaled(x, t) for x in p]
+    w = [math.exp(-h[j]) * cal[j] * vis[j] * rel[j] for j in range(3)]
+    assert out.info["entropy"] == pytest.approx(h, rel=1e-12)
+    assert out.info["calibration"] == pytest.approx(cal, rel=1e-12)
+    assert out.info["weights"] == pytest.approx(w, rel=1e-12)
+    assert out.info["support"] == pytest.approx({"5": w[0] + w[2], "6": w[1]}, rel=1e-12)
+    total = sum(w)
+    assert out.info["margin"] == pytest.approx((w[0] + w[2] - w[1]) / total, rel=1e-12)
+    assert out.info["confidence"] == pytest.approx((w[0] + w[2]) / total, rel=1e-12)
+    assert out.info["visual_fidelity"] == vis and out.info["reliability"] == rel
+    assert out.label == "5" and out.rewards == [1.0, 0.0, 1.0] and not out.abstain
+
+
+def test_defaults_are_neutral_and_temperature_one_is_the_raw_geometric_mean_probability():
+    out = pseudo_label("pixel", [ro("5", entropy=[0.5], logprob=[-0.7])])
+    assert out.info["visual_fidelity"] == "neutral" and out.info["reliability"] == [1.0]
+    assert out.info["calibration"] == pytest.approx([math.exp(-0.7)], rel=1e-12)
+    assert out.info["weights"] == pytest.approx([math.exp(-0.5) * math.exp(-0.7)], rel=1e-12)
+
+
+def test_confidence_is_clamped_before_the_logit():
+    out = pseudo_label("pixel", [ro("5", entropy=[0.0], logprob=[0.0])], temperature=0.5)
+    p = 1 - 1e-6
+    assert out.info["calibration"] == pytest.approx([temperature_scaled(p, 0.5)], rel=1e-9)
+
+
+def test_low_entropy_minority_beats_the_hard_majority():
+    # "5": H = 2, p = e^-1 -> w = e^-3 = 0.0498 each, 0.149 in all
+    # "6": H = 0.05, p = e^-0.01 -> w = e^-0.06 = 0.94 each
+    rollouts = [ro("5", [2.0], [-1.0]) for _ in range(3)] + [ro("6", [0.05], [-0.01]) for _ in range(2)]
+    assert pseudo_label("majority", rollouts).label == "5"
+    out = pseudo_label("pixel", rollouts)
+    assert out.label == "6" and out.rewards == [0.0, 0.0, 0.0, 1.0, 1.0]
+    assert out.info["support"] == pytest.approx({"5": 3 * math.exp(-3.0), "6": 2 * math.exp(-0.06)})
+
+
+def test_rewards_follow_answer_equivalence():
+    out = pseudo_label("pixel", [ro("0.5"), ro(r"\frac{1}{2}"), ro("3")])
+    assert out.label == "0.5" and out.rewards == [1.0, 1.0, 0.0]
+
+
+# ------------------------------------------------------------------------------------------ abstention
+
+@pytest.mark.parametrize("answers", [("5", "6"), ("6", "5", "5", "6")])
+@pytest.mark.parametrize("delta", [0.0, 0.1])
+def test_a_tie_always_abstains(answers, delta):
+    out = pseudo_label("pixel", [ro(a) for a in answers], delta=delta)
+    assert out.abstain and out.label is None and out.rewards == [0.0] * len(answers)
+    assert out.info["margin"] == 0.0 and "tie" in out.info["abstain_reason"]
+
+
+def test_all_unextractable_abstains():
+    rollouts = [{"text": "I cannot tell.", "entropy": [0.1], "logprob": [-0.1]} for _ in range(3)]
+    out = pseudo_label("pixel", rollouts)
+    assert out.abstain and out.label is None and out.rewards == [0.0, 0.0, 0.0]
+    assert "unextractable" in out.info["abstain_reason"]
+
+
+def test_unextractable_heavier_than_any_answer_abstains():
+    rollouts = [{"text": "hmm", "entropy": [0.0], "logprob": [-0.01]}, ro("5", [3.0]), ro("6", [3.0])]
+    out = pseudo_label("pixel", rollouts, delta=0.0)
+    assert out.abstain and "unextractable" in out.info["abstain_reason"]
+
+
+def test_one_rollout():
+    out = pseudo_label("pixel", [ro("4", [0.3, 0.2], [-0.1, -0.2])])
+    assert out.label == "4" and out.rewards == [1.0] and not out.abstain
+    assert out.info["margin"] == 1.0 and out.info["confidence"] == 1.0
+
+
+def test_margin_abstention_at_the_threshold():
+    # four equal weights 0.5 (H = 0, Cal = 0.5): supports 1.5 and 0.5, margin (1.5 - 0.5) / 2 = 0.5 exactly
+    rollouts = [ro("5"), ro("5"), ro("6"), ro("5")]
+    at = pseudo_label("pixel", rollouts, delta=0.5)
+    assert at.info["weights"] == [0.5] * 4 and at.info["margin"] == 0.5
+    assert not at.abstain and at.label == "5" and at.rewards == [1.0, 1.0, 0.0, 1.0]
+    above = pseudo_label("pixel", rollouts, delta=math.nextafter(0.5, 1.0))
+    assert above.abstain and above.label is None and above.rewards == [0.0] * 4
+    assert "margin 0.5 < delta" in above.info["abstain_reason"]
+
+
+def test_conformal_non_singleton_abstains():
+    rollouts = [ro("5"), ro("5"), ro("6")]  # normalised supports 2/3, 1/3: nonconformity 1/3, 2/3
+    wide = pseudo_label("pixel", rollouts, conformal_qhat=0.7)
+    assert wide.info["prediction_set"] == ["5", "6"]
+    assert wide.abstain and wide.label is None and "conformal set holds 2" in wide.info["abstain_reason"]
+    narrow = pseudo_label("pixel", rollouts, conformal_qhat=0.5)
+    assert narrow.info["prediction_set"] == ["5"] and not narrow.abstain and narrow.label == "5"
+    empty = pseudo_label("pixel", rollouts, conformal_qhat=0.2)
+    assert empty.info["prediction_set"] == [] and empty.abstain
+    assert "prediction_set" not in pseudo_label("pixel", rollouts).info
+
+
+def test_zero_weights_abstain():
+    out = pseudo_label("pixel", [ro("5"), ro("6")], visual_fidelity=[0.0, 0.0])
+    assert out.abstain and out.info["abstain_reason"] == "every rollout has weight 0"
+    assert out.info["confidence"] == 0.0
+
+
+# ------------------------------------------------------------------------------------------ duplicates
+
+def test_rollout_similarity_is_the_jaccard_index_of_character_trigrams():
+    assert rollout_similarity("abcd", "abce") == pytest.approx(1 / 3)  # {abc, bcd} vs {abc, bce}
+    assert rollout_similarity("the answer is 5", "the answer is 5") == 1.0
+    assert rollout_similarity("ab", "ab") == 1.0 and rollout_similarity("ab", "abc") == 0.0
+    assert rollout_similarity("xyz", "abc") == 0.0
+
+
+def test_duplicates_stay_in_the_vote_and_leave_the_update():
+    # "abcdef" ~ "abcdefg" 4/5; "abcdefg" ~ "abcdefgh" 5/6; "abcdef" ~ "abcdefgh" 4/6
+    texts = ["abcdef", "abcdefg", "abcdefgh", "abcdef", None]
+    rollouts = [ro(a, text=t) for a, t in zip(["5", "5", "6", "5", "5"], texts)]
+    out = pseudo_label("pixel", rollouts, duplicate_threshold=0.75)
+    # rollout 1 copies rollout 0; rollout 2 is close only to the rejected rollout 1, so it is kept;
+    # rollout 3 is an exact copy of rollout 0; rollout 4 has no text
+    assert out.info["update_mask"] == [True, False, True, False, True]
+    assert out.info["duplicates"] == 2
+    assert out.info["support"] == pytest.approx({"5": 2.0, "6": 0.5})  # every rollout still votes
+    assert out.rewards == [1.0, 1.0, 0.0, 1.0, 1.0]
+    assert pseudo_label("pixel", rollouts, duplicate_threshold=0.8).info["update_mask"] == [
+        True, True, False, False, True]  # 4/5 is not above 0.8, 5/6 is
+    off = pseudo_label("pixel", rollouts, duplicate_threshold=None)
+    assert off.info["update_mask"] == [True] * 5 and off.info["duplicates"] == 0
+
+
+def test_default_threshold_rejects_exact_copies():
+    text = r"Adding the two numbers gives \boxed{5}"
+    rollouts = [ro(None, text=text), ro(None, text=text), ro(None, text="So it is \\boxed{5}")]
+    out = pseudo_label("pixel", rollouts)
+    assert out.label == "5" and out.info["update_mask"] == [True, False, True]
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+def test_nan_and_missing_signals_are_named():
+    bad = [ro("5"), ro("6", entropy=[0.1, float("nan")], logprob=[-0.1, -0.1])]
+    with pytest.raises(PseudoLabelError, match=r"pixel: rollouts\[1\]\.entropy holds NaN at token 1"):
+        pseudo_label("pixel", bad)
+    bad = [ro("5"), ro("6", logprob=[float("nan")])]
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[1\]\.logprob holds NaN"):
+        pseudo_label("pixel", bad)
+    missing = [ro("5"), {"answer": "6", "entropy": [0.1]}]
+    with pytest.raises(PseudoLabelError, match=r"pixel: rollouts\[1\]\.logprob is missing"):
+        pseudo_label("pixel", missing)
+    with pytest.raises(PseudoLabelError, match=r"pixel: rollouts\[0\]\.entropy is missing"):
+        pseudo_label("pixel", [{"answer": "6", "logprob": [-0.1]}])
+
+
+def test_bad_inputs_are_named():
+    two = [ro("5", [0.1, 0.2], [-0.1, -0.2]), ro("6", [0.1], [-0.1])]
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.logprob has 1 tokens but entropy has 2"):
+        pseudo_label("pixel", [ro("5", [0.1, 0.2], [-0.1])])
+    with pytest.raises(PseudoLabelError, match=r"decisive_masks\[1\] has 2 entries but rollouts\[1\] has 1"):
+        pseudo_label("pixel", two, decisive_masks=[None, [True, False]])
+    with pytest.raises(PseudoLabelError, match=r"decisive_masks\[0\] selects no token"):
+        pseudo_label("pixel", two, decisive_masks=[[False, False], None])
+    with pytest.raises(PseudoLabelError, match=r"decisive_masks\[0\]\[1\] must be a bool"):
+        pseudo_label("pixel", two, decisive_masks=[[True, 1], None])
+    with pytest.raises(PseudoLabelError, match=r"decisive_masks has 1 entries for 2 rollouts"):
+        pseudo_label("pixel", two, decisive_masks=[None])
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.logprob holds 0.5 at decisive token 0"):
+        pseudo_label("pixel", [ro("5", logprob=[0.5])])
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.entropy holds -0.5"):
+        pseudo_label("pixel", [ro("5", entropy=[-0.5])])
+    with pytest.raises(PseudoLabelError, match=r"reliability\[1\] must be a finite number >= 0, got nan"):
+        pseudo_label("pixel", two, reliability=[1.0, float("nan")])
+    with pytest.raises(PseudoLabelError, match=r"visual_fidelity\[0\] must be a finite number in \[0, 1\]"):
+        pseudo_label("pixel", two, visual_fidelity=[1.5, 1.0])
+    with pytest.raises(PseudoLabelError, match=r"reliability has 3 entries for 2 rollouts"):
+        pseudo_label("pixel", two, reliability=[1.0, 1.0, 1.0])
+    for kw, flag in (({"temperature": 0.0}, "temperature"), ({"delta": -0.1}, "delta"),
+                     ({"conformal_qhat": float("nan")}, "conformal_qhat"),
+                     ({"duplicate_threshold": 1.5}, "duplicate_threshold")):
+        with pytest.raises(PseudoLabelError, match=rf"pixel: {flag} must be"):
+            pseudo_label("pixel", two, **kw)
+
+
+# ------------------------------------------------------------------------------------- decisive tokens
+
+CS, CE, OS, OE = 10, 11, 12, 13
+
+
+@pytest.mark.parametrize("ids,expected", [
+    ([1, 2, 3], [True, True, True]),                                       # no tool call: all decisive
+    ([1, 2, CS, 3, 4, CE, OS, 5, OE, 6, 7],
+     [False, False, True, True, True, True, False, False, False, True, True]),
+    ([CS, 3, CE, OS, 5, OE, 1, CS, 4, CE, OS, 6, OE, 7, 8],
+     [True, True, True, False, False, False, False, True, True, True, False, False, False, True, True]),
+    ([CS, 3, CE, OS, 5, OE, 1, CS, 4, CE],                                 # a call after the last observation
+     [True, True, True, False, False, False, True, True, True, True]),
+    ([CS, 3, CE, 1, 2], [True] * 5),                                        # a call with no observation
+    ([], []),
+])
+def test_decisive_token_mask_on_hand_made_ids(ids, expected):
+    assert decisive_token_mask(ids, CS, CE, OE) == expected
+
+
+def test_decisive_token_mask_with_the_char_tokenizer():
+    from ttrl_lightning.models import build_char_tokenizer
+    from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
+
+    tok = build_char_tokenizer()
+    text = "12+7=<call>add(12,7)</call><out>19</out>19<eos>"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    mask = decisive_token_mask(ids, *tok.convert_tokens_to_ids([CALL_START, CALL_END, OBSERVATION_END]))
+    tokens = tok.convert_ids_to_tokens(ids)
+    assert "".join(t for t, m in zip(tokens, mask) if m) == "<call>add(12,7)</call>19<eos>"
+
+
+def test_decisive_token_mask_refuses_bad_ids():
+    with pytest.raises(TypeError, match=r"completion_ids\[1\]"):
+        decisive_token_mask([1, 2.0], CS, CE, OE)
+    with pytest.raises(ValueError, match="three different ids"):
+        decisive_token_mask([1], CS, CS, OE)
+
+
+# ----------------------------------------------------------------------------------------- temperature
+
+def nll(confidences, correct, t):
+    total = 0.0
+    for p, y in zip(confidences, correct):
+        p = min(max(p, 1e-6), 1 - 1e-6)
+        q = temperature_scaled(p, t)
+        total -= math.log(q) if y else math.log(1 - q)
+    return total
+
+
+def synthetic(t_true, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, generator=g, dtype=torch.float64) * 2.0  # true logits
+    correct = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(z)).tolist()
+    confidences = torch.sigmoid(z * t_true).tolist()  # an overconfident model: logits scaled by t_true
+    return confidences, correct
+
+
+def test_fit_temperature_matches_an_independent_optimiser():
+    optimize = pytest.importorskip("scipy.optimize")
+    conf, correct = synthetic(1.7, 400, seed=3)
+    t = fit_temperature(conf, correct)
+    res = optimize.minimize_scalar(lambda lt: nll(conf, correct, math.exp(lt)),
+                                   bounds=(math.log(1e-2), math.log(1e2)), method="bounded",
+                                   options={"xatol": 1e-10})
+    assert t == pytest.approx(math.exp(res.x), rel=1e-5)
+    assert nll(conf, correct, t) <= nll(conf, correct, math.exp(res.x)) + 1e-9
+    grid = [math.exp(math.log(0.5) + k * (math.log(4) - math.log(0.5)) / 2000) for k in range(2001)]
+    best = min(grid, key=lambda x: nll(conf, correct, x))
+    assert t == pytest.approx(best, rel=2e-3)
+
+
+@pytest.mark.parametrize("t_true", [0.6, 2.5])
+def test_fit_temperature_recovers_a_known_temperature(t_true):
+    conf, correct = synthetic(t_true, 20000, seed=11)
+    assert fit_temperature(conf, correct) == pytest.approx(t_true, rel=0.05)
+
+
+def test_fit_temperature_edges(caplog):
+    assert fit_temperature([0.5, 0.5], [True, False]) == 1.0
+    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel"):
+        assert fit_temperature([0.9, 0.1], [True, False]) == 1e-2  # separable: T -> 0, clipped to the bound
+    assert "T <= 0.01" in caplog.text
+    with pytest.raises(ValueError, match="2 confidences but 1"):
+        fit_temperature([0.9, 0.2], [True])
+    with pytest.raises(ValueError, match=r"confidences\[1\] = 1.5"):
+        fit_temperature([0.9, 1.5], [True, False])
+    with pytest.raises(ValueError, match=r"correct\[0\] must be a bool"):
+        fit_temperature([0.9], [2])
+
+
+# ----------------------------------------------------------------------------------------- reliability
+
+def batch(seed, accuracies, queries):
+    rng = random.Random(seed)
+    return [[str(10 * q) if rng.random() < a else str(10 * q + 1 + rng.randrange(3)) for a in accuracies]
+            for q in range(queries)]
+
+
+def test_a_planted_unreliable_slot_gets_the_lowest_reliability():
+    rows = batch(0, [0.8] * 5 + [0.25], 60)
+    r = batch_reliability(rows)
+    assert len(r) == 60 and all(row == r[0] for row in r)
+    slot = r[0]
+    assert sum(slot) / 6 == pytest.approx(1.0, rel=1e-12)
+    assert min(range(6), key=slot.__getitem__) == 5 and slot[5] < 0.6 < min(slot[:5])
+
+
+def test_iid_slots_stay_near_one():
+    slot = batch_reliability(batch(0, [0.7] * 6, 200))[0]
+    assert sum(slot) / 6 == pytest.approx(1.0, rel=1e-12)
+    assert max(abs(x - 1.0) for x in slot) < 0.3
+
+
+def test_reliability_follows_answer_equivalence_and_ragged_rows():
+    rows = batch(1, [0.8] * 5 + [0.25], 60)
+    rows_eq = [[a + ".0" if j == 2 else a for j, a in enumerate(row)] for row in rows]  # "10" == "10.0"
+    assert batch_reliability(rows_eq)[0] == pytest.approx(batch_reliability(rows)[0], rel=1e-12)
+    rows[0] = rows[0][:3]
+    r = batch_reliability(rows)
+    assert len(r[0]) == 3 and r[0] == r[1][:3]
+
+
+def test_fewer_than_two_queries_gives_ones_and_a_reason(caplog):
+    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel"):
+        r, reason = batch_reliability([["5", "5", "6"], [None, None, None]], return_reason=True)
+    assert r == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+    assert "1 query with an extractable answer" in reason and reason in caplog.text
+    assert batch_reliability([["5", None]]) == [[1.0, 1.0]]
+    assert batch_reliability(batch(0, [0.8] * 3, 5), return_reason=True)[1] is None
+
+
+# ----------------------------------------------------------------------------------------- calibration
+
+def test_calibrate_pixel_worked_by_hand():
+    # per rollout (answer, H, mean logprob); golds compared through answer equivalence
+    groups_spec = [
+        ([("5", 0.1, -0.1), ("5", 0.2, -0.3), ("6", 0.9, -1.2)], "5.0"),
+        ([("0.5", 0.3, -0.2), (r"\frac{1}{2}", 0.1, -0.1), ("7", 0.2, -0.4)], "1/2"),
+        ([("3", 0.5, -0.9), ("4", 0.1, -0.2)], "3"),
+        ([("8", 0.2, -0.3), ("9", 0.4, -0.6)], "2"),  # gold never sampled
+        ([("1", 0.0, -0.05), ("1", 0.3, -0.5), ("2", 0.2, -0.7)], "1"),
+    ]
+    groups = [[ro(a, [h], [lp]) for a, h, lp in spec] for spec, _ in groups_spec]
+    golds = [gold for _, gold in groups_spec]
+    cal = calibrate_pixel(groups, golds, alpha=0.4)
+    correct = [[1, 1, 0], [1, 1, 0], [1, 0], [0, 0], [1, 1, 0]]
+    conf = [math.exp(lp) for spec, _ in groups_spec for _, _, lp in spec]
+    flat = [c for row in correct for c in row]
+    assert cal.temperature == pytest.approx(fit_temperature(conf, flat), rel=1e-12)
+    t = cal.temperature
+    scores = []
+    for (spec, _), right in zip(groups_spec, correct):
+        w = [math.exp(-h) * temperature_scaled(math.exp(lp), t) for _, h, lp in spec]
+        scores.append(1 - sum(wj for wj, c in zip(w, right) if c) / sum(w))
+    # n = 5, alpha = 0.4: ceil(6 * 0.6) = 4 -> the 4th smallest nonconformity
+    assert cal.conformal_qhat == pytest.approx(sorted(scores)[3], rel=1e-9)
+    assert cal.conformal_qhat == pytest.approx(conformal_threshold([1 - s for s in scores], 0.4), rel=1e-9)
+    assert cal.num_questions == 5
+
+
+def test_calibrate_pixel_per_group_options_and_errors():
+    groups = [[ro("5", [0.1], [-0.1]), ro("6", [0.1], [-0.2])],
+              [ro("7", [0.2], [-0.1]), ro("8", [0.1], [-0.9])]]
+    plain = calibrate_pixel(groups, ["5", "8"], alpha=0.4)
+    rel = calibrate_pixel(groups, ["5", "8"], alpha=0.4, reliability=[[1.0, 0.1], None])
+    assert rel.temperature == plain.temperature and rel.conformal_qhat < plain.conformal_qhat
+    assert math.isinf(calibrate_pixel(groups, ["5", "8"], alpha=0.1).conformal_qhat)  # too few for alpha
+    with pytest.raises(TypeError, match="fits temperature"):
+        calibrate_pixel(groups, ["5", "8"], temperature=1.2)
+    with pytest.raises(PseudoLabelError, match="one gold answer per group"):
+        calibrate_pixel(groups, ["5"])
+    with pytest.raises(PseudoLabelError, match=r"golds\[1\] must be a non-empty answer"):
+        calibrate_pixel(groups, ["5", ""])
+    groups[1][0]["entropy"] = [float("nan")]
+    with pytest.raises(PseudoLabelError, match=r"groups\[1\]: pixel: rollouts\[0\]\.entropy holds NaN"):
+        calibrate_pixel(groups, ["5", "8"])
