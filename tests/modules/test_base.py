@@ -126,3 +126,39 @@ def test_grpo_refuses_arguments_outside_their_range(kwargs, message):
 def test_sft_refuses_arguments_outside_their_range(kwargs, message):
     with pytest.raises(UserError, match=message):
         SFTModule(**kwargs)
+
+
+def test_lr_schedule_by_hand_in_a_manual_optimisation_run():
+    """Cosine with 25% warm-up over 8 GRPO steps: the optimizer's lr at each step equals the formula."""
+    import math
+
+    import lightning.pytorch as pl
+
+    from ttrl_lightning.data.datamodules import PromptDataModule
+    from ttrl_lightning.modules import GRPOModule
+    from ttrl_lightning.modules.base import lr_multiplier
+
+    seen = []
+
+    class Record(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            seen.append(trainer.optimizers[0].param_groups[0]["lr"])
+
+    spec = PolicySpec(model="tiny:qwen2", lr=1e-3, lr_schedule="cosine", warmup_ratio=0.25)
+    m = GRPOModule(policy=spec, num_generations=2, max_new_tokens=2)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=8, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         callbacks=[Record()])
+    trainer.fit(m, PromptDataModule(n_train=16, batch_size=2))
+    warm = 2
+    expect = [1e-3 * ((s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / 6)))
+              for s in range(8)]
+    assert seen == pytest.approx(expect)
+    assert [lr_multiplier("linear", s, 8, 0) for s in (0, 4, 8)] == [1.0, 0.5, 0.0]
+
+
+def test_unknown_lr_schedule_names_the_field():
+    from ttrl_lightning.errors import UserError
+
+    with pytest.raises(UserError, match="policy.lr_schedule"):
+        PolicySpec(lr_schedule="step")

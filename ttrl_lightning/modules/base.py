@@ -68,7 +68,35 @@ POLICY_RULES: dict[str, Bounds] = {
     "lr": Bounds(low=0, low_open=True),
     "weight_decay": Bounds(low=0),
     "seed": Bounds(integer=True),
+    "warmup_ratio": Bounds(low=0, high=1, high_open=True),
 }
+
+
+def _constant(progress: float) -> float:
+    return 1.0
+
+
+def _cosine(progress: float) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
+
+
+def _linear(progress: float) -> float:
+    return max(0.0, 1.0 - progress)
+
+
+#: learning-rate schedule after the warm-up: ``name -> multiplier(progress in [0, 1])``
+LR_SCHEDULES: dict[str, Any] = {"constant": _constant, "cosine": _cosine, "linear": _linear}
+
+
+def lr_multiplier(schedule: str, step: int, total_steps: int, warmup_steps: int) -> float:
+    """The learning-rate factor of optimizer step ``step`` (0-based): linear warm-up from ``1/warmup_steps``
+    to 1 over ``warmup_steps`` steps, then ``LR_SCHEDULES[schedule]`` of the progress
+    ``(step - warmup) / (total - warmup)`` (cosine: ``(1 + cos(pi p)) / 2``, decaying to 0 at the end; the
+    TTRL recipe's "lr 5e-7 cosine, warm-up 3%")."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    span = max(total_steps - warmup_steps, 1)
+    return LR_SCHEDULES[schedule]((step - warmup_steps) / span)
 #: each of AdamW's two ``betas`` (moment decay rates)
 BETA_BOUNDS = Bounds(low=0, high=1, high_open=True)
 
@@ -80,7 +108,9 @@ class PolicySpec:
     model: ``"tiny:<arch>"`` (random tiny model of a real architecture, CPU runs) or a local checkpoint path;
     tiny_kwargs: sizes of a tiny model (``hidden``, ``layers``, ...); lora: PEFT ``LoraConfig`` keyword
     arguments (None: full fine-tuning); dtype: torch dtype name of the weights (None: the checkpoint's);
-    lr, weight_decay, betas: AdamW; seed: initialisation of a tiny model and the root of every derived seed
+    lr, weight_decay, betas: AdamW; lr_schedule (``constant``, ``cosine``, ``linear``) and warmup_ratio (share
+    of the run's optimizer steps warming up linearly), stepped once per training batch (``lr_multiplier``);
+    seed: initialisation of a tiny model and the root of every derived seed
     of the module (``seeding.derive_seed``).
 
     In a config: ``init_args: {policy: {model: tiny:qwen2, lr: 1.0e-3}, <the module's own arguments>}``.
@@ -95,6 +125,8 @@ class PolicySpec:
     lr: float = 1e-3
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    lr_schedule: str = "constant"
+    warmup_ratio: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -104,6 +136,9 @@ class PolicySpec:
         betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else (self.betas,)
         if len(betas) != 2 or any(b not in BETA_BOUNDS for b in betas):
             raise UserError(f"policy.betas must be two numbers {BETA_BOUNDS}, got {self.betas!r}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise UserError(f"policy.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, "
+                            f"got {self.lr_schedule!r}")
         if self.dtype is not None and self.dtype not in SUPPORTED_DTYPES:
             raise UserError(f"policy.dtype must be one of {', '.join(SUPPORTED_DTYPES)} or null, "
                             f"got {self.dtype!r}")
@@ -166,4 +201,15 @@ class PolicyModule(pl.LightningModule):
         if not params:
             raise ValueError("the policy has no trainable parameters")
         s = self.policy_spec
-        return torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, betas=tuple(s.betas))
+        opt = torch.optim.AdamW(params, lr=s.lr, weight_decay=s.weight_decay, betas=tuple(s.betas))
+        if s.lr_schedule == "constant" and s.warmup_ratio == 0:
+            return opt
+        total = self.trainer.estimated_stepping_batches
+        if not math.isfinite(total) or total <= 0:
+            raise UserError(f"policy.lr_schedule={s.lr_schedule!r} needs a finite run: set trainer.max_steps or "
+                            "trainer.max_epochs")
+        total = int(total)
+        warmup = math.ceil(s.warmup_ratio * total)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda step: lr_multiplier(s.lr_schedule, step, total, warmup))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}

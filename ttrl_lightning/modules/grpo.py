@@ -326,6 +326,9 @@ class GRPOModule(PolicyModule):
             if self.hparams.max_grad_norm:
                 self.clip_gradients(opt, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
+        schedule = self.lr_schedulers()
+        if schedule is not None:  # once per training batch (PolicySpec.lr_schedule), manual optimisation
+            schedule.step()
         self.engine.sync_weights(self.policy)
         with torch.no_grad():
             kl_mean = (masked_token_mean(kl.detach(), completion_mask) if use_kl
