@@ -97,7 +97,12 @@ def _load_ckpt(path: str, flag: str, dtype: str | None, seed: int) -> LoadedPoli
     except (OSError, ValueError, KeyError) as e:
         raise UserError(f"argument {flag}: {path}: its policy's base model {spec.model!r} cannot be loaded "
                         f"({_from_pretrained_error(e)})") from None
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor whose shape differs from the model's
+        reason = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), "")
+        raise UserError(f"argument {flag}: {path}: the policy weights do not fit the model its spec builds "
+                        f"({reason[:200] or _from_pretrained_error(e)})") from None
     if missing or unexpected:
         what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
                 if missing else f"unexpected {unexpected[0]!r}")
