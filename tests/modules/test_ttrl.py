@@ -13,7 +13,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
 from ttrl_lightning.modules.ttrl import StepLabels
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
-from ttrl_lightning.rollout import Rollouts
+from ttrl_lightning.rollout import Rollouts, SamplingParams
 
 TINY = PolicySpec(model="tiny:qwen2", lr=1e-2)
 FUSED = "{prompt} reframe:"
@@ -23,8 +23,8 @@ class ScriptedEngine:
     """Returns fixed completions: ``script[prompt]`` is the list of texts of its rows (the first n are used);
     the token ids are the tokenizer's, so the policy can be trained on them."""
 
-    def __init__(self, tokenizer, script: dict[str, list[str]]):
-        self.tokenizer, self.script, self.calls = tokenizer, script, []
+    def __init__(self, tokenizer, script: dict[str, list[str]], signals: bool = False):
+        self.tokenizer, self.script, self.calls, self.signals = tokenizer, script, [], signals
 
     def sync_weights(self, model):
         return None
@@ -42,16 +42,21 @@ class ScriptedEngine:
             ids[i, : len(c)] = torch.tensor(c)
             mask[i, : len(c)] = 1
         n = params.n
-        return Rollouts(prompt_ids=enc["input_ids"].repeat_interleave(n, 0),
-                        prompt_mask=enc["attention_mask"].repeat_interleave(n, 0), completion_ids=ids,
-                        completion_mask=mask, texts=texts, group=torch.arange(len(prompts)).repeat_interleave(n),
-                        n=n)
+        out = Rollouts(prompt_ids=enc["input_ids"].repeat_interleave(n, 0),
+                       prompt_mask=enc["attention_mask"].repeat_interleave(n, 0), completion_ids=ids,
+                       completion_mask=mask, texts=texts, group=torch.arange(len(prompts)).repeat_interleave(n),
+                       n=n)
+        if self.signals:  # a fixed, row-dependent entropy and log-prob (NaN outside the completion)
+            row = torch.arange(len(comp), dtype=torch.float32)[:, None].expand(-1, C)
+            out.signals = {name: torch.where(mask.bool(), v, float("nan")) for name, v in
+                           {"entropy": 0.1 + 0.05 * (row % 4), "logprob": -0.05 - 0.02 * (row % 3)}.items()}
+        return out
 
 
 def _module(script, **kw):
     kw = {"policy": TINY, "num_votes": 6, "num_generations": 3, "answer_extractor": "last_number", **kw}
     m = TTRLModule(**kw)
-    m.engine = ScriptedEngine(m.tokenizer, script)
+    m.engine = ScriptedEngine(m.tokenizer, script, signals=bool(m.signal_names))
     m.configure_model()
     return m
 
@@ -197,3 +202,26 @@ def test_step_labels_cover_all_views():
     assert isinstance(m._step_labels, StepLabels)
     assert m._step_labels.rewards.numel() == trained.completion_ids.shape[0]
     assert copy.copy(m._step_labels.ids) == ["a", "b", "c"]
+
+
+def test_pixel_gets_decisive_masks_reliability_and_its_labels():
+    from ttrl_lightning.pseudo_labels.pixel import batch_reliability
+
+    m = _module(SCRIPT, pseudo_labeler="pixel", labeler_kwargs={"delta": 0.05})
+    assert m.hparams.advantage == "ema_baseline" and m.signal_names == ("entropy", "logprob")
+    trained = m.rollout(BATCH)
+    step = m._step_labels
+    votes = m.engine.generate(None, BATCH["prompt"], SamplingParams(n=6))
+    answers = [[last_number(t) for t in SCRIPT[p]] for p in BATCH["prompt"]]
+    rel = batch_reliability([[None if a == "<NO_ANSWER>" else a for a in row] for row in answers])
+    for q, p in enumerate(BATCH["prompt"]):
+        rows = range(q * 6, q * 6 + 6)
+        rollouts = [{"text": votes.texts[r], "answer": answers[q][r - q * 6],
+                     "entropy": votes.signals["entropy"][r][votes.completion_mask[r].bool()].tolist(),
+                     "logprob": votes.signals["logprob"][r][votes.completion_mask[r].bool()].tolist()} for r in rows]
+        expect = pseudo_label("pixel", rollouts, delta=0.05, reliability=rel[q])
+        assert step.labels[q].label == expect.label and step.labels[q].rewards == expect.rewards
+        assert step.labels[q].info["weights"] == pytest.approx(expect.info["weights"])
+    # exact duplicates of an earlier kept rollout are rejected from the update: a's rows "5", "5", "6"
+    assert step.update_mask.view(3, 3)[0].tolist() == [True, False, True]
+    assert trained.n == 3

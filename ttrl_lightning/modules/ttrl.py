@@ -525,6 +525,6 @@ def _pixel_calibration(module: TTRLModule, votes: Rollouts, records: list[dict],
     extra = _pixel_inputs(module, votes, records)
     groups = [rec["rollouts"] for rec in records]
     kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
-    cal = calibrate_pixel(groups, golds, choices=choices[0] if len(set(map(repr, choices))) == 1 else None,
-                          decisive_masks=[e["decisive_masks"] for e in extra], **kwargs)
+    cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
+                          reliability=[e["reliability"] for e in extra], **kwargs)
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
