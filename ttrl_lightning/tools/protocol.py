@@ -69,3 +69,71 @@ def split_observation(text: str) -> tuple[str, str, str]:
     if text.startswith(start) and text.endswith(end) and len(text) >= len(start) + len(end):
         return start, text[len(start):len(text) - len(end)], end
     return "", text, ""
+
+
+# --- JSON tool calls (the Qwen / DeepEyes convention of the pixel tools) ---------------------------------
+#: a pixel-tool call is ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (Qwen2-VL chat template)
+TOOL_CALL_START = "<tool_call>"
+TOOL_CALL_END = "</tool_call>"
+
+#: the deepest JSON nesting a call may have (a call is an object of flat lists; deeper text is not a call)
+MAX_CALL_DEPTH = 8
+
+
+def format_tool_call(name: str, arguments: dict) -> str:
+    """``format_tool_call("ZOOM", {"box": [0.1, 0.2, 0.5, 0.6]})`` ->
+    ``'<tool_call>{"arguments":{"box":[0.1,0.2,0.5,0.6]},"name":"ZOOM"}</tool_call>'`` (canonical JSON)."""
+    import json
+
+    body = json.dumps({"name": name, "arguments": arguments}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False, allow_nan=False)
+    return f"{TOOL_CALL_START}{body}{TOOL_CALL_END}"
+
+
+def _depth(text: str) -> int:
+    depth = best = 0
+    in_string = escaped = False
+    for ch in text:
+        if in_string:
+            escaped = not escaped and ch == "\\"
+            if ch == '"' and not escaped:
+                in_string = False
+            continue
+        if ch == '"':
+            in_string = True
+        elif ch in "[{":
+            depth += 1
+            best = max(best, depth)
+        elif ch in "]}":
+            depth -= 1
+    return best
+
+
+def parse_tool_call(text: str) -> tuple[str, dict]:
+    """``<tool_call>{json}</tool_call>`` (surrounding whitespace allowed) -> ``(name, arguments)``.
+
+    The body is read with ``json.loads`` only (never evaluated); raises ``ValueError`` naming what is wrong:
+    missing delimiters, invalid JSON, nesting deeper than :data:`MAX_CALL_DEPTH`, no string ``name``, or
+    ``arguments`` that is not an object (absent ``arguments`` means ``{}``).
+    """
+    import json
+
+    text = text.strip()
+    if not (text.startswith(TOOL_CALL_START) and text.endswith(TOOL_CALL_END)):
+        raise ValueError(f"not a tool call {TOOL_CALL_START}{{json}}{TOOL_CALL_END}: {text[:80]!r}")
+    body = text[len(TOOL_CALL_START):len(text) - len(TOOL_CALL_END)]
+    if _depth(body) > MAX_CALL_DEPTH:
+        raise ValueError(f"tool call JSON nests deeper than {MAX_CALL_DEPTH}")
+    try:
+        call = json.loads(body)
+    except (ValueError, RecursionError) as err:
+        raise ValueError(f"tool call body is not valid JSON: {err}") from None
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str):
+        raise ValueError("tool call JSON needs an object with a string \"name\"")
+    arguments = call.get("arguments", {})
+    if not isinstance(arguments, dict):
+        raise ValueError("tool call \"arguments\" must be a JSON object")
+    extra = sorted(set(call) - {"name", "arguments"})
+    if extra:
+        raise ValueError(f"tool call JSON has unknown keys {', '.join(map(str, extra))}")
+    return call["name"], arguments
