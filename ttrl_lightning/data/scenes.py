@@ -1,0 +1,334 @@
+"""Generated visual tasks with known truth: scenes (shapes, words, distractors) and clips of moving objects.
+
+Everything is drawn with PIL (no anti-aliasing on shapes, PIL's default font for words, so nothing is
+downloaded) from a ``random.Random`` seeded with ``seed * 1_000_003 + index`` (the rule of
+``ttrl_lightning.seeding``): the same ``(seed, index)`` gives the same pixels and the same truth.
+
+* :func:`make_scene` -> :class:`Scene`: objects (shape, colour, size, exact mask and box) on a plain
+  background, non-overlapping, plus words (text and box), one of them optionally tiny;
+* :func:`make_clip` -> :class:`Clip`: objects moving in their own horizontal lanes (bouncing off the sides,
+  never overlapping), per-frame truth boxes by track id, and one object present only during a planted
+  segment ``[start, end]`` of frames;
+* :data:`SCENE_TASKS`: question makers, each solved by a known tool chain of one tool family, so a
+  single-tool ablation removes exactly the tasks that need that tool:
+
+  =============  ======================================================  ==========================
+  task           question                                                tool chain
+  =============  ======================================================  ==========================
+  ``count``      How many red objects are there?                         SEG
+  ``colour``     What colour is the triangle?                            PROP
+  ``shape``      What shape is the blue object?                          PROP
+  ``read``       What word is written in the image?                      OCR
+  ``read_small`` What is the small word?                                 ZOOM -> OCR on the view
+  ``direction``  Does the red circle move left or right?                 TRK
+  ``when``       In which frames is the green square visible?            TEMP
+  =============  ======================================================  ==========================
+
+Boxes are pixel boxes ``(x0, y0, x1, y1)`` with ``x1, y1`` exclusive (the tools' artifacts normalise them).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+from ttrl_lightning.registry import Registry
+from ttrl_lightning.tools.palette import BACKGROUND, COLOURS, SHAPES, TEXT_COLOUR, size_name
+
+#: words drawn in scenes (upper case, distinct, easy to tell apart)
+WORDS = ("APPLE", "RIVER", "TIGER", "CLOUD", "HOUSE", "LEMON", "PIANO", "ROBOT", "STONE", "WATER", "MONKEY",
+         "GARDEN", "PLANET", "ORANGE", "YELLOW", "SILVER", "CASTLE", "DRAGON", "FOREST", "WINDOW")
+#: object half-sizes in pixels per size class (the truth ``size`` is recomputed from the mask's area)
+RADII = {"small": (7, 9), "medium": (13, 17), "large": (24, 30)}
+#: font size of normal and tiny words
+WORD_SIZE = (20, 26)
+TINY_WORD_SIZE = 10
+#: pixels kept free around every drawn item
+MARGIN = 6
+
+
+def scene_rng(seed: int, index: int) -> random.Random:
+    """The generator of item ``index`` under ``seed`` (``seed * 1_000_003 + index``)."""
+    return random.Random(int(seed) * 1_000_003 + int(index))
+
+
+@dataclass(frozen=True)
+class SceneObject:
+    """A drawn shape: ``shape``, ``colour``, ``size`` (bucket of its area), pixel ``box`` and ``mask [H, W]``."""
+
+    shape: str
+    colour: str
+    size: str
+    box: tuple[int, int, int, int]
+    mask: np.ndarray = field(repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.colour} {self.shape}"
+
+
+@dataclass(frozen=True)
+class SceneWord:
+    """A drawn word: ``text``, pixel ``box`` (its ink), font ``size``."""
+
+    text: str
+    box: tuple[int, int, int, int]
+    size: int
+
+
+@dataclass(frozen=True)
+class Scene:
+    """``image [H, W, 3]`` uint8 with its ``objects`` and ``words``."""
+
+    image: np.ndarray = field(repr=False)
+    objects: tuple[SceneObject, ...]
+    words: tuple[SceneWord, ...]
+
+
+@dataclass(frozen=True)
+class Clip:
+    """``frames`` (each ``[H, W, 3]`` uint8); ``tracks``: track id -> {frame: pixel box}; ``labels``: track id
+    -> "colour shape"; ``segment``: the planted ``(track id, start, end)`` (inclusive frames)."""
+
+    frames: tuple[np.ndarray, ...] = field(repr=False)
+    tracks: dict[int, dict[int, tuple[int, int, int, int]]]
+    labels: dict[int, str]
+    segment: tuple[int, int, int]
+
+
+def _draw_shape(draw: ImageDraw.ImageDraw, shape: str, cx: int, cy: int, r: int, rgb: tuple[int, int, int]):
+    if shape == "circle":
+        draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=rgb)
+    elif shape == "square":
+        draw.rectangle((cx - r, cy - r, cx + r, cy + r), fill=rgb)
+    elif shape == "triangle":
+        draw.polygon([(cx, cy - r), (cx - r, cy + r), (cx + r, cy + r)], fill=rgb)
+    else:
+        raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
+
+
+def _shape_mask(shape: str, cx: int, cy: int, r: int, width: int, height: int) -> np.ndarray:
+    layer = Image.new("1", (width, height), 0)
+    _draw_shape(ImageDraw.Draw(layer), shape, cx, cy, r, 1)
+    return np.asarray(layer, dtype=bool)
+
+
+def _box_of(mask: np.ndarray) -> tuple[int, int, int, int]:
+    ys, xs = np.nonzero(mask)
+    return int(xs.min()), int(ys.min()), int(xs.max()) + 1, int(ys.max()) + 1
+
+
+def _free(box: tuple[int, int, int, int], taken: list[tuple[int, int, int, int]]) -> bool:
+    return all(box[2] + MARGIN <= t[0] or t[2] + MARGIN <= box[0] or box[3] + MARGIN <= t[1]
+               or t[3] + MARGIN <= box[1] for t in taken)
+
+
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    return ImageFont.load_default(size=size)
+
+
+def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_objects: tuple[int, int] = (2, 5),
+               n_words: int = 1, tiny_word: bool = False, objects: list[tuple[str, str, str]] | None = None) -> Scene:
+    """Draw scene ``index`` of ``seed``: ``n_objects`` (a range, inclusive) random shapes, or the given
+    ``objects`` ``[(shape, colour, size class), ...]``, then ``n_words`` words (one tiny when ``tiny_word``)."""
+    rng = scene_rng(seed, index)
+    img = Image.new("RGB", (width, height), BACKGROUND)
+    draw = ImageDraw.Draw(img)
+    taken: list[tuple[int, int, int, int]] = []
+    words: list[SceneWord] = []
+    sizes = [rng.randint(*WORD_SIZE) for _ in range(n_words)] + ([TINY_WORD_SIZE] if tiny_word else [])
+    for size in sizes:  # words first: they need the most room
+        text = rng.choice([w for w in WORDS if w not in {x.text for x in words}])
+        font = _font(size)
+        l, t, r, b = draw.textbbox((0, 0), text, font=font)
+        for _ in range(200):
+            x = rng.randint(MARGIN - l, width - MARGIN - r)
+            y = rng.randint(MARGIN - t, height - MARGIN - b)
+            box = (x + l, y + t, x + r, y + b)
+            if _free(box, taken):
+                break
+        else:
+            raise ValueError(f"scene {index}: no room for the word {text!r} in {width}x{height}")
+        draw.text((x, y), text, fill=TEXT_COLOUR, font=font)
+        taken.append(box)
+        words.append(SceneWord(text, box, size))
+    if objects is None:
+        count = rng.randint(*n_objects)
+        objects = [(rng.choice(sorted(SHAPES)), rng.choice(sorted(COLOURS)), rng.choice(sorted(RADII)))
+                   for _ in range(count)]
+    drawn: list[SceneObject] = []
+    for shape, colour, size_class in objects:
+        r = rng.randint(*RADII[size_class])
+        for _ in range(500):
+            cx, cy = rng.randint(r + MARGIN, width - r - MARGIN - 1), rng.randint(r + MARGIN, height - r - MARGIN - 1)
+            mask = _shape_mask(shape, cx, cy, r, width, height)
+            box = _box_of(mask)
+            if _free(box, taken):
+                break
+        else:
+            raise ValueError(f"scene {index}: no room for a {size_class} {colour} {shape} in {width}x{height}")
+        _draw_shape(draw, shape, cx, cy, r, COLOURS[colour])
+        taken.append(box)
+        drawn.append(SceneObject(shape, colour, size_name(mask.sum() / (width * height)), box, mask))
+    return Scene(np.asarray(img, dtype=np.uint8).copy(), tuple(drawn), tuple(words))
+
+
+def make_clip(seed: int, index: int, *, n_frames: int = 24, width: int = 128, height: int = 128,
+              n_objects: int = 3, radius: tuple[int, int] = (8, 12), min_segment: int = 5) -> Clip:
+    """Draw clip ``index`` of ``seed``: ``n_objects`` distinct (colour, shape) objects, each in its own
+    horizontal lane moving at a constant speed and bouncing off the sides; the last object is visible only
+    during a planted segment of at least ``min_segment`` frames that is not the whole clip."""
+    rng = scene_rng(seed, index)
+    lane = height // n_objects
+    if lane < 2 * radius[1] + 2:
+        raise ValueError(f"{n_objects} lanes of {lane} px cannot hold objects of radius {radius[1]}")
+    kinds = rng.sample([(s, c) for s in sorted(SHAPES) for c in sorted(COLOURS)], n_objects)
+    movers = []
+    for k, (shape, colour) in enumerate(kinds):
+        r = rng.randint(*radius)
+        cy = k * lane + lane // 2
+        x = float(rng.randint(r + 1, width - r - 2))
+        v = rng.choice([-1, 1]) * rng.uniform(2.0, 4.0)
+        movers.append([shape, colour, r, cy, x, v])
+    start = rng.randint(0, n_frames - min_segment - 1)
+    end = rng.randint(start + min_segment - 1, n_frames - 2)
+    frames, tracks = [], {k + 1: {} for k in range(n_objects)}
+    for t in range(n_frames):
+        img = Image.new("RGB", (width, height), BACKGROUND)
+        draw = ImageDraw.Draw(img)
+        for k, m in enumerate(movers):
+            shape, colour, r, cy, x, v = m
+            visible = k < n_objects - 1 or start <= t <= end
+            if visible:
+                cx = int(round(x))
+                _draw_shape(draw, shape, cx, cy, r, COLOURS[colour])
+                tracks[k + 1][t] = _box_of(_shape_mask(shape, cx, cy, r, width, height))
+            x += v
+            if x < r + 1 or x > width - r - 2:  # bounce
+                v = -v
+                x = min(max(x, r + 1), width - r - 2)
+            m[4], m[5] = x, v
+        frames.append(np.asarray(img, dtype=np.uint8).copy())
+    labels = {k + 1: f"{c} {s}" for k, (s, c) in enumerate(kinds)}
+    return Clip(tuple(frames), tracks, labels, (n_objects, start, end))
+
+
+# --- tasks ------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SceneTask:
+    """A question with its ``answer``, the ``tool`` family it needs, the reference ``chain`` of tool calls
+    ``[(name, args), ...]`` that solves it, the pixels (``image`` or ``frames``) and ``truth`` (what the
+    decisive step should return: boxes, masks, text, segments) for fidelity scoring."""
+
+    kind: str
+    tool: str
+    question: str
+    answer: str
+    chain: tuple[tuple[str, dict[str, Any]], ...]
+    image: np.ndarray | None = field(default=None, repr=False)
+    frames: tuple[np.ndarray, ...] | None = field(default=None, repr=False)
+    truth: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+#: task kind -> ``(seed, index) -> SceneTask``
+SCENE_TASKS: Registry[Callable[[int, int], SceneTask]] = Registry("scene task")
+
+
+def _norm_box(box: tuple[int, int, int, int], width: int, height: int) -> list[float]:
+    return [round(box[0] / width, 2), round(box[1] / height, 2), round(box[2] / width, 2), round(box[3] / height, 2)]
+
+
+@SCENE_TASKS.register("count")
+def count_task(seed: int, index: int) -> SceneTask:
+    scene = make_scene(seed, index, n_objects=(3, 6))
+    colour = scene_rng(seed, index + 7_919).choice(sorted({o.colour for o in scene.objects}))
+    hits = [o for o in scene.objects if o.colour == colour]
+    return SceneTask("count", "SEG", f"How many {colour} objects are there?", str(len(hits)),
+                     (("SEG", {"query": f"{colour} objects"}),), image=scene.image,
+                     truth={"masks": [o.mask for o in hits], "boxes": [o.box for o in hits]})
+
+
+def _unique(scene: Scene, attr: str) -> list[SceneObject]:
+    values = [getattr(o, attr) for o in scene.objects]
+    return [o for o in scene.objects if values.count(getattr(o, attr)) == 1]
+
+
+def _retry(make: Callable[[int], Scene], pick: Callable[[Scene], list[SceneObject]], index: int):
+    for attempt in range(50):  # draw again (a new index stream) until the question is unambiguous
+        scene = make(index * 64 + attempt)
+        choices = pick(scene)
+        if choices:
+            return scene, choices
+    raise ValueError(f"no unambiguous scene for item {index}")
+
+
+@SCENE_TASKS.register("colour")
+def colour_task(seed: int, index: int) -> SceneTask:
+    scene, choices = _retry(lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "shape"), index)
+    obj = choices[0]
+    return SceneTask("colour", "PROP", f"What colour is the {obj.shape}?", obj.colour,
+                     (("PROP", {"query": obj.shape}),), image=scene.image,
+                     truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box})
+
+
+@SCENE_TASKS.register("shape")
+def shape_task(seed: int, index: int) -> SceneTask:
+    scene, choices = _retry(lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "colour"), index)
+    obj = choices[0]
+    return SceneTask("shape", "PROP", f"What shape is the {obj.colour} object?", obj.shape,
+                     (("PROP", {"query": obj.colour}),), image=scene.image,
+                     truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box})
+
+
+@SCENE_TASKS.register("read")
+def read_task(seed: int, index: int) -> SceneTask:
+    scene = make_scene(seed, index, n_objects=(1, 3), n_words=1)
+    word = scene.words[0]
+    return SceneTask("read", "OCR", "What word is written in the image?", word.text, (("OCR", {}),),
+                     image=scene.image, truth={"text": word.text, "box": word.box})
+
+
+@SCENE_TASKS.register("read_small")
+def read_small_task(seed: int, index: int) -> SceneTask:
+    scene = make_scene(seed, index, n_objects=(1, 3), n_words=0, tiny_word=True)
+    word = scene.words[0]
+    h, w = scene.image.shape[:2]
+    return SceneTask("read_small", "ZOOM", "What is the small word?", word.text,
+                     (("ZOOM", {"box": _norm_box(word.box, w, h), "scale": 2}), ("OCR", {"view": 0})),
+                     image=scene.image, truth={"text": word.text, "box": word.box})
+
+
+@SCENE_TASKS.register("direction")
+def direction_task(seed: int, index: int) -> SceneTask:
+    for attempt in range(50):  # draw again until the object's first and last positions differ
+        clip = make_clip(seed, index * 64 + attempt, n_frames=12)
+        tid = scene_rng(seed, index * 64 + attempt + 7_919).choice(
+            sorted(t for t in clip.tracks if t != clip.segment[0]))
+        boxes = clip.tracks[tid]
+        first, last = boxes[min(boxes)], boxes[max(boxes)]
+        if last[0] != first[0]:
+            break
+    answer = "right" if last[0] > first[0] else "left"
+    return SceneTask("direction", "TRK", f"Between the first and the last frame, does the {clip.labels[tid]} "
+                     f"end up further left or right?", answer, (("TRK", {"query": clip.labels[tid]}),),
+                     frames=clip.frames, truth={"tracks": {tid: boxes}})
+
+
+@SCENE_TASKS.register("when")
+def when_task(seed: int, index: int) -> SceneTask:
+    clip = make_clip(seed, index)
+    tid, start, end = clip.segment
+    return SceneTask("when", "TEMP", f"In which frames is the {clip.labels[tid]} visible?", f"{start}-{end}",
+                     (("TEMP", {"query": clip.labels[tid]}),), frames=clip.frames,
+                     truth={"segment": (start, end)})
+
+
+def make_tasks(seed: int, n: int, kinds: list[str] | None = None) -> list[SceneTask]:
+    """``n`` tasks cycling through ``kinds`` (all of :data:`SCENE_TASKS` by default), item ``i`` drawn
+    from ``(seed, i)``."""
+    kinds = kinds or SCENE_TASKS.names()
+    return [SCENE_TASKS[kinds[i % len(kinds)]](seed, i) for i in range(n)]
