@@ -142,10 +142,9 @@ def test_tiny_model_texts_are_the_engines_samples():
     qs = _questions(3)
     params = SamplingParams(temperature=1.0, max_new_tokens=6, seed=4)
     m, texts = evaluate_sampled(model, tok, qs, k=2, params=params, batch_size=2)
-    direct = [HFGenerateEngine(tok).generate(model, ["0", "1"], SamplingParams(n=2, temperature=1.0, max_new_tokens=6,
-                                                                                seed=derive_seed(4, "rollout", 0))),
-              HFGenerateEngine(tok).generate(model, ["2"], SamplingParams(n=2, temperature=1.0, max_new_tokens=6,
-                                                                          seed=derive_seed(4, "rollout", 1)))]
-    rows = direct[0].texts + direct[1].texts
+    rows = []
+    for b, prompts in enumerate([["0", "1"], ["2"]]):
+        batch_params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=derive_seed(4, "rollout", b))
+        rows += HFGenerateEngine(tok).generate(model, prompts, batch_params).texts
     assert texts == [rows[0:2], rows[2:4], rows[4:6]]
     assert m.as_dict() == sampled_metrics(texts, ["0", "1", "2"]).as_dict()

@@ -18,8 +18,8 @@ from .arguments import (EXIT_CODES, CommandParser, given, nonnegative_float, non
 
 #: the default generation length of a tiny model (a real checkpoint needs --max-new-tokens)
 TINY_MAX_NEW_TOKENS = 32
-_MAX_NEW_TOKENS_REQUIRED = ("argument --max-new-tokens: required for a real checkpoint (how long may an answer be? "
-                            "e.g. 3072 for TTRL's math recipe)")
+_MAX_NEW_TOKENS_REQUIRED = ("argument --max-new-tokens: required for a real checkpoint (how long may an "
+                            "answer be? e.g. 3072 for TTRL's math recipe)")
 
 DESCRIPTION = """Sample --k completions per question and report three accuracies (fractions of questions):
 
@@ -52,12 +52,15 @@ def top_p(text: str) -> float:
 def build_parser() -> CommandParser:
     p = CommandParser(prog="ttrl eval", description=DESCRIPTION, epilog=EXIT_CODES)
     p.add_argument("--model", required=True, metavar="MODEL",
-                   help="tiny:<arch>, a local Hugging Face checkpoint folder, or a .ckpt written by `ttrl fit`")
+                   help="tiny:<arch>, a local Hugging Face checkpoint folder, or a .ckpt written by "
+                        "`ttrl fit`")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--data", metavar="FILE", help="a question file, .jsonl or .parquet (every row with a gold)")
+    src.add_argument("--data", metavar="FILE",
+                     help="a question file, .jsonl or .parquet (every row with a gold)")
     src.add_argument("--task", metavar="NAME", help="a generated task (data.tasks.TASKS, e.g. arith, arith3)")
     p.add_argument("--n", type=positive_int, default=64, help="questions of --task (only with --task)")
-    p.add_argument("--task-seed", type=seed, default=0, help="seed of the --task questions (only with --task)")
+    p.add_argument("--task-seed", type=seed, default=0,
+                   help="seed of the --task questions (only with --task)")
     p.add_argument("--k", type=positive_int, default=16, help="completions sampled per question")
     p.add_argument("--temperature", type=nonnegative_float, default=0.6,
                    help="sampling temperature (0: greedy, then all k samples are the same)")
@@ -66,7 +69,8 @@ def build_parser() -> CommandParser:
     p.add_argument("--max-new-tokens", type=positive_int, default=None,
                    help=f"tokens generated per sample at most; required for a real checkpoint "
                         f"(default {TINY_MAX_NEW_TOKENS} for a tiny model)")
-    p.add_argument("--seed", type=seed, default=0, help="sampling seed (and initialisation of a tiny:<arch> model)")
+    p.add_argument("--seed", type=seed, default=0,
+                   help="sampling seed (and initialisation of a tiny:<arch> model)")
     p.add_argument("--batch-size", type=positive_int, default=16,
                    help="questions per generate call (batch-size x k sequences)")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
@@ -115,20 +119,19 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
 
 
 def _questions(args: argparse.Namespace) -> list[dict]:
-    from ..data.questions import questions_from_task, read_questions
+    from ..data.questions import few_ids, questions_from_task, read_questions
 
     if args.task is not None:
         return questions_from_task(args.task, args.n, args.task_seed)
     questions = read_questions(args.data)
     ungraded = [q["id"] for q in questions if q["gold"] is None]
     if ungraded:
-        shown = ", ".join(map(repr, ungraded[:5])) + (f" and {len(ungraded) - 5} more" if len(ungraded) > 5 else "")
-        raise UserError(f"{args.data}: {len(ungraded)} question(s) have no gold answer, which ttrl eval needs: "
-                        f"{shown}")
+        raise UserError(f"{args.data}: {len(ungraded)} question(s) have no gold answer, which ttrl eval "
+                        f"needs: {few_ids(ungraded)}")
     with_images = [q["id"] for q in questions if q["images"]]
     if with_images:
-        raise UserError(f"{args.data}: question {with_images[0]!r} has images, but ttrl eval samples with the "
-                        "text-only Hugging Face engine")
+        raise UserError(f"{args.data}: question {with_images[0]!r} has images, but ttrl eval samples with "
+                        "the text-only Hugging Face engine")
     return questions
 
 

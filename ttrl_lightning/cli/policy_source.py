@@ -86,7 +86,8 @@ def _load_ckpt(path: str, flag: str, dtype: str | None, seed: int) -> LoadedPoli
         spec = PolicySpec.of(saved)
     except (TypeError, UserError) as e:
         raise UserError(f"argument {flag}: {path}: the saved policy spec is not usable ({e})") from None
-    state = {k[len(POLICY_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(POLICY_PREFIX)}
+    state = {k[len(POLICY_PREFIX):]: v for k, v in checkpoint["state_dict"].items()
+             if k.startswith(POLICY_PREFIX)}
     if not state:
         raise UserError(f"argument {flag}: {path} holds no policy weights (no state_dict key starts with "
                         f"{POLICY_PREFIX!r})")
@@ -123,7 +124,8 @@ def load_policy(name: str, *, dtype: str | None = None, device: str = "cpu", see
             tokenizer = load_tokenizer(name)
             model = load_model(name, tokenizer, dtype=dtype, seed=seed)
         except (OSError, ValueError, KeyError) as e:
-            raise UserError(f"argument {flag}: {name} cannot be loaded ({_from_pretrained_error(e)})") from None
+            raise UserError(f"argument {flag}: {name} cannot be loaded "
+                            f"({_from_pretrained_error(e)})") from None
         loaded = LoadedPolicy(model, tokenizer, kind)
     loaded.model.to(device).eval()
     return loaded

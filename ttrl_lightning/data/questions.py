@@ -37,7 +37,7 @@ from .pool import _PARQUET_MAGIC, PoolError, _kind, _looks_like, _parse_jsonl, _
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
-           "questions_from_task", "collate_questions", "QuestionDataModule"]
+           "questions_from_task", "collate_questions", "QuestionDataModule", "few_ids"]
 
 #: The columns a question file may have (any other column is refused).
 QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
@@ -270,8 +270,8 @@ class QuestionDataModule(pl.LightningDataModule):
                                  ("seed", seed, 0), ("num_workers", num_workers, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise UserError(f"{where} {name} must be an integer >= {low}, got {value!r}")
-        if n_calibration is not None and (isinstance(n_calibration, bool) or not isinstance(n_calibration, int)
-                                          or n_calibration < 0):
+        if n_calibration is not None and (isinstance(n_calibration, bool)
+                                          or not isinstance(n_calibration, int) or n_calibration < 0):
             raise UserError(f"{where} n_calibration must be an integer >= 0 or null, got {n_calibration!r}")
         if task is None and calibration_path is None and n_calibration:
             raise UserError(f"{where} n_calibration needs calibration_path with a question file "
@@ -308,7 +308,7 @@ class QuestionDataModule(pl.LightningDataModule):
             unlabelled = [q["id"] for q in questions if q["gold"] is None]
             if unlabelled:
                 raise QuestionError(f"{h.calibration_path}: the calibration split must be labelled, but "
-                                    f"{len(unlabelled)} question(s) have no gold: {_few(unlabelled)}")
+                                    f"{len(unlabelled)} question(s) have no gold: {few_ids(unlabelled)}")
             return questions
         if h.task is not None and h.n_calibration:
             return questions_from_task(h.task, h.n_calibration, h.seed + 2, **(h.task_kwargs or {}))
@@ -349,7 +349,7 @@ class QuestionDataModule(pl.LightningDataModule):
                           num_workers=self.hparams.num_workers, collate_fn=collate_questions)
 
 
-def _few(ids: list[str], limit: int = 5) -> str:
-    """``a, b, c`` (and how many more)."""
+def few_ids(ids: list[str], limit: int = 5) -> str:
+    """The first ``limit`` ids, quoted (``'a', 'b'``), and how many more: question ids in messages."""
     shown = ", ".join(map(repr, ids[:limit]))
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")

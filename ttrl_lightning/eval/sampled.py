@@ -97,8 +97,8 @@ def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
             if k < 1:
                 raise ValueError(f"question {ids[i]!r} has no completions (k must be >= 1)")
         elif len(row) != k:
-            raise ValueError(f"question {ids[i]!r} has {len(row)} completions but question {ids[0]!r} has {k}; "
-                             "every question needs the same k")
+            raise ValueError(f"question {ids[i]!r} has {len(row)} completions but question {ids[0]!r} has "
+                             f"{k}; every question needs the same k")
         if gold is None:
             raise ValueError(f"question {ids[i]!r} has no gold answer")
         if not isinstance(gold, str):
@@ -115,14 +115,10 @@ def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
         per_question=per_question)
 
 
-def _few(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(map(repr, ids[:limit]))
-    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
 def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, batch_size: int = 16,
                      engine=None, progress: bool = False, *,
-                     extract: Callable[[str, Any], str] = extract_answer) -> tuple[SampledMetrics, list[list[str]]]:
+                     extract: Callable[[str, Any], str] = extract_answer
+                     ) -> tuple[SampledMetrics, list[list[str]]]:
     """Sample ``k`` completions of every question with ``engine`` and score them (:func:`sampled_metrics`).
 
     Args:
@@ -141,6 +137,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     Raises:
         UserError naming the questions that have no gold answer, or images (the HF engine sees text only).
     """
+    from ..data.questions import few_ids
     from ..rollout import HFGenerateEngine
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -151,12 +148,12 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
         raise ValueError("no questions")
     ungraded = [str(q["id"]) for q in questions if q.get("gold") is None]
     if ungraded:
-        raise UserError(f"{len(ungraded)} question(s) have no gold answer, which avg@k / maj@k / pass@k need: "
-                        f"{_few(ungraded)}")
+        raise UserError(f"{len(ungraded)} question(s) have no gold answer, which avg@k / maj@k / pass@k "
+                        f"need: {few_ids(ungraded)}")
     with_images = [str(q["id"]) for q in questions if q.get("images")]
     if with_images and engine is None:
         raise UserError(f"{len(with_images)} question(s) have images, which the text-only HF engine cannot "
-                        f"see: {_few(with_images)}")
+                        f"see: {few_ids(with_images)}")
     engine = HFGenerateEngine(tokenizer) if engine is None else engine
     params = replace(params, n=k)
     texts: list[list[str]] = []
@@ -169,8 +166,8 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
             seed = None if params.seed is None else derive_seed(params.seed, "rollout", b)
             out = engine.generate(model, [q["prompt"] for q in chunk], replace(params, seed=seed))
             if len(out.texts) != len(chunk) * k:
-                raise RuntimeError(f"the engine returned {len(out.texts)} completions for {len(chunk)} prompts "
-                                   f"x {k} samples")
+                raise RuntimeError(f"the engine returned {len(out.texts)} completions for {len(chunk)} "
+                                   f"prompts x {k} samples")
             texts.extend(list(out.texts[i * k:(i + 1) * k]) for i in range(len(chunk)))
             bar.update(len(chunk))
     finally:
