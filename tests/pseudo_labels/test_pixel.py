@@ -394,3 +394,11 @@ def test_calibrate_pixel_per_group_options_and_errors():
     groups[1][0]["entropy"] = [float("nan")]
     with pytest.raises(PseudoLabelError, match=r"groups\[1\]: pixel: rollouts\[0\]\.entropy holds NaN"):
         calibrate_pixel(groups, ["5", "8"])
+
+
+def test_decisive_mask_of_a_completion_cut_after_an_observation_is_every_token():
+    from ttrl_lightning.pseudo_labels.pixel import decisive_token_mask
+
+    # 7 text, 3 observation end: the budget ended the completion right after the observation
+    assert decisive_token_mask([7, 7, 3], 1, 2, 3) == [True, True, True]
+    assert decisive_token_mask([7, 3, 9], 1, 2, 3) == [False, False, True]

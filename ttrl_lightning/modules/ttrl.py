@@ -365,15 +365,17 @@ class TTRLModule(GRPOModule):
         return kl
 
     # ------------------------------------------------------------------ monitoring (gold read here only)
-    def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
+    def training_step(self, batch, batch_idx):
+        """GRPO's step, then this step's monitoring (before any callback saves a checkpoint of the batch)."""
+        step_index = int(self.global_step)
+        loss = super().training_step(batch, batch_idx)
         step = self._step_labels
-        if step is None:
-            return
         metrics = self.monitor(step, batch)
         self.log_dict({f"train/{k}": torch.tensor(float(v)) for k, v in metrics.items()})
-        self.label_history.extend((int(self.global_step), qid, lab.label) for qid, lab in zip(step.ids, step.labels))
+        self.label_history.extend((step_index, qid, lab.label) for qid, lab in zip(step.ids, step.labels))
         self._step_labels = None
         self._token_kl = None
+        return loss
 
     def monitor(self, step: StepLabels, batch: dict[str, list]) -> dict[str, float]:
         """This step's TTRL metrics (module docstring); gold from ``batch["gold"]`` where present."""
@@ -504,7 +506,8 @@ def _pixel_inputs(module: TTRLModule, votes: Rollouts, records: list[dict]) -> l
 
     tok = module.tokenizer
     ids = [tok.convert_tokens_to_ids(t) for t in (CALL_START, CALL_END, OBSERVATION_END)]
-    ids = [i if i is not None and i != tok.unk_token_id else -1 for i in ids]
+    # a tokenizer without the tool tokens: distinct ids no token has, so no step is a tool call
+    ids = [i if i is not None and i != tok.unk_token_id else -1 - k for k, i in enumerate(ids)]
     masks = []
     for row, m in zip(votes.completion_ids.tolist(), votes.completion_mask.tolist()):
         n = int(sum(m))

@@ -85,7 +85,9 @@ def decisive_token_mask(completion_ids: Sequence[int], call_start_id: int, call_
     * the **final answer step**: every token after the last ``observation_end_id`` (the whole completion when
       no observation was returned, in particular when there is no tool call).
 
-    Everything else (free reasoning between calls, observations written by the tools) is not decisive.
+    Everything else (free reasoning between calls, observations written by the tools) is not decisive. A
+    completion in which this selects nothing (it ends right after an observation, cut by the token budget,
+    without a call) counts every token as decisive, so each rollout has an entropy and a confidence.
 
     Args:
         completion_ids: the completion's token ids (aligned with its per-token ``entropy`` / ``logprob``).
@@ -118,7 +120,7 @@ def decisive_token_mask(completion_ids: Sequence[int], call_start_id: int, call_
             mask[k] = True
         if t == call_end_id:
             in_call = False
-    return mask
+    return mask if any(mask) else [True] * len(ids)
 
 
 def _decisive(rollouts, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
