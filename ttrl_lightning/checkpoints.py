@@ -88,10 +88,10 @@ def policy_state_from_checkpoint(path: str) -> tuple[dict[str, Any], dict[str, t
         raise UserError(f"checkpoint {path} is a folder or a name the Trainer resolves: give a .ckpt file")
     spec = (checkpoint.get("hyper_parameters") or {}).get("policy")
     if not isinstance(spec, dict):
-        raise UserError(f"checkpoint {path} holds no policy spec (hyper_parameters['policy']): it was not "
-                        "written by a ttrl_lightning PolicyModule")
+        raise UserError(f"checkpoint {path} has no policy spec (hyper_parameters.policy); it was not written by "
+                        "a PolicyModule")
     state = {k[len(POLICY_PREFIX):]: v for k, v in checkpoint["state_dict"].items() if k.startswith(POLICY_PREFIX)}
     if not state:
-        raise UserError(f"checkpoint {path} holds no policy weights (no '{POLICY_PREFIX}*' entries in its "
-                        "state_dict)")
+        raise UserError(f"checkpoint {path} holds no policy weights (no state_dict key starts with "
+                        f"{POLICY_PREFIX!r})")
     return dict(spec), state

@@ -134,7 +134,7 @@ def load_model(
     from transformers import AutoModelForCausalLM
 
     if is_checkpoint_path(name):
-        return _load_checkpoint_policy(name, tokenizer, lora=lora, dtype=dtype)
+        return load_checkpoint_policy(name, tokenizer, lora=lora, dtype=dtype)[0]
     if is_tiny(name):
         arch = name.split(":", 1)[1]
         tokenizer = tokenizer if tokenizer is not None else load_tokenizer(name)
@@ -163,20 +163,37 @@ def load_model(
     return model
 
 
-def _load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) -> nn.Module:
-    """The policy of a ``ttrl fit`` checkpoint: rebuilt from its saved ``PolicySpec`` (model name, tiny
-    sizes, LoRA, seed), its weights loaded strictly, LoRA adapters merged into the base weights; then cast
-    to ``dtype`` and given new adapters ``lora`` when asked."""
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
+def load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) -> tuple[nn.Module, dict]:
+    """``(policy, saved spec fields)`` of a ``ttrl fit`` checkpoint: the policy is rebuilt from the checkpoint's
+    saved ``PolicySpec`` (model name, tiny sizes, LoRA, seed), its weights loaded strictly (a missing,
+    unexpected or resized tensor is an error naming the file), LoRA adapters merged into the base weights;
+    then cast to ``dtype`` (default: the spec's) and given new adapters ``lora`` when asked."""
     spec, state = policy_state_from_checkpoint(path)
-    inner = spec["model"]
+    inner = spec.get("model")
+    if not isinstance(inner, str) or not inner:
+        raise UserError(f"checkpoint {path}: its saved policy spec names no model ({inner!r})")
     if is_checkpoint_path(inner):
         raise UserError(f"checkpoint {path} names another checkpoint ({inner}) as its model")
-    model = load_model(inner, tokenizer, tiny_kwargs=spec.get("tiny_kwargs"), lora=spec.get("lora"),
-                       dtype=spec.get("dtype"), seed=int(spec.get("seed", 0)))
-    missing, unexpected = model.load_state_dict(state, strict=False)
+    try:
+        model = load_model(inner, tokenizer, tiny_kwargs=spec.get("tiny_kwargs"), lora=spec.get("lora"),
+                           dtype=spec.get("dtype"), seed=int(spec.get("seed", 0)))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"checkpoint {path}: its policy's base model {inner!r} cannot be loaded "
+                        f"({_first_line(e)})") from None
+    try:
+        missing, unexpected = model.load_state_dict(state, strict=False)
+    except RuntimeError as e:  # a tensor whose shape differs from the model's
+        reason = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), "")
+        raise UserError(f"checkpoint {path}: the policy weights do not fit the model its spec builds "
+                        f"({reason[:200] or _first_line(e)})") from None
     if missing or unexpected:
-        raise UserError(f"checkpoint {path}: its policy weights do not fit the model {inner!r} "
-                        f"(missing {sorted(missing)[:4]}, unexpected {sorted(unexpected)[:4]})")
+        what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                if missing else f"unexpected {unexpected[0]!r}")
+        raise UserError(f"checkpoint {path}: the policy weights do not fit the model its spec builds ({what})")
     if spec.get("lora"):
         model = model.merge_and_unload()
     if dtype is not None:
@@ -187,4 +204,4 @@ def _load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None)
         cfg = dict(lora)
         cfg.setdefault("task_type", "CAUSAL_LM")
         model = get_peft_model(model, LoraConfig(**cfg))
-    return model
+    return model, spec

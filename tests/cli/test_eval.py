@@ -140,7 +140,7 @@ def test_checkpoint_that_does_not_fit_its_spec(sft_ckpt, tmp_path, capsys):
     bad = tmp_path / "resized.ckpt"
     torch.save(checkpoint, bad)
     rc, _, err = _run(capsys, "--model", str(bad), "--task", "arith", "--n", "1", "--k", "1")
-    assert rc == 1 and "resized.ckpt: the policy weights do not fit the model its spec builds" in err
+    assert rc == 1 and "resized.ckpt: the policy weights do not fit the model its spec builds" in err, err
     assert "size mismatch" in err and len(err.strip().splitlines()) == 1
 
 

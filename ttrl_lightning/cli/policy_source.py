@@ -5,9 +5,9 @@
 * a Lightning ``.ckpt`` file written by ``ttrl fit`` for any :class:`~ttrl_lightning.modules.PolicyModule`
   subclass: the module saves its policy's :class:`~ttrl_lightning.modules.PolicySpec` as the plain mapping
   ``hyper_parameters["policy"]`` and the policy's weights in ``state_dict`` under ``policy.``; the policy is
-  rebuilt from the spec (a tiny model, or the base checkpoint it names, with its LoRA adapters if any) and
-  the weights are loaded over it (strictly: a missing or unexpected key is an error). Other entries of the
-  ``state_dict`` (a GRPO reference, frozen copies) are not the policy and are left out.
+  rebuilt from the spec and the weights loaded over it strictly (``models.load_checkpoint_policy``, the
+  loader every phase uses for a ``.ckpt`` model name). Other entries of the ``state_dict`` (a GRPO
+  reference, frozen copies) are not the policy and are left out.
 
 Anything else is a :class:`~ttrl_lightning.errors.UserError` naming the flag and the path, one line.
 """
@@ -18,12 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
-from ..models import TINY_CONFIGS, is_tiny, load_model, load_tokenizer
+from ..models import TINY_CONFIGS, is_tiny, load_checkpoint_policy, load_model, load_tokenizer
 
-__all__ = ["LoadedPolicy", "POLICY_PREFIX", "load_policy", "policy_kind"]
+__all__ = ["LoadedPolicy", "load_policy", "policy_kind"]
 
-#: key prefix of the policy's weights in a ``PolicyModule`` checkpoint's ``state_dict``
-POLICY_PREFIX = "policy."
 #: the files that make a folder a distributed (sharded) Lightning checkpoint
 _DISTRIBUTED_MARKERS = (".metadata",)
 
@@ -73,43 +71,14 @@ def _from_pretrained_error(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
-def _load_ckpt(path: str, flag: str, dtype: str | None, seed: int) -> LoadedPolicy:
-    from ..modules.base import PolicySpec
-    from .resume import load_checkpoint
-
-    checkpoint = load_checkpoint(path)  # refuses empty, truncated and foreign files, naming the path
-    saved = (checkpoint.get("hyper_parameters") or {}).get("policy")
-    if not isinstance(saved, dict):
-        raise UserError(f"argument {flag}: {path} has no policy spec (hyper_parameters.policy); it was not "
-                        "written by a PolicyModule")
+def _load_ckpt(path: str, flag: str, dtype: str | None) -> LoadedPolicy:
+    """The policy of a ``ttrl fit`` checkpoint (``models.load_checkpoint_policy``); its errors name the flag."""
     try:
-        spec = PolicySpec.of(saved)
-    except (TypeError, UserError) as e:
-        raise UserError(f"argument {flag}: {path}: the saved policy spec is not usable ({e})") from None
-    state = {k[len(POLICY_PREFIX):]: v for k, v in checkpoint["state_dict"].items()
-             if k.startswith(POLICY_PREFIX)}
-    if not state:
-        raise UserError(f"argument {flag}: {path} holds no policy weights (no state_dict key starts with "
-                        f"{POLICY_PREFIX!r})")
-    try:
-        tokenizer = load_tokenizer(spec.model)
-        model = load_model(spec.model, tokenizer, tiny_kwargs=spec.tiny_kwargs, lora=spec.lora,
-                           dtype=dtype or spec.dtype, seed=spec.seed)
-    except (OSError, ValueError, KeyError) as e:
-        raise UserError(f"argument {flag}: {path}: its policy's base model {spec.model!r} cannot be loaded "
-                        f"({_from_pretrained_error(e)})") from None
-    try:
-        missing, unexpected = model.load_state_dict(state, strict=False)
-    except RuntimeError as e:  # a tensor whose shape differs from the model's
-        reason = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), "")
-        raise UserError(f"argument {flag}: {path}: the policy weights do not fit the model its spec builds "
-                        f"({reason[:200] or _from_pretrained_error(e)})") from None
-    if missing or unexpected:
-        what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
-                if missing else f"unexpected {unexpected[0]!r}")
-        raise UserError(f"argument {flag}: {path}: the policy weights do not fit the model its spec builds "
-                        f"({what})")
-    return LoadedPolicy(model, tokenizer, "ckpt", dict(saved))
+        model, spec = load_checkpoint_policy(path, dtype=dtype)
+        tokenizer = load_tokenizer(spec["model"])
+    except UserError as e:
+        raise UserError(f"argument {flag}: {str(e).removeprefix('checkpoint ')}") from None
+    return LoadedPolicy(model, tokenizer, "ckpt", dict(spec))
 
 
 def load_policy(name: str, *, dtype: str | None = None, device: str = "cpu", seed: int = 0,
@@ -118,7 +87,7 @@ def load_policy(name: str, *, dtype: str | None = None, device: str = "cpu", see
     name to cast to (None: the checkpoint's); ``seed``: initialisation of a ``tiny:<arch>`` model."""
     kind = policy_kind(name, flag)
     if kind == "ckpt":
-        loaded = _load_ckpt(name, flag, dtype, seed)
+        loaded = _load_ckpt(name, flag, dtype)
     else:
         try:
             tokenizer = load_tokenizer(name)
