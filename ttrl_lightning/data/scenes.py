@@ -159,16 +159,26 @@ def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_
         count = rng.randint(*n_objects)
         objects = [(rng.choice(sorted(SHAPES)), rng.choice(sorted(COLOURS)), rng.choice(sorted(RADII)))
                    for _ in range(count)]
+        shrink = True  # random objects that find no room are drawn one size class smaller
+    else:
+        shrink = False
     drawn: list[SceneObject] = []
+    classes = list(RADII)
     for shape, colour, size_class in objects:
-        r = rng.randint(*RADII[size_class])
-        for _ in range(500):
-            cx, cy = rng.randint(r + MARGIN, width - r - MARGIN - 1), rng.randint(r + MARGIN, height - r - MARGIN - 1)
-            mask = _shape_mask(shape, cx, cy, r, width, height)
-            box = _box_of(mask)
-            if _free(box, taken):
+        placed = False
+        for cls in (classes[:classes.index(size_class) + 1][::-1] if shrink else [size_class]):
+            r = rng.randint(*RADII[cls])
+            for _ in range(300):
+                cx = rng.randint(r + MARGIN, width - r - MARGIN - 1)
+                cy = rng.randint(r + MARGIN, height - r - MARGIN - 1)
+                mask = _shape_mask(shape, cx, cy, r, width, height)
+                box = _box_of(mask)
+                if _free(box, taken):
+                    placed = True
+                    break
+            if placed:
                 break
-        else:
+        if not placed:
             raise ValueError(f"scene {index}: no room for a {size_class} {colour} {shape} in {width}x{height}")
         _draw_shape(draw, shape, cx, cy, r, COLOURS[colour])
         taken.append(box)

@@ -7,6 +7,7 @@ scoring + NMS over windows", scored the UniVTG way with temporal IoU).
    proposal that covers the whole window), computed with prefix sums.
 3. Temporal NMS: proposals by descending score (ties: earlier start, then shorter); a proposal is kept when
    its temporal IoU with every kept one is below :data:`NMS_IOU`; the first ``top_k`` kept are returned.
+   Only proposals with a positive score count (no evidence anywhere: no segment).
 
 ``{"query": "red circle", "window": [s, e]?, "top_k": 1?, "min_length": 1?}`` ->
 ``{"segments": [{"end": b, "score": c, "start": a}], "window": [s, e]}`` with frame indices (inclusive).
@@ -64,7 +65,7 @@ def run_temp(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     evidence = np.array([max((d.score for d in segment(ctx.frames[t], args["query"])), default=0.0)
                          for t in range(start, end + 1)])
     min_length = min(args["min_length"], end - start + 1)
-    kept = nms(propose(evidence, min_length), args["top_k"])
+    kept = nms([p for p in propose(evidence, min_length) if p[0] > 0], args["top_k"])
     return {"segments": [{"end": start + b, "score": norm(score), "start": start + a} for score, a, b in kept],
             "window": [start, end]}
 

@@ -56,6 +56,9 @@ def bytetrack(per_frame: list[list[Detection]]) -> list[dict[int, Detection]]:
             sv_dets = sv.Detections.empty()
             sv_dets.data = {"index": np.zeros(0, dtype=int)}
         tracked = tracker.update_with_detections(sv_dets)
+        if len(tracked) == 0:
+            out.append({})
+            continue
         out.append({int(tid): dets[int(i)] for tid, i in zip(tracked.tracker_id, tracked.data["index"])})
     return out
 
