@@ -38,7 +38,7 @@ def test_tiny_model_end_to_end(tmp_path, capsys):
     assert rc == 0
     lines = printed.splitlines()
     assert lines[0] == ("sampling: k=2 temperature=1.0 top_p=0.95 top_k=0 max_new_tokens=6 seed=3 "
-                        "batch_size=2")
+                        "batch_size=2 answer_extractor=final_answer")
     assert [line.split()[0] for line in lines[1:4]] == ["avg@2", "maj@2", "pass@2"]
     report = json.load(open(out))
     assert set(report["metrics"]) == {"k", "num_questions", "avg@2", "maj@2", "pass@2"}
@@ -214,3 +214,28 @@ def test_help_says_what_each_metric_means(capsys):
     assert "avg@k the mean over questions of the share of the k samples that are correct" in text
     assert "pass@k at least one of the k samples is correct" in text and "pass@64" in text
     assert "maj@k the majority answer of the k samples is correct" in text
+
+
+def test_answer_extractor_flag_reads_bare_numbers(capsys, monkeypatch, tmp_path):
+    """`--answer-extractor last_number` scores completions such as "19" that final_answer cannot read."""
+    import ttrl_lightning.rollout as rollout
+    from ttrl_lightning.rollout import Rollouts
+
+    class BareGold:
+        def __init__(self, tokenizer, **_):
+            self.tok = tokenizer
+
+        def generate(self, model, prompts, params):
+            golds = {q["prompt"]: q["gold"] for q in questions_from_task("arith", 3, 0)}
+            texts = [golds[p] for p in prompts for _ in range(params.n)]
+            R = len(texts)
+            one = torch.ones(R, 1, dtype=torch.long)
+            return Rollouts(one, one, one, one, texts, torch.arange(len(prompts)).repeat_interleave(params.n),
+                            params.n)
+
+    monkeypatch.setattr(rollout, "HFGenerateEngine", BareGold)
+    base = ["--model", "tiny:qwen2", "--task", "arith", "--n", "3", "--k", "2", "--no-progress"]
+    rc, printed, _ = _run(capsys, *base)
+    assert rc == 0 and "avg@2     0.00%" in printed
+    rc, printed, _ = _run(capsys, *base, "--answer-extractor", "last_number")
+    assert rc == 0 and "avg@2   100.00%" in printed and "answer_extractor=last_number" in printed

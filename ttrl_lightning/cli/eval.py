@@ -11,6 +11,7 @@ import json
 import os
 import time
 
+from ..answers.extractors import ANSWER_EXTRACTORS
 from ..errors import UserError
 from ..safe_files import atomic_write, same_file
 from .arguments import (EXIT_CODES, CommandParser, given, nonnegative_float, nonnegative_int, positive_int,
@@ -30,8 +31,10 @@ DESCRIPTION = """Sample --k completions per question and report three accuracies
   pass@k  at least one of the k samples is correct: an oracle's upper bound, not an accuracy anyone gets
           without the gold answer (TTRL's logged "pass@64" is this with k=64; do not compare it with avg@16)
 
-Answers are extracted with answers.extract_answer (the last \\boxed{...}, else "The answer is X"; options of
-multiple-choice questions become their letter) and compared with the gold answer by answer equivalence.
+Answers are extracted with --answer-extractor (answers.ANSWER_EXTRACTORS; default final_answer: the last
+\\boxed{...}, else "The answer is X", options of multiple-choice questions become their letter;
+last_number: the last number, for the generated arithmetic tasks) and compared with the gold answer by
+answer equivalence. Use the extractor the model was trained with (TTRLModule's answer_extractor).
 Every question needs a gold answer. Questions come from a file (--data: .jsonl or .parquet with id,
 prompt or question, gold, choices, image, reframed_prompt; see docs/evaluation.md) or a generated task
 (--task). The model is tiny:<arch>, a local Hugging Face checkpoint folder, or a Lightning .ckpt written
@@ -79,6 +82,9 @@ def build_parser() -> CommandParser:
     p.add_argument("--out", default=None, metavar="FILE.json",
                    help="write a JSON report: the settings, the metrics, and per question the extracted "
                         "answers, the majority answer and the completions")
+    p.add_argument("--answer-extractor", choices=ANSWER_EXTRACTORS.names(), default="final_answer",
+                   help="how a completion's answer is read (default final_answer; last_number for the "
+                        "generated arithmetic tasks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -137,7 +143,7 @@ def _questions(args: argparse.Namespace) -> list[dict]:
 
 def settings_line(settings: dict) -> str:
     """The sampling settings on one line, ``key=value`` each."""
-    keys = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "batch_size")
+    keys = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "batch_size", "answer_extractor")
     return "sampling: " + " ".join(f"{k}={settings[k]}" for k in keys)
 
 
@@ -180,11 +186,12 @@ def eval_main(argv: list[str]) -> int:
                 "n": args.n if args.task else None, "task_seed": args.task_seed if args.task else None,
                 "k": args.k, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": max_new, "seed": args.seed, "batch_size": args.batch_size,
-                "device": device, "dtype": args.dtype}
+                "device": device, "dtype": args.dtype, "answer_extractor": args.answer_extractor}
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
-                                      batch_size=args.batch_size, progress=not args.no_progress)
+                                      batch_size=args.batch_size, progress=not args.no_progress,
+                                      extract=ANSWER_EXTRACTORS[args.answer_extractor])
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):
         print(line)

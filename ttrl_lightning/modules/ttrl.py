@@ -460,7 +460,8 @@ class TTRLModule(GRPOModule):
         golds = batch.get("gold") or batch.get("answer")
         if golds is None:
             return
-        m = sampled_metrics(texts, [str(g) for g in golds], choices=batch.get("choices"))
+        m = sampled_metrics(texts, [str(g) for g in golds], choices=batch.get("choices"),
+                            extract=ANSWER_EXTRACTORS[h.answer_extractor])
         k = h.eval_k
         n = len(texts)
         self.log_dict({f"val/avg@{k}": m.avg_at_k, f"val/maj@{k}": m.maj_at_k, f"val/pass@{k}": m.pass_at_k},
