@@ -1,0 +1,83 @@
+"""Generated scenes, clips and tasks: determinism, truth consistent with the pixels, one tool per task."""
+import numpy as np
+import pytest
+
+from ttrl_lightning.data.scenes import SCENE_TASKS, make_clip, make_scene, make_tasks
+from ttrl_lightning.tools.palette import BACKGROUND, COLOURS, size_name
+
+
+def test_same_seed_same_pixels_and_truth():
+    a, b, c = make_scene(3, 1), make_scene(3, 1), make_scene(3, 2)
+    assert a.image.tobytes() == b.image.tobytes() and a.words == b.words
+    assert [o.label for o in a.objects] == [o.label for o in b.objects]
+    assert a.image.tobytes() != c.image.tobytes()
+    assert make_clip(1, 0).frames[5].tobytes() == make_clip(1, 0).frames[5].tobytes()
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_scene_truth_matches_the_pixels(index):
+    scene = make_scene(0, index, n_objects=(3, 6), n_words=2, tiny_word=True)
+    h, w = scene.image.shape[:2]
+    for i, obj in enumerate(scene.objects):
+        assert (scene.image[obj.mask] == COLOURS[obj.colour]).all()     # no anti-aliasing on shapes
+        ys, xs = np.nonzero(obj.mask)
+        assert obj.box == (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
+        assert obj.size == size_name(obj.mask.sum() / (h * w))
+        for other in scene.objects[i + 1:]:
+            assert not (obj.mask & other.mask).any()
+    for word in scene.words:
+        x0, y0, x1, y1 = word.box
+        ink = (scene.image[y0:y1, x0:x1] != BACKGROUND).any(axis=2)
+        assert ink.any()
+    assert len(scene.words) == 3 and len({wd.text for wd in scene.words}) == 3
+    drawn = np.zeros((h, w), dtype=bool)
+    for obj in scene.objects:
+        drawn |= obj.mask
+    assert (scene.image[~drawn] != np.array([COLOURS[c] for c in COLOURS])[:, None]).any(axis=-1).all()
+
+
+def test_clip_truth_and_planted_segment():
+    clip = make_clip(0, 3, n_frames=20)
+    tid, start, end = clip.segment
+    assert sorted(clip.tracks[tid]) == list(range(start, end + 1)) and end - start + 1 >= 5
+    assert end - start + 1 < 20
+    for k, boxes in clip.tracks.items():
+        colour = COLOURS[clip.labels[k].split()[0]]
+        for t, (x0, y0, x1, y1) in boxes.items():
+            patch = clip.frames[t][y0:y1, x0:x1]
+            assert (patch == colour).all(axis=2).any()
+        if k != tid:
+            assert sorted(boxes) == list(range(20))
+    # objects move
+    moving = [k for k, b in clip.tracks.items() if len({v[0] for v in b.values()}) > 1]
+    assert moving == sorted(clip.tracks)
+
+
+def test_every_tool_has_a_task_and_chains_are_calls():
+    tasks = make_tasks(0, 2 * len(SCENE_TASKS.names()))
+    assert {t.tool for t in tasks} == {"SEG", "ZOOM", "TRK", "OCR", "TEMP", "PROP"}
+    for task in tasks:
+        assert task.chain[0][0] == task.tool and task.answer
+        assert (task.image is None) != (task.frames is None)
+
+
+@pytest.mark.parametrize("kind", ["count", "colour", "shape", "read", "read_small", "direction", "when"])
+def test_the_reference_chain_answers_the_question(kind):
+    pytest.importorskip("cv2")
+    if kind.startswith("read"):
+        pytest.importorskip("rapidocr_onnxruntime")
+    from ttrl_lightning.tools import ToolSession
+
+    task = SCENE_TASKS[kind](0, 2)
+    session = ToolSession(image=task.image, frames=task.frames)
+    art = [session.run(name, args) for name, args in task.chain][-1].artifact
+    answer = {
+        "count": lambda: str(art["count"]),
+        "colour": lambda: art["colour"],
+        "shape": lambda: art["shape"],
+        "read": lambda: art["text"],
+        "read_small": lambda: art["text"],
+        "direction": lambda: "right" if art["tracks"][0]["boxes"][-1][0] > art["tracks"][0]["boxes"][0][0] else "left",
+        "when": lambda: f"{art['segments'][0]['start']}-{art['segments'][0]['end']}",
+    }[kind]()
+    assert answer == task.answer
