@@ -105,6 +105,10 @@ setup(
         ],
         "gpu": ["flash-attn>=2.6"],
         "retrieval": ["faiss-cpu>=1.8"],
+        # pixel tools: SEG / PROP (OpenCV), OCR (PP-OCR models ship in the wheel), TRK (ByteTrack, removed from
+        # supervision in 0.31), HOTA / CLEAR-MOT (TrackEval)
+        "tools": ["opencv-python-headless>=4.8", "rapidocr-onnxruntime>=1.3", "supervision>=0.26,<0.31",
+                  "trackeval>=1.3"],
         "vllm": ["vllm"],
     },
     entry_points={"console_scripts": ["ttrl=ttrl_lightning.cli:main"]},
