@@ -129,3 +129,27 @@ def test_replay_reproduces_every_artifact_byte_for_byte(scene, clip):
     # a tampered record is found
     recorded[1]["text"] = recorded[1]["text"].replace('"shape":"', '"shape":"x')
     assert replay(recorded, image=scene.image, frames=clip.frames) == [1]
+
+
+@pytest.mark.parametrize("module, name, args", [("cv2", "SEG", {"query": "red"}),
+                                                ("rapidocr_onnxruntime", "OCR", {})])
+def test_missing_backend_names_the_extra(monkeypatch, scene, module, name, args):
+    import sys
+
+    monkeypatch.setitem(sys.modules, module, None)  # import of a None entry raises ImportError
+    if name == "OCR":
+        ocr_module.engine.cache_clear()
+    with pytest.raises(ImportError, match=r"ttrl_lightning\[tools\]"):
+        run_tool(name, args, image=scene.image)
+    ocr_module.engine.cache_clear()
+
+
+@pytest.mark.subprocess
+def test_importing_the_tools_loads_no_backend():
+    import subprocess
+    import sys
+
+    code = ("import sys, ttrl_lightning.tools, ttrl_lightning.fidelity, ttrl_lightning.data.scenes; "
+            "print([m for m in ('cv2', 'supervision', 'rapidocr_onnxruntime', 'trackeval') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
