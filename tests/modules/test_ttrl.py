@@ -99,6 +99,8 @@ def test_monitoring_metrics_by_hand():
     assert got["reward_accuracy"] == pytest.approx(3 / 6)
     # online (pre-update) majority accuracy: a right, b wrong (majority unextractable), c wrong
     assert got["online_accuracy"] == pytest.approx(1 / 3)
+    # a: both right; b: label abstains, majority (unextractable) wrong; c: both wrong (7 vs gold 6)
+    assert m.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 2}
     # cumulative acceptance over a second identical step
     m.monitor(m._step_labels, BATCH)
     assert m.questions_seen == 6 and m.questions_accepted == 4
@@ -146,6 +148,10 @@ def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
     scored = m.rewards(trained, batch)
     torch.testing.assert_close(scored.rewards, torch.tensor(expected.rewards[0:3] + expected.rewards[6:9]))
     assert scored.rewards[3:].gt(0).all() and scored.rewards[3:].lt(1).all()  # gated by the JS penalty
+    # the original view's majority is 6 (3 of 6); HMS recovers 5, the gold
+    m._step_labels.completion_mask = trained.completion_mask
+    m.monitor(m._step_labels, dict(batch, gold=["5"]))
+    assert m.label_vs_majority["recovered"] == 1 and m.label_vs_majority["lost"] == 0
 
 
 def test_ema_baseline_advantages_by_hand():

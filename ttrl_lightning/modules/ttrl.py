@@ -28,8 +28,10 @@ column is read afterwards by :meth:`TTRLModule.monitor`, for the logged metrics 
   the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
   contributed gradient) per 1,000 processed questions, cumulative over the run;
 * ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens; ``beta``;
-* ``online_accuracy``: majority vote of the votes vs gold when a question is first seen (the pre-update
-  accuracy on an online stream; Pixelis' "before" on the stream).
+* ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
+  accuracy on an online stream; Pixelis' "before" on the stream); ``label_vs_majority`` counts, over the
+  run, the questions whose pseudo-label is right where that majority is wrong (``recovered``) and the
+  reverse (``lost``): Self-Harmony's claim, counted.
 
 Labeler-specific inputs (``LABELER_INPUTS``, by labeler name): ``pixel`` gets each rollout's decisive-token
 mask (tool calls and the final answer step, from the completion ids), Dawid-Skene reliabilities of the
@@ -90,6 +92,7 @@ LABELER_CALIBRATIONS: Registry[Callable[..., dict]] = Registry("pseudo-labeler c
 
 TTRL_RULES: dict[str, Bounds] = {
     "num_votes": Bounds(low=1, integer=True),
+    "warmup_majority_steps": Bounds(low=0, integer=True),
     "baseline_momentum": Bounds(low=0, high=1, high_open=True),
     "eval_k": Bounds(low=1, integer=True),
     "eval_temperature": Bounds(low=0),
@@ -126,6 +129,8 @@ class TTRLModule(GRPOModule):
         ``last_number``), the same in the labels and in the monitoring;
       fused_prompt_template: the fused Reframe-and-Solve prompt, ``{prompt}`` replaced by the question
         (``self_harmony`` only; required there);
+      warmup_majority_steps: ``self_harmony``'s warm-up: its first steps label by majority over both views
+        (``warmup_majority=True``; the public implementation's default is 20);
       signals: per-token signals recorded while sampling (default: the labeler's, ``LABELER_SIGNALS``);
       advantage: "group" or "ema_baseline" (default: "ema_baseline" for pixel, else "group");
       baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
@@ -147,6 +152,7 @@ class TTRLModule(GRPOModule):
         num_generations: int = 4,
         answer_extractor: str = "final_answer",
         fused_prompt_template: str | None = None,
+        warmup_majority_steps: int = 0,
         signals: Sequence[str] | None = None,
         advantage: str | None = None,
         baseline_momentum: float = 0.99,
@@ -186,6 +192,8 @@ class TTRLModule(GRPOModule):
         if answer_extractor not in ANSWER_EXTRACTORS:
             raise UserError(f"{where}answer_extractor must be one of {', '.join(ANSWER_EXTRACTORS.names())}, "
                             f"got {answer_extractor!r}")
+        if warmup_majority_steps and pseudo_labeler != "self_harmony":
+            raise UserError(f"{where}warmup_majority_steps is an option of self_harmony, not {pseudo_labeler}")
         advantage = advantage or DEFAULT_ADVANTAGE.get(pseudo_labeler, "group")
         if advantage not in ADVANTAGES:
             raise UserError(f"{where}advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
@@ -207,6 +215,9 @@ class TTRLModule(GRPOModule):
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
         self.questions_seen = 0
         self.questions_accepted = 0
+        #: questions with gold, by (pseudo-label right, the original view's majority right): "recovered"
+        #: counts labels right where the majority was wrong, "lost" the reverse (Self-Harmony's claim)
+        self.label_vs_majority = dict.fromkeys(_AGREEMENT.values(), 0)
         self.label_history: list[tuple[int, str, str | None]] = []  # (step, question id, label)
         self._step_labels: StepLabels | None = None
         self._token_kl: torch.Tensor | None = None
@@ -217,6 +228,7 @@ class TTRLModule(GRPOModule):
         checkpoint["ttrl"] = {"calibration": self.calibration, "baseline": self.baseline,
                               "questions_seen": self.questions_seen,
                               "questions_accepted": self.questions_accepted,
+                              "label_vs_majority": dict(self.label_vs_majority),
                               "label_history": [list(x) for x in self.label_history]}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -226,6 +238,7 @@ class TTRLModule(GRPOModule):
         self.baseline = state.get("baseline")
         self.questions_seen = int(state.get("questions_seen", 0))
         self.questions_accepted = int(state.get("questions_accepted", 0))
+        self.label_vs_majority.update(state.get("label_vs_majority", {}))
         self.label_history = [tuple(x) for x in state.get("label_history", [])]
 
     def on_fit_start(self) -> None:
@@ -274,6 +287,8 @@ class TTRLModule(GRPOModule):
         kwargs = dict(self.labeler_kwargs)
         if self.calibration:
             kwargs.update(self.calibration.get("labeler_kwargs", {}))
+        if self.global_step < self.hparams.warmup_majority_steps:
+            kwargs["warmup_majority"] = True
         labels, answers = [], []
         for q, rec in enumerate(records):
             labels.append(pseudo_label(self.hparams.pseudo_labeler, rec["rollouts"], choices=choices[q],
@@ -409,10 +424,13 @@ class TTRLModule(GRPOModule):
             if gold is None:
                 continue
             correct = _correct_classes(step.answers[q], str(gold), choices[q])
-            online.append(_majority_answer(step.answers[q]) in correct)
+            majority_right = _majority_answer(step.answers[q][:M]) in correct  # the original view's majority
+            online.append(majority_right)
+            label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold), choices[q])
+            self.label_vs_majority[_AGREEMENT[(label_right, majority_right)]] += 1
             if lab.label is not None and not lab.abstain:
                 labelled += 1
-                right += int(_same(lab.label, str(gold), choices[q]))
+                right += int(label_right)
             if lab.abstain:
                 continue
             for v in range(rewards.shape[0] // Q):
@@ -476,6 +494,11 @@ def _question_ids(batch: dict[str, list]) -> list[str]:
     if len(set(ids)) != len(ids):
         raise UserError(f"question ids repeat within a batch: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
     return ids
+
+
+#: (label right, original-view majority right) -> the counter of ``TTRLModule.label_vs_majority``
+_AGREEMENT = {(True, True): "both_right", (True, False): "recovered", (False, True): "lost",
+              (False, False): "both_wrong"}
 
 
 def _majority_answer(answers: Sequence[str]) -> str:
