@@ -1,4 +1,5 @@
 """Generated scenes, clips and tasks: determinism, truth consistent with the pixels, one tool per task."""
+
 import numpy as np
 import pytest
 
@@ -19,11 +20,11 @@ def test_scene_truth_matches_the_pixels(index):
     scene = make_scene(0, index, n_objects=(3, 6), n_words=2, tiny_word=True)
     h, w = scene.image.shape[:2]
     for i, obj in enumerate(scene.objects):
-        assert (scene.image[obj.mask] == COLOURS[obj.colour]).all()     # no anti-aliasing on shapes
+        assert (scene.image[obj.mask] == COLOURS[obj.colour]).all()  # no anti-aliasing on shapes
         ys, xs = np.nonzero(obj.mask)
         assert obj.box == (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1)
         assert obj.size == size_name(obj.mask.sum() / (h * w))
-        for other in scene.objects[i + 1:]:
+        for other in scene.objects[i + 1 :]:
             assert not (obj.mask & other.mask).any()
     for word in scene.words:
         x0, y0, x1, y1 = word.box
@@ -77,7 +78,9 @@ def test_the_reference_chain_answers_the_question(kind):
         "shape": lambda: art["shape"],
         "read": lambda: art["text"],
         "read_small": lambda: art["text"],
-        "direction": lambda: "right" if art["tracks"][0]["boxes"][-1][0] > art["tracks"][0]["boxes"][0][0] else "left",
+        "direction": lambda: (
+            "right" if art["tracks"][0]["boxes"][-1][0] > art["tracks"][0]["boxes"][0][0] else "left"
+        ),
         "when": lambda: f"{art['segments'][0]['start']}-{art['segments'][0]['end']}",
     }[kind]()
     assert answer == task.answer

@@ -1,4 +1,6 @@
-"""Box and mask IoU: hand-worked cases, supervision's box_iou_batch and pycocotools' mask IoU as references."""
+"""Box and mask IoU: hand-worked cases, supervision's box_iou_batch and pycocotools' mask IoU as
+references."""
+
 import numpy as np
 import pytest
 
@@ -27,8 +29,11 @@ def test_mask_iou_against_pycocotools():
     mask_utils = pytest.importorskip("pycocotools.mask")
     rng = np.random.default_rng(1)
     a, b = rng.random((20, 15)) < 0.5, rng.random((20, 15)) < 0.3
-    ref = mask_utils.iou([mask_utils.encode(np.asfortranarray(a.astype(np.uint8)))],
-                         [mask_utils.encode(np.asfortranarray(b.astype(np.uint8)))], [0])[0, 0]
+    ref = mask_utils.iou(
+        [mask_utils.encode(np.asfortranarray(a.astype(np.uint8)))],
+        [mask_utils.encode(np.asfortranarray(b.astype(np.uint8)))],
+        [0],
+    )[0, 0]
     assert mask_iou(a, b) == pytest.approx(ref)
     assert mask_iou(mask_to_rle(a), mask_to_rle(b)) == pytest.approx(ref)  # artifacts' RLE read directly
     with pytest.raises(ValueError, match="different sizes"):

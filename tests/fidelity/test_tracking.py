@@ -1,4 +1,5 @@
 """HOTA / CLEAR-MOT through TrackEval on hand-worked sequences; mean track IoU."""
+
 import math
 
 import pytest
@@ -32,7 +33,12 @@ def test_localisation_and_misses_hand_worked():
     shifted = [10 / 3, 0, 10 + 10 / 3, 10]
     m = tracking_metrics(GT, {1: {0: shifted, 1: shifted}})
     # CLEAR at threshold 0.5: 2 TP, 2 FN -> MOTA 0.5, MOTP 0.5
-    assert m["CLR_TP"] == 2 and m["CLR_FN"] == 2 and m["MOTA"] == pytest.approx(0.5) and m["MOTP"] == pytest.approx(0.5)
+    assert (
+        m["CLR_TP"] == 2
+        and m["CLR_FN"] == 2
+        and m["MOTA"] == pytest.approx(0.5)
+        and m["MOTP"] == pytest.approx(0.5)
+    )
     # HOTA: matches exist for alpha <= 0.5 (alphas 0.05..0.50: 10 of 19); there DetA = 2/4, AssA = 2/(2+2+0)
     per_alpha = math.sqrt(0.5 * 0.5)
     assert m["HOTA"] == pytest.approx(per_alpha * 10 / 19, abs=1e-9)
@@ -40,6 +46,8 @@ def test_localisation_and_misses_hand_worked():
 
 def test_mean_track_iou():
     assert mean_track_iou(GT, {1: {t: BOX for t in range(4)}}) == 1.0
-    assert mean_track_iou(GT, {1: {0: BOX, 1: BOX}}) == pytest.approx(0.5)   # half the frames
-    assert mean_track_iou(GT, {1: {t: BOX for t in range(4)}, 2: {0: BOX}}) == pytest.approx(0.5)  # extra track
+    assert mean_track_iou(GT, {1: {0: BOX, 1: BOX}}) == pytest.approx(0.5)  # half the frames
+    assert mean_track_iou(GT, {1: {t: BOX for t in range(4)}, 2: {0: BOX}}) == pytest.approx(
+        0.5
+    )  # extra track
     assert mean_track_iou({}, {}) == 1.0 and mean_track_iou(GT, {}) == 0.0

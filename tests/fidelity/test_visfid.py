@@ -1,4 +1,5 @@
 """VisFid over decisive steps: per-tool scores against references, the mean, None when nothing is scored."""
+
 import numpy as np
 import pytest
 
@@ -23,10 +24,14 @@ def test_per_tool_scores_hand_worked():
     assert STEP_FIDELITY["SEG"](seg(_mask(0, 4), _mask(5, 8)), seg(_mask(0, 4))) == pytest.approx(0.5)
     assert STEP_FIDELITY["ZOOM"]({"box": [0, 0, 0.5, 0.5]}, {"box": [0, 0, 0.5, 1.0]}) == pytest.approx(0.5)
     assert STEP_FIDELITY["OCR"]({"text": "River!"}, {"text": "RIVER"}) == 1.0
-    assert STEP_FIDELITY["TEMP"]({"segments": [{"start": 0, "end": 4}]},
-                                 {"segments": [{"start": 0, "end": 9}]}) == 1.0
-    assert STEP_FIDELITY["PROP"]({"colour": "red", "shape": "circle", "size": "small"},
-                                 {"colour": "red", "shape": "square", "size": "small"}) == pytest.approx(2 / 3)
+    assert (
+        STEP_FIDELITY["TEMP"]({"segments": [{"start": 0, "end": 4}]}, {"segments": [{"start": 0, "end": 9}]})
+        == 1.0
+    )
+    assert STEP_FIDELITY["PROP"](
+        {"colour": "red", "shape": "circle", "size": "small"},
+        {"colour": "red", "shape": "square", "size": "small"},
+    ) == pytest.approx(2 / 3)
     trk = {"tracks": [{"id": 1, "frames": [0, 1], "boxes": [[0, 0, 1, 1], [0, 0, 1, 1]]}]}
     half = {"tracks": [{"id": 3, "frames": [0], "boxes": [[0, 0, 1, 1]]}]}
     assert STEP_FIDELITY["TRK"](half, trk) == pytest.approx(0.5)
@@ -39,9 +44,14 @@ def test_attribute_f1_counts_only_stated_attributes():
 
 def test_visfid_mean_over_steps_and_references():
     steps = [("ZOOM", {"box": [0, 0, 0.5, 0.5]}), ("READ", {"text": "tiger"}), ("PROP", {"colour": "red"})]
-    ref1 = [("CROP", {"box": [0, 0, 0.5, 1.0]}), ("ZOOM", {"box": [0, 0, 0.5, 0.5]}), ("OCR", {"text": "tiger"})]
+    ref1 = [
+        ("CROP", {"box": [0, 0, 0.5, 1.0]}),
+        ("ZOOM", {"box": [0, 0, 0.5, 0.5]}),
+        ("OCR", {"text": "tiger"}),
+    ]
     ref2 = [("OCR", {"text": "tigre"})]
-    # ZOOM: best step of ref1 = 1 (ref2 has none) -> 1; OCR: mean(1, 1 - 2/5) = 0.8; PROP: no reference -> skipped
+    # ZOOM: best step of ref1 = 1 (ref2 has none) -> 1; OCR: mean(1, 1 - 2/5) = 0.8;
+    # PROP: no reference -> skipped
     assert step_fidelity(steps[0], [ref1, ref2]) == 1.0
     assert step_fidelity(steps[1], [ref1, ref2]) == pytest.approx(0.8)
     assert step_fidelity(steps[2], [ref1, ref2]) is None
@@ -60,5 +70,6 @@ def test_visfid_of_tool_outputs_against_truth():
     assert visfid([("SEG", obs.artifact)], [[("SEG", truth)]]) >= 0.9
     wrong = tools.run_tool("SEG", {"query": "objects"}, image=task.image).artifact
     assert wrong["count"] > len(task.truth["masks"])  # every object, not only the asked colour
-    assert visfid([("SEG", wrong)], [[("SEG", truth)]]) == pytest.approx(len(task.truth["masks"]) / wrong["count"],
-                                                                        abs=0.05)
+    assert visfid([("SEG", wrong)], [[("SEG", truth)]]) == pytest.approx(
+        len(task.truth["masks"]) / wrong["count"], abs=0.05
+    )

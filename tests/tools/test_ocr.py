@@ -1,4 +1,5 @@
 """OCR on rendered words (PIL's default font; acceptance: ANLS >= 0.9), boxes and the READ alias."""
+
 import pytest
 
 from ttrl_lightning.data.scenes import SCENE_TASKS, make_scene

@@ -30,7 +30,8 @@ def test_json_tool_call_round_trip_and_refusals():
     assert text == '<tool_call>{"arguments":{"box":[0.1,0.2,0.5,0.6],"scale":2},"name":"ZOOM"}</tool_call>'
     assert parse_tool_call("  " + text + "\n") == ("ZOOM", {"box": [0.1, 0.2, 0.5, 0.6], "scale": 2})
     assert parse_tool_call('<tool_call>{"name": "OCR"}</tool_call>') == ("OCR", {})
-    for bad, why in [('{"name": "OCR"}', "not a tool call"), ("<tool_call>{name: OCR}</tool_call>", "not valid JSON"),
+    for bad, why in [('{"name": "OCR"}', "not a tool call"),
+                     ("<tool_call>{name: OCR}</tool_call>", "not valid JSON"),
                      ('<tool_call>["OCR"]</tool_call>', "string \"name\""),
                      ('<tool_call>{"name": 3}</tool_call>', "string \"name\""),
                      ('<tool_call>{"name": "OCR", "arguments": [1]}</tool_call>', "must be a JSON object"),

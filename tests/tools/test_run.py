@@ -1,4 +1,5 @@
 """run_tool / run_call / ToolSession / replay: the public entry, typed error observations, fuzzing, replay."""
+
 import json
 import random
 
@@ -44,7 +45,12 @@ def test_bad_calls_are_typed_error_observations(scene, clip):
     _error(run_tool("ZOOM", {"box": [0.1, 0.1, 0.5, 0.5], "scale": "2"}, image=img), "bad_arguments", "scale")
     _error(run_tool("ZOOM", {"box": [0.1, 0.1, 1.5, 0.5]}, image=img), "box_outside_image", "box")
     _error(run_tool("ZOOM", {"box": [0.3, 0.1, 0.3, 0.5]}, image=img), "empty_crop", "box")
-    _error(run_tool("TRK", {"query": "red", "frames": [0, 10]}, frames=frames), "frame_range", "[0, 10]", "10 frames")
+    _error(
+        run_tool("TRK", {"query": "red", "frames": [0, 10]}, frames=frames),
+        "frame_range",
+        "[0, 10]",
+        "10 frames",
+    )
     _error(run_tool("TEMP", {"query": "red", "window": [4, 99]}, frames=frames), "frame_range", "99")
     _error(run_tool("SEG", {"query": "red", "frame": 10}, frames=frames), "frame_range", "frame 10")
     _error(run_tool("TRK", {"query": "red"}, image=img), "no_input", "clip")
@@ -55,10 +61,17 @@ def test_bad_calls_are_typed_error_observations(scene, clip):
     _error(run_tool("TRK", {"box": [0.0, 0.0, 0.02, 0.02]}, frames=frames), "not_found", "IoU")
     _error(run_tool("READ", {}, image=img, disabled=["OCR"]), "disabled", "OCR")
     _error(run_call("SEG(red)", image=img), "bad_call", "not a tool call")
-    _error(run_call('<tool_call>{"name": "SEG", "arguments": "red"}</tool_call>', image=img), "bad_call", "object")
+    _error(
+        run_call('<tool_call>{"name": "SEG", "arguments": "red"}</tool_call>', image=img),
+        "bad_call",
+        "object",
+    )
     _error(run_call("<tool_call>" + "[" * 500 + "</tool_call>", image=img), "bad_call", "deeper")
-    _error(run_call('<tool_call>{"name": "SEG", "arguments": {"query": NaN}}</tool_call>', image=img),
-           "bad_arguments", "query")
+    _error(
+        run_call('<tool_call>{"name": "SEG", "arguments": {"query": NaN}}</tool_call>', image=img),
+        "bad_arguments",
+        "query",
+    )
 
 
 def test_caller_errors_still_raise():
@@ -78,15 +91,69 @@ def test_model_text_is_never_evaluated(scene, monkeypatch):
     calls = []
     monkeypatch.setattr("builtins.eval", lambda *a, **k: calls.append(a))
     monkeypatch.setattr("builtins.exec", lambda *a, **k: calls.append(a))
-    obs = run_call(format_tool_call("SEG", {"query": "__import__('os').system('true') red"}), image=scene.image)
+    obs = run_call(
+        format_tool_call("SEG", {"query": "__import__('os').system('true') red"}), image=scene.image
+    )
     assert obs.ok and not calls
 
 
-_FRAGMENTS = ["<tool_call>", "</tool_call>", "{", "}", "[", "]", '"name"', '"arguments"', ":", ",", '"SEG"', '"ZOOM"',
-              '"TRK"', '"OCR"', '"TEMP"', '"PROP"', '"query"', '"box"', '"frames"', '"frame"', '"view"', '"red"', "0.5",
-              "-1", "1e999", "NaN", "true", "null", '"\\u0000"', "2", "\\", '"', " "]
-_VALUES = [None, True, -1, 0, 3, 10**30, 0.5, 1.5, float("inf"), "", "red circle", "x" * 300, [0.1, 0.1, 0.5, 0.5],
-           [0, 0, 0, 0], [0.9, 0.9, 0.1, 0.1], [0, 1], [5, 2], [0, 999], {"a": 1}, [[0.1]]]
+_FRAGMENTS = [
+    "<tool_call>",
+    "</tool_call>",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"name"',
+    '"arguments"',
+    ":",
+    ",",
+    '"SEG"',
+    '"ZOOM"',
+    '"TRK"',
+    '"OCR"',
+    '"TEMP"',
+    '"PROP"',
+    '"query"',
+    '"box"',
+    '"frames"',
+    '"frame"',
+    '"view"',
+    '"red"',
+    "0.5",
+    "-1",
+    "1e999",
+    "NaN",
+    "true",
+    "null",
+    '"\\u0000"',
+    "2",
+    "\\",
+    '"',
+    " ",
+]
+_VALUES = [
+    None,
+    True,
+    -1,
+    0,
+    3,
+    10**30,
+    0.5,
+    1.5,
+    float("inf"),
+    "",
+    "red circle",
+    "x" * 300,
+    [0.1, 0.1, 0.5, 0.5],
+    [0, 0, 0, 0],
+    [0.9, 0.9, 0.1, 0.1],
+    [0, 1],
+    [5, 2],
+    [0, 999],
+    {"a": 1},
+    [[0.1]],
+]
 
 
 def test_fuzz_random_call_text_never_crashes(scene, clip, monkeypatch):
@@ -102,7 +169,11 @@ def test_fuzz_random_call_text_never_crashes(scene, clip, monkeypatch):
             try:
                 text = format_tool_call(rng.choice(names), args)
             except ValueError:  # NaN / infinity cannot be canonical JSON: write it raw instead
-                text = "<tool_call>" + json.dumps({"name": rng.choice(names), "arguments": args}) + "</tool_call>"
+                text = (
+                    "<tool_call>"
+                    + json.dumps({"name": rng.choice(names), "arguments": args})
+                    + "</tool_call>"
+                )
         session = ToolSession(image=scene.image, frames=clip.frames)
         obs = session.call(text)
         assert isinstance(obs, Observation)
@@ -112,10 +183,16 @@ def test_fuzz_random_call_text_never_crashes(scene, clip, monkeypatch):
 
 
 def test_replay_reproduces_every_artifact_byte_for_byte(scene, clip):
-    chain = [("SEG", {"query": "objects"}), ("PROP", {"box": [0.0, 0.0, 1.0, 1.0]}), ("ZOOM", {"box": [0.1, 0.1, 0.4, 0.4],
-             "scale": 2}), ("SEG", {"query": "objects", "view": 0}), ("OCR", {}),
-             ("TRK", {"query": "objects", "frames": [1, 8]}), ("TEMP", {"query": clip.labels[clip.segment[0]]}),
-             ("SEG", {"query": 7})]
+    chain = [
+        ("SEG", {"query": "objects"}),
+        ("PROP", {"box": [0.0, 0.0, 1.0, 1.0]}),
+        ("ZOOM", {"box": [0.1, 0.1, 0.4, 0.4], "scale": 2}),
+        ("SEG", {"query": "objects", "view": 0}),
+        ("OCR", {}),
+        ("TRK", {"query": "objects", "frames": [1, 8]}),
+        ("TEMP", {"query": clip.labels[clip.segment[0]]}),
+        ("SEG", {"query": 7}),
+    ]
     session = ToolSession(image=scene.image, frames=clip.frames)
     views = [session.run(name, args).view for name, args in chain]
     recorded = json.loads(json.dumps(session.steps))  # what a trajectory file holds
@@ -131,8 +208,9 @@ def test_replay_reproduces_every_artifact_byte_for_byte(scene, clip):
     assert replay(recorded, image=scene.image, frames=clip.frames) == [1]
 
 
-@pytest.mark.parametrize("module, name, args", [("cv2", "SEG", {"query": "red"}),
-                                                ("rapidocr_onnxruntime", "OCR", {})])
+@pytest.mark.parametrize(
+    "module, name, args", [("cv2", "SEG", {"query": "red"}), ("rapidocr_onnxruntime", "OCR", {})]
+)
 def test_missing_backend_names_the_extra(monkeypatch, scene, module, name, args):
     import sys
 
@@ -149,7 +227,9 @@ def test_importing_the_tools_loads_no_backend():
     import subprocess
     import sys
 
-    code = ("import sys, ttrl_lightning.tools, ttrl_lightning.fidelity, ttrl_lightning.data.scenes; "
-            "print([m for m in ('cv2', 'supervision', 'rapidocr_onnxruntime', 'trackeval') if m in sys.modules])")
+    code = (
+        "import sys, ttrl_lightning.tools, ttrl_lightning.fidelity, ttrl_lightning.data.scenes; "
+        "print([m for m in ('cv2', 'supervision', 'rapidocr_onnxruntime', 'trackeval') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

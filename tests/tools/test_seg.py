@@ -1,5 +1,5 @@
 """SEG and PROP on generated scenes with known truth (acceptance: SEG IoU >= 0.9)."""
-import numpy as np
+
 import pytest
 
 from ttrl_lightning.data.scenes import make_scene
@@ -37,9 +37,14 @@ def test_seg_masks_match_on_many_scenes():
 
 
 def test_seg_query_filters_by_colour_shape_and_region():
-    scene = make_scene(0, 0, objects=[("circle", "red", "medium"), ("square", "red", "medium"),
-                                      ("circle", "blue", "large")])
-    labels = lambda q, **kw: [o["label"] for o in run_tool("SEG", {"query": q, **kw}, image=scene.image).artifact["objects"]]  # noqa: E731
+    scene = make_scene(
+        0, 0, objects=[("circle", "red", "medium"), ("square", "red", "medium"), ("circle", "blue", "large")]
+    )
+
+    def labels(q, **kw):
+        objects = run_tool("SEG", {"query": q, **kw}, image=scene.image).artifact["objects"]
+        return [o["label"] for o in objects]
+
     assert sorted(labels("red objects")) == ["red circle", "red square"]
     assert sorted(labels("circles")) == ["blue circle", "red circle"]
     assert labels("red circle") == ["red circle"]

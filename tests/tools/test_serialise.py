@@ -1,8 +1,17 @@
-"""Artifact serialisation: canonical JSON, 1e-2 coordinates, COCO uncompressed RLE (checked with pycocotools)."""
+"""Artifact serialisation: canonical JSON, 1e-2 coordinates, COCO uncompressed RLE (checked with
+pycocotools)."""
+
 import numpy as np
 import pytest
 
-from ttrl_lightning.tools.serialise import box_to_norm, box_to_pixels, canonical_json, mask_to_rle, norm, rle_to_mask
+from ttrl_lightning.tools.serialise import (
+    box_to_norm,
+    box_to_pixels,
+    canonical_json,
+    mask_to_rle,
+    norm,
+    rle_to_mask,
+)
 
 
 def test_norm_and_boxes():

@@ -1,4 +1,5 @@
 """TEMP finds planted segments (acceptance: tIoU >= 0.5); proposal scoring and NMS hand-worked."""
+
 import numpy as np
 import pytest
 
@@ -49,8 +50,11 @@ def test_frame_iou_agrees_with_the_fidelity_metric():
 def test_temp_window_and_top_k():
     clip = make_clip(0, 0)
     tid, start, end = clip.segment
-    obs = run_tool("TEMP", {"query": clip.labels[tid], "window": [start, len(clip.frames) - 1], "top_k": 2},
-                   frames=clip.frames)
+    obs = run_tool(
+        "TEMP",
+        {"query": clip.labels[tid], "window": [start, len(clip.frames) - 1], "top_k": 2},
+        frames=clip.frames,
+    )
     assert obs.artifact["window"] == [start, len(clip.frames) - 1]
     assert obs.artifact["segments"][0]["start"] == start and obs.artifact["segments"][0]["end"] == end
     assert run_tool("TEMP", {"query": "pink zebra"}, frames=clip.frames).artifact["segments"] == []

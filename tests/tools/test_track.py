@@ -1,4 +1,5 @@
 """TRK on generated clips: HOTA that TrackEval reports, initial-box selection, frame ranges."""
+
 import pytest
 
 from ttrl_lightning.data.scenes import make_clip
@@ -42,7 +43,9 @@ def test_trk_from_initial_box_follows_that_object():
     clip = make_clip(4, 0, n_frames=12)
     h, w = clip.frames[0].shape[:2]
     tid = 2
-    obs = run_tool("TRK", {"box": box_to_norm(clip.tracks[tid][3], w, h), "frames": [3, 9]}, frames=clip.frames)
+    obs = run_tool(
+        "TRK", {"box": box_to_norm(clip.tracks[tid][3], w, h), "frames": [3, 9]}, frames=clip.frames
+    )
     (track,) = obs.artifact["tracks"]
     assert track["id"] == 1 and track["label"] == clip.labels[tid] and track["frames"] == list(range(3, 10))
     truth = {1: {t: box_to_norm(clip.tracks[tid][t], w, h) for t in range(3, 10)}}

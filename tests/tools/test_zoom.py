@@ -1,4 +1,5 @@
 """ZOOM: Pixel Reasoner padding (0.1 of the image), 28 px minimum side, nearest-neighbour scale."""
+
 import numpy as np
 import pytest
 

@@ -26,6 +26,7 @@ downloaded) from a ``random.Random`` seeded with ``seed * 1_000_003 + index`` (t
 
 Boxes are pixel boxes ``(x0, y0, x1, y1)`` with ``x1, y1`` exclusive (the tools' artifacts normalise them).
 """
+
 from __future__ import annotations
 
 import random
@@ -39,8 +40,28 @@ from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.palette import BACKGROUND, COLOURS, SHAPES, TEXT_COLOUR, size_name
 
 #: words drawn in scenes (upper case, distinct, easy to tell apart)
-WORDS = ("APPLE", "RIVER", "TIGER", "CLOUD", "HOUSE", "LEMON", "PIANO", "ROBOT", "STONE", "WATER", "MONKEY",
-         "GARDEN", "PLANET", "ORANGE", "YELLOW", "SILVER", "CASTLE", "DRAGON", "FOREST", "WINDOW")
+WORDS = (
+    "APPLE",
+    "RIVER",
+    "TIGER",
+    "CLOUD",
+    "HOUSE",
+    "LEMON",
+    "PIANO",
+    "ROBOT",
+    "STONE",
+    "WATER",
+    "MONKEY",
+    "GARDEN",
+    "PLANET",
+    "ORANGE",
+    "YELLOW",
+    "SILVER",
+    "CASTLE",
+    "DRAGON",
+    "FOREST",
+    "WINDOW",
+)
 #: object half-sizes in pixels per size class (the truth ``size`` is recomputed from the mask's area)
 RADII = {"small": (7, 9), "medium": (13, 17), "large": (24, 30)}
 #: font size of normal and tiny words
@@ -57,7 +78,8 @@ def scene_rng(seed: int, index: int) -> random.Random:
 
 @dataclass(frozen=True)
 class SceneObject:
-    """A drawn shape: ``shape``, ``colour``, ``size`` (bucket of its area), pixel ``box`` and ``mask [H, W]``."""
+    """A drawn shape: ``shape``, ``colour``, ``size`` (bucket of its area), pixel ``box`` and
+    ``mask [H, W]``."""
 
     shape: str
     colour: str
@@ -122,18 +144,33 @@ def _box_of(mask: np.ndarray) -> tuple[int, int, int, int]:
 
 
 def _free(box: tuple[int, int, int, int], taken: list[tuple[int, int, int, int]]) -> bool:
-    return all(box[2] + MARGIN <= t[0] or t[2] + MARGIN <= box[0] or box[3] + MARGIN <= t[1]
-               or t[3] + MARGIN <= box[1] for t in taken)
+    return all(
+        box[2] + MARGIN <= t[0]
+        or t[2] + MARGIN <= box[0]
+        or box[3] + MARGIN <= t[1]
+        or t[3] + MARGIN <= box[1]
+        for t in taken
+    )
 
 
 def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
     return ImageFont.load_default(size=size)
 
 
-def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_objects: tuple[int, int] = (2, 5),
-               n_words: int = 1, tiny_word: bool = False, objects: list[tuple[str, str, str]] | None = None) -> Scene:
+def make_scene(
+    seed: int,
+    index: int,
+    *,
+    width: int = 224,
+    height: int = 224,
+    n_objects: tuple[int, int] = (2, 5),
+    n_words: int = 1,
+    tiny_word: bool = False,
+    objects: list[tuple[str, str, str]] | None = None,
+) -> Scene:
     """Draw scene ``index`` of ``seed``: ``n_objects`` (a range, inclusive) random shapes, or the given
-    ``objects`` ``[(shape, colour, size class), ...]``, then ``n_words`` words (one tiny when ``tiny_word``)."""
+    ``objects`` ``[(shape, colour, size class), ...]``, then ``n_words`` words (one tiny
+    when ``tiny_word``)."""
     rng = scene_rng(seed, index)
     img = Image.new("RGB", (width, height), BACKGROUND)
     draw = ImageDraw.Draw(img)
@@ -143,11 +180,11 @@ def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_
     for size in sizes:  # words first: they need the most room
         text = rng.choice([w for w in WORDS if w not in {x.text for x in words}])
         font = _font(size)
-        l, t, r, b = draw.textbbox((0, 0), text, font=font)
+        left, top, right, bottom = draw.textbbox((0, 0), text, font=font)
         for _ in range(200):
-            x = rng.randint(MARGIN - l, width - MARGIN - r)
-            y = rng.randint(MARGIN - t, height - MARGIN - b)
-            box = (x + l, y + t, x + r, y + b)
+            x = rng.randint(MARGIN - left, width - MARGIN - right)
+            y = rng.randint(MARGIN - top, height - MARGIN - bottom)
+            box = (x + left, y + top, x + right, y + bottom)
             if _free(box, taken):
                 break
         else:
@@ -157,8 +194,10 @@ def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_
         words.append(SceneWord(text, box, size))
     if objects is None:
         count = rng.randint(*n_objects)
-        objects = [(rng.choice(sorted(SHAPES)), rng.choice(sorted(COLOURS)), rng.choice(sorted(RADII)))
-                   for _ in range(count)]
+        objects = [
+            (rng.choice(sorted(SHAPES)), rng.choice(sorted(COLOURS)), rng.choice(sorted(RADII)))
+            for _ in range(count)
+        ]
         shrink = True  # random objects that find no room are drawn one size class smaller
     else:
         shrink = False
@@ -166,7 +205,7 @@ def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_
     classes = list(RADII)
     for shape, colour, size_class in objects:
         placed = False
-        for cls in (classes[:classes.index(size_class) + 1][::-1] if shrink else [size_class]):
+        for cls in classes[: classes.index(size_class) + 1][::-1] if shrink else [size_class]:
             r = rng.randint(*RADII[cls])
             for _ in range(300):
                 cx = rng.randint(r + MARGIN, width - r - MARGIN - 1)
@@ -179,15 +218,26 @@ def make_scene(seed: int, index: int, *, width: int = 224, height: int = 224, n_
             if placed:
                 break
         if not placed:
-            raise ValueError(f"scene {index}: no room for a {size_class} {colour} {shape} in {width}x{height}")
+            raise ValueError(
+                f"scene {index}: no room for a {size_class} {colour} {shape} in {width}x{height}"
+            )
         _draw_shape(draw, shape, cx, cy, r, COLOURS[colour])
         taken.append(box)
         drawn.append(SceneObject(shape, colour, size_name(mask.sum() / (width * height)), box, mask))
     return Scene(np.asarray(img, dtype=np.uint8).copy(), tuple(drawn), tuple(words))
 
 
-def make_clip(seed: int, index: int, *, n_frames: int = 24, width: int = 128, height: int = 128,
-              n_objects: int = 3, radius: tuple[int, int] = (8, 12), min_segment: int = 5) -> Clip:
+def make_clip(
+    seed: int,
+    index: int,
+    *,
+    n_frames: int = 24,
+    width: int = 128,
+    height: int = 128,
+    n_objects: int = 3,
+    radius: tuple[int, int] = (8, 12),
+    min_segment: int = 5,
+) -> Clip:
     """Draw clip ``index`` of ``seed``: ``n_objects`` distinct (colour, shape) objects, each in its own
     horizontal lane moving at a constant speed and bouncing off the sides; the last object is visible only
     during a planted segment of at least ``min_segment`` frames that is not the whole clip."""
@@ -228,6 +278,7 @@ def make_clip(seed: int, index: int, *, n_frames: int = 24, width: int = 128, he
 
 # --- tasks ------------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class SceneTask:
     """A question with its ``answer``, the ``tool`` family it needs, the reference ``chain`` of tool calls
@@ -249,7 +300,12 @@ SCENE_TASKS: Registry[Callable[[int, int], SceneTask]] = Registry("scene task")
 
 
 def _norm_box(box: tuple[int, int, int, int], width: int, height: int) -> list[float]:
-    return [round(box[0] / width, 2), round(box[1] / height, 2), round(box[2] / width, 2), round(box[3] / height, 2)]
+    return [
+        round(box[0] / width, 2),
+        round(box[1] / height, 2),
+        round(box[2] / width, 2),
+        round(box[3] / height, 2),
+    ]
 
 
 @SCENE_TASKS.register("count")
@@ -257,9 +313,15 @@ def count_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(3, 6))
     colour = scene_rng(seed, index + 7_919).choice(sorted({o.colour for o in scene.objects}))
     hits = [o for o in scene.objects if o.colour == colour]
-    return SceneTask("count", "SEG", f"How many {colour} objects are there?", str(len(hits)),
-                     (("SEG", {"query": f"{colour} objects"}),), image=scene.image,
-                     truth={"masks": [o.mask for o in hits], "boxes": [o.box for o in hits]})
+    return SceneTask(
+        "count",
+        "SEG",
+        f"How many {colour} objects are there?",
+        str(len(hits)),
+        (("SEG", {"query": f"{colour} objects"}),),
+        image=scene.image,
+        truth={"masks": [o.mask for o in hits], "boxes": [o.box for o in hits]},
+    )
 
 
 def _unique(scene: Scene, attr: str) -> list[SceneObject]:
@@ -278,28 +340,51 @@ def _retry(make: Callable[[int], Scene], pick: Callable[[Scene], list[SceneObjec
 
 @SCENE_TASKS.register("colour")
 def colour_task(seed: int, index: int) -> SceneTask:
-    scene, choices = _retry(lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "shape"), index)
+    scene, choices = _retry(
+        lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "shape"), index
+    )
     obj = choices[0]
-    return SceneTask("colour", "PROP", f"What colour is the {obj.shape}?", obj.colour,
-                     (("PROP", {"query": obj.shape}),), image=scene.image,
-                     truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box})
+    return SceneTask(
+        "colour",
+        "PROP",
+        f"What colour is the {obj.shape}?",
+        obj.colour,
+        (("PROP", {"query": obj.shape}),),
+        image=scene.image,
+        truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box},
+    )
 
 
 @SCENE_TASKS.register("shape")
 def shape_task(seed: int, index: int) -> SceneTask:
-    scene, choices = _retry(lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "colour"), index)
+    scene, choices = _retry(
+        lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "colour"), index
+    )
     obj = choices[0]
-    return SceneTask("shape", "PROP", f"What shape is the {obj.colour} object?", obj.shape,
-                     (("PROP", {"query": obj.colour}),), image=scene.image,
-                     truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box})
+    return SceneTask(
+        "shape",
+        "PROP",
+        f"What shape is the {obj.colour} object?",
+        obj.shape,
+        (("PROP", {"query": obj.colour}),),
+        image=scene.image,
+        truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box},
+    )
 
 
 @SCENE_TASKS.register("read")
 def read_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(1, 3), n_words=1)
     word = scene.words[0]
-    return SceneTask("read", "OCR", "What word is written in the image?", word.text, (("OCR", {}),),
-                     image=scene.image, truth={"text": word.text, "box": word.box})
+    return SceneTask(
+        "read",
+        "OCR",
+        "What word is written in the image?",
+        word.text,
+        (("OCR", {}),),
+        image=scene.image,
+        truth={"text": word.text, "box": word.box},
+    )
 
 
 @SCENE_TASKS.register("read_small")
@@ -307,9 +392,15 @@ def read_small_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(1, 3), n_words=0, tiny_word=True)
     word = scene.words[0]
     h, w = scene.image.shape[:2]
-    return SceneTask("read_small", "ZOOM", "What is the small word?", word.text,
-                     (("ZOOM", {"box": _norm_box(word.box, w, h), "scale": 2}), ("OCR", {"view": 0})),
-                     image=scene.image, truth={"text": word.text, "box": word.box})
+    return SceneTask(
+        "read_small",
+        "ZOOM",
+        "What is the small word?",
+        word.text,
+        (("ZOOM", {"box": _norm_box(word.box, w, h), "scale": 2}), ("OCR", {"view": 0})),
+        image=scene.image,
+        truth={"text": word.text, "box": word.box},
+    )
 
 
 @SCENE_TASKS.register("direction")
@@ -317,24 +408,37 @@ def direction_task(seed: int, index: int) -> SceneTask:
     for attempt in range(50):  # draw again until the object's first and last positions differ
         clip = make_clip(seed, index * 64 + attempt, n_frames=12)
         tid = scene_rng(seed, index * 64 + attempt + 7_919).choice(
-            sorted(t for t in clip.tracks if t != clip.segment[0]))
+            sorted(t for t in clip.tracks if t != clip.segment[0])
+        )
         boxes = clip.tracks[tid]
         first, last = boxes[min(boxes)], boxes[max(boxes)]
         if last[0] != first[0]:
             break
     answer = "right" if last[0] > first[0] else "left"
-    return SceneTask("direction", "TRK", f"Between the first and the last frame, does the {clip.labels[tid]} "
-                     f"end up further left or right?", answer, (("TRK", {"query": clip.labels[tid]}),),
-                     frames=clip.frames, truth={"tracks": {tid: boxes}})
+    return SceneTask(
+        "direction",
+        "TRK",
+        f"Between the first and the last frame, does the {clip.labels[tid]} end up further left or right?",
+        answer,
+        (("TRK", {"query": clip.labels[tid]}),),
+        frames=clip.frames,
+        truth={"tracks": {tid: boxes}},
+    )
 
 
 @SCENE_TASKS.register("when")
 def when_task(seed: int, index: int) -> SceneTask:
     clip = make_clip(seed, index)
     tid, start, end = clip.segment
-    return SceneTask("when", "TEMP", f"In which frames is the {clip.labels[tid]} visible?", f"{start}-{end}",
-                     (("TEMP", {"query": clip.labels[tid]}),), frames=clip.frames,
-                     truth={"segment": (start, end)})
+    return SceneTask(
+        "when",
+        "TEMP",
+        f"In which frames is the {clip.labels[tid]} visible?",
+        f"{start}-{end}",
+        (("TEMP", {"query": clip.labels[tid]}),),
+        frames=clip.frames,
+        truth={"segment": (start, end)},
+    )
 
 
 def make_tasks(seed: int, n: int, kinds: list[str] | None = None) -> list[SceneTask]:

@@ -7,6 +7,7 @@
 * ``attributes``: property F1 (``attribute_f1``);
 * ``visfid``: per-step scores and the trajectory's VisFid (``STEP_FIDELITY``, ``step_fidelity``, ``visfid``).
 """
+
 from ttrl_lightning.fidelity.anls import anls, anls_score, levenshtein, normalise_text
 from ttrl_lightning.fidelity.attributes import attribute_f1
 from ttrl_lightning.fidelity.iou import box_iou, box_iou_matrix, greedy_match, mask_iou
@@ -14,6 +15,23 @@ from ttrl_lightning.fidelity.temporal import frame_segment_iou, segment_f1, temp
 from ttrl_lightning.fidelity.tracking import hota, mean_track_iou, tracking_metrics
 from ttrl_lightning.fidelity.visfid import STEP_FIDELITY, step_fidelity, visfid
 
-__all__ = ["STEP_FIDELITY", "anls", "anls_score", "attribute_f1", "box_iou", "box_iou_matrix", "frame_segment_iou",
-           "greedy_match", "hota", "levenshtein", "mask_iou", "mean_track_iou", "normalise_text", "segment_f1",
-           "step_fidelity", "temporal_iou", "tracking_metrics", "visfid"]
+__all__ = [
+    "STEP_FIDELITY",
+    "anls",
+    "anls_score",
+    "attribute_f1",
+    "box_iou",
+    "box_iou_matrix",
+    "frame_segment_iou",
+    "greedy_match",
+    "hota",
+    "levenshtein",
+    "mask_iou",
+    "mean_track_iou",
+    "normalise_text",
+    "segment_f1",
+    "step_fidelity",
+    "temporal_iou",
+    "tracking_metrics",
+    "visfid",
+]

@@ -9,6 +9,7 @@ and ANLS is the mean of ``s`` over questions. Strings are compared after :func:`
 lower case, whitespace collapsed; the official scorer lower-cases and strips); Pixelis' OCR audit also strips
 punctuation (``strip_punctuation=True``).
 """
+
 from __future__ import annotations
 
 import string
@@ -41,8 +42,9 @@ def levenshtein(a: str, b: str) -> int:
     return prev[-1]
 
 
-def anls_score(prediction: str, references: Sequence[str] | str, *, tau: float = TAU,
-               strip_punctuation: bool = False) -> float:
+def anls_score(
+    prediction: str, references: Sequence[str] | str, *, tau: float = TAU, strip_punctuation: bool = False
+) -> float:
     """``s(p)`` of one question (see the module docstring); two empty strings score 1."""
     refs = [references] if isinstance(references, str) else list(references)
     if not refs:
@@ -57,11 +59,20 @@ def anls_score(prediction: str, references: Sequence[str] | str, *, tau: float =
     return best
 
 
-def anls(predictions: Sequence[str], references: Sequence[Sequence[str] | str], *, tau: float = TAU,
-         strip_punctuation: bool = False) -> float:
+def anls(
+    predictions: Sequence[str],
+    references: Sequence[Sequence[str] | str],
+    *,
+    tau: float = TAU,
+    strip_punctuation: bool = False,
+) -> float:
     """Mean :func:`anls_score` over questions (``references[i]`` the answers of question ``i``)."""
     if len(predictions) != len(references) or not predictions:
-        raise ValueError(f"ANLS needs one reference list per prediction; got {len(predictions)} predictions "
-                         f"and {len(references)} reference lists")
-    return sum(anls_score(p, r, tau=tau, strip_punctuation=strip_punctuation)
-               for p, r in zip(predictions, references)) / len(predictions)
+        raise ValueError(
+            f"ANLS needs one reference list per prediction; got {len(predictions)} predictions "
+            f"and {len(references)} reference lists"
+        )
+    return sum(
+        anls_score(p, r, tau=tau, strip_punctuation=strip_punctuation)
+        for p, r in zip(predictions, references)
+    ) / len(predictions)

@@ -4,6 +4,7 @@
 consistent unit: pixels or normalised), masks ``[H, W]`` boolean arrays or the RLE dicts of tool artifacts.
 An empty union (two empty masks, two degenerate boxes) gives 0.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -54,8 +55,10 @@ def greedy_match(scores: np.ndarray, threshold: float = 0.0) -> list[tuple[int, 
     """One-to-one matching of rows and columns of ``scores [N, M]`` by descending score (ties: lower row,
     then lower column), keeping pairs with score > ``threshold``: ``[(row, col, score), ...]``."""
     scores = np.asarray(scores, dtype=np.float64)
-    pairs = sorted(((float(scores[i, j]), i, j) for i in range(scores.shape[0]) for j in range(scores.shape[1])),
-                   key=lambda p: (-p[0], p[1], p[2]))
+    pairs = sorted(
+        ((float(scores[i, j]), i, j) for i in range(scores.shape[0]) for j in range(scores.shape[1])),
+        key=lambda p: (-p[0], p[1], p[2]),
+    )
     used_r, used_c, out = set(), set(), []
     for s, i, j in pairs:
         if s > threshold and i not in used_r and j not in used_c:

@@ -7,6 +7,7 @@ the intervals ``[a, b + 1]``: :func:`frame_segment_iou`.
 :func:`segment_f1`: predicted and reference segments matched one to one by descending tIoU, a match counting
 when tIoU >= ``threshold`` (0.5, the TEMP pass threshold of Pixelis' audit); ``F1 = 2PR / (P + R)``.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -28,9 +29,15 @@ def frame_segment_iou(a: Sequence[int], b: Sequence[int]) -> float:
     return temporal_iou((a[0], a[1] + 1), (b[0], b[1] + 1))
 
 
-def segment_f1(predicted: Sequence[Sequence[int]], reference: Sequence[Sequence[int]], *,
-               threshold: float = 0.5, frames: bool = True) -> float:
-    """F1 of predicted vs reference segments at tIoU >= ``threshold`` (inclusive frames unless ``frames=False``).
+def segment_f1(
+    predicted: Sequence[Sequence[int]],
+    reference: Sequence[Sequence[int]],
+    *,
+    threshold: float = 0.5,
+    frames: bool = True,
+) -> float:
+    """F1 of predicted vs reference segments at tIoU >= ``threshold`` (inclusive frames unless
+    ``frames=False``).
     No segment on either side scores 1; on one side only, 0."""
     if not predicted and not reference:
         return 1.0

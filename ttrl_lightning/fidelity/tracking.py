@@ -7,6 +7,7 @@ Tracks are ``{track id: {frame: [x0, y0, x1, y1]}}`` for the truth and the predi
 frame indices, boxes in one unit). :func:`tracking_metrics` returns HOTA, DetA, AssA, LocA (means over alpha),
 MOTA, MOTP, IDSW, IDF1 and the counts; TrackEval imports lazily (the ``tools`` extra).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,12 @@ def sequence_data(truth: Tracks, predicted: Tracks) -> dict[str, Any]:
     """The per-sequence dict TrackEval's metrics read: ids renumbered 0.. per side (sorted by first frame,
     then id), per-frame id arrays and IoU similarity matrices ``[n_gt_t, n_pred_t]``."""
     frames = sorted({int(t) for tr in (truth, predicted) for boxes in tr.values() for t in boxes})
-    out: dict[str, Any] = {"num_timesteps": len(frames), "gt_ids": [], "tracker_ids": [], "similarity_scores": []}
+    out: dict[str, Any] = {
+        "num_timesteps": len(frames),
+        "gt_ids": [],
+        "tracker_ids": [],
+        "similarity_scores": [],
+    }
 
     def index(tracks: Tracks) -> dict[Hashable, int]:
         order = sorted(tracks, key=lambda k: (min(tracks[k]) if tracks[k] else 0, str(k)))
@@ -44,8 +50,9 @@ def sequence_data(truth: Tracks, predicted: Tracks) -> dict[str, Any]:
         p = [(pr_index[k], predicted[k][t]) for k in pr_index if t in predicted[k]]
         out["gt_ids"].append(np.array([i for i, _ in g], dtype=int))
         out["tracker_ids"].append(np.array([i for i, _ in p], dtype=int))
-        out["similarity_scores"].append(box_iou_matrix([b for _, b in g], [b for _, b in p])
-                                        if g and p else np.zeros((len(g), len(p))))
+        out["similarity_scores"].append(
+            box_iou_matrix([b for _, b in g], [b for _, b in p]) if g and p else np.zeros((len(g), len(p)))
+        )
     out["num_gt_ids"], out["num_tracker_ids"] = len(gt_index), len(pr_index)
     out["num_gt_dets"] = sum(len(x) for x in out["gt_ids"])
     out["num_tracker_dets"] = sum(len(x) for x in out["tracker_ids"])

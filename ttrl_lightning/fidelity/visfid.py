@@ -23,6 +23,7 @@ Our reading, where the text is vague:
 The paper's retrieval section also calls "VisFid" the share of retrieved exemplars whose evidence matches
 the query footprint; that retrieval-side quantity belongs with the exemplar index, not here.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -84,8 +85,14 @@ def prop_fidelity(pred: Artifact, ref: Artifact) -> float:
 
 #: tool name -> ``(artifact, reference artifact) -> score in [0, 1]``
 STEP_FIDELITY: Registry[Callable[[Artifact, Artifact], float]] = Registry("step fidelity")
-for _name, _fn in (("SEG", seg_fidelity), ("ZOOM", zoom_fidelity), ("TRK", trk_fidelity), ("OCR", ocr_fidelity),
-                   ("TEMP", temp_fidelity), ("PROP", prop_fidelity)):
+for _name, _fn in (
+    ("SEG", seg_fidelity),
+    ("ZOOM", zoom_fidelity),
+    ("TRK", trk_fidelity),
+    ("OCR", ocr_fidelity),
+    ("TEMP", temp_fidelity),
+    ("PROP", prop_fidelity),
+):
     STEP_FIDELITY.register(_name, _fn)
 #: Pixelis' other names of the same tools
 STEP_ALIASES = {"CROP": "ZOOM", "READ": "OCR"}
@@ -96,7 +103,8 @@ def _tool(name: str) -> str:
 
 
 def step_fidelity(step: Step, references: Iterable[Sequence[Step]]) -> float | None:
-    """Score of one decisive ``step`` against reference trajectories (None when no reference calls its tool)."""
+    """Score of one decisive ``step`` against reference trajectories (None when no reference
+    calls its tool)."""
     tool = _tool(step[0])
     if tool not in STEP_FIDELITY:
         return None

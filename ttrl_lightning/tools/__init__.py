@@ -5,6 +5,7 @@ returns an :class:`Observation` ``(ok, artifact, error, text)``. The tools: SEG,
 (alias READ), TEMP, PROP (see docs/tools.md). Their backends (OpenCV, PP-OCR, ByteTrack) import lazily from
 the ``tools`` extra.
 """
+
 from ttrl_lightning.tools import ocr, prop, seg, temporal, track, zoom  # noqa: F401  (registers the tools)
 from ttrl_lightning.tools.arguments import Arg, check_arguments
 from ttrl_lightning.tools.base import ALIASES, TOOLS, Tool, ToolContext
@@ -28,8 +29,33 @@ from ttrl_lightning.tools.protocol import (
 )
 from ttrl_lightning.tools.run import ToolSession, replay, run_call, run_tool
 
-__all__ = ["ALIASES", "Arg", "CALL_END", "CALL_START", "ERROR_CODES", "HIDDEN_OBSERVATION_TOKEN",
-           "OBSERVATION_END", "OBSERVATION_START", "Observation", "TOOLS", "TOOL_CALL_END", "TOOL_CALL_START",
-           "TOOL_TOKENS", "Tool", "ToolCall", "ToolContext", "ToolError", "ToolSession", "check_arguments", "format_call",
-           "format_observation", "format_tool_call", "parse_call", "parse_tool_call", "replay", "run_call",
-           "run_tool", "split_observation"]
+__all__ = [
+    "ALIASES",
+    "Arg",
+    "CALL_END",
+    "CALL_START",
+    "ERROR_CODES",
+    "HIDDEN_OBSERVATION_TOKEN",
+    "OBSERVATION_END",
+    "OBSERVATION_START",
+    "Observation",
+    "TOOLS",
+    "TOOL_CALL_END",
+    "TOOL_CALL_START",
+    "TOOL_TOKENS",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolError",
+    "ToolSession",
+    "check_arguments",
+    "format_call",
+    "format_observation",
+    "format_tool_call",
+    "parse_call",
+    "parse_tool_call",
+    "replay",
+    "run_call",
+    "run_tool",
+    "split_observation",
+]

@@ -7,6 +7,7 @@ converted values or raises :class:`~ttrl_lightning.tools.observation.ToolError` 
 * ``box_outside_image``: a box coordinate outside [0, 1] (boxes are ``[x0, y0, x1, y1]`` normalised);
 * ``empty_crop``: a box with ``x1 <= x0`` or ``y1 <= y0``.
 """
+
 from __future__ import annotations
 
 import math
@@ -53,7 +54,9 @@ def _as_text(name: str, value: Any) -> str:
 
 def _as_range(name: str, value: Any) -> tuple[int, int]:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
-        raise ToolError("bad_arguments", f"{name} must be a list [start, end] of frame indices, got {value!r}")
+        raise ToolError(
+            "bad_arguments", f"{name} must be a list [start, end] of frame indices, got {value!r}"
+        )
     start, end = (_integer(f"{name}[{i}]", v) for i, v in enumerate(value))
     if start < 0 or end < start:
         raise ToolError("frame_range", f"{name} [{start}, {end}] needs 0 <= start <= end")
@@ -95,13 +98,16 @@ class Arg:
 
 
 def check_arguments(specs: tuple[Arg, ...], args: Any) -> dict[str, Any]:
-    """Validate ``args`` (a dict from parsed JSON) against ``specs``; absent optional ones get their default."""
+    """Validate ``args`` (a dict from parsed JSON) against ``specs``; absent optional ones get their
+    default."""
     if not isinstance(args, dict):
         raise ToolError("bad_arguments", f"arguments must be a JSON object, got {type(args).__name__}")
     known = {s.name for s in specs}
     unknown = sorted(str(k) for k in args if k not in known)
     if unknown:
-        raise ToolError("bad_arguments", f"unknown argument(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        raise ToolError(
+            "bad_arguments", f"unknown argument(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     out: dict[str, Any] = {}
     for spec in specs:
         if spec.name not in args or args[spec.name] is None:

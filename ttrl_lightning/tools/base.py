@@ -7,6 +7,7 @@ by :mod:`~ttrl_lightning.tools.serialise`); a bad call raises
 into a typed error observation. Tools register themselves in :data:`TOOLS` by their Pixelis name (SEG, ZOOM,
 TRK, OCR, TEMP, PROP); the aliases CROP and READ resolve through :data:`ALIASES`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,7 +34,8 @@ def require(module: str, package: str):
 
 
 def as_rgb(image: Any, what: str = "image") -> np.ndarray:
-    """A PIL image or an ``[H, W, 3]`` uint8 array -> a C-contiguous ``[H, W, 3]`` uint8 array (read-only view)."""
+    """A PIL image or an ``[H, W, 3]`` uint8 array -> a C-contiguous ``[H, W, 3]`` uint8 array
+    (read-only view)."""
     if hasattr(image, "convert") and hasattr(image, "size"):
         image = np.asarray(image.convert("RGB"))
     arr = np.asarray(image)
@@ -85,7 +87,8 @@ class ToolContext:
         raise ToolError("no_input", "this tool reads an image and the call has none")
 
     def clip_range(self, frames: tuple[int, int] | None) -> tuple[int, int]:
-        """The inclusive frame range ``[start, end]`` of a clip tool (the whole clip when ``frames`` is None)."""
+        """The inclusive frame range ``[start, end]`` of a clip tool (the whole clip when
+        ``frames`` is None)."""
         if not self.frames:
             raise ToolError("no_input", "this tool reads a clip and the call has no frames")
         n = len(self.frames)

@@ -4,6 +4,7 @@ A tool never raises out of the rollout for a bad call (Pixelis 3.2: typed, repla
 ``ok`` with a JSON ``artifact``, or not ``ok`` with an ``error`` code from :data:`ERROR_CODES` and a message;
 ``text`` is what the model is shown, the canonical JSON of the artifact or of ``{"error", "message"}``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,7 +29,8 @@ ERROR_CODES: dict[str, str] = {
 
 
 class ToolError(Exception):
-    """Raised inside a tool for a bad call; :func:`~ttrl_lightning.tools.run_tool` turns it into an observation."""
+    """Raised inside a tool for a bad call; :func:`~ttrl_lightning.tools.run_tool` turns it into an
+    observation."""
 
     def __init__(self, code: str, message: str):
         if code not in ERROR_CODES:

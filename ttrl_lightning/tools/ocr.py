@@ -9,6 +9,7 @@ bottom by line, then left to right) and ``text`` joins them with single spaces.
 The backend is PP-OCR (DB detection, CRNN recognition) whose ONNX models ship inside the
 ``rapidocr-onnxruntime`` wheel: no download at run time. It is loaded once per process.
 """
+
 from __future__ import annotations
 
 import functools
@@ -35,7 +36,9 @@ def engine():
 def read_text(image: np.ndarray) -> list[tuple[tuple[float, float, float, float], str, float]]:
     """Run PP-OCR on ``image [H, W, 3]`` uint8 RGB: ``[(pixel box, NFKC text, score), ...]`` unordered."""
     cv2 = require("cv2", "opencv-python-headless")
-    padded = cv2.copyMakeBorder(np.ascontiguousarray(image), BORDER, BORDER, BORDER, BORDER, cv2.BORDER_REPLICATE)
+    padded = cv2.copyMakeBorder(
+        np.ascontiguousarray(image), BORDER, BORDER, BORDER, BORDER, cv2.BORDER_REPLICATE
+    )
     # rapidocr takes arrays in OpenCV's BGR order
     result, _ = engine()(np.ascontiguousarray(padded[:, :, ::-1]))
     out = []
@@ -43,7 +46,9 @@ def read_text(image: np.ndarray) -> list[tuple[tuple[float, float, float, float]
         pts = np.asarray(quad, dtype=np.float64) - BORDER
         text = unicodedata.normalize("NFKC", str(text)).strip()
         if text:
-            out.append(((pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()), text, float(score)))
+            out.append(
+                ((pts[:, 0].min(), pts[:, 1].min(), pts[:, 0].max(), pts[:, 1].max()), text, float(score))
+            )
     return out
 
 
@@ -66,18 +71,27 @@ def run_ocr(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     x0, y0, x1, y1 = (0, 0, w, h) if args["box"] is None else box_to_pixels(args["box"], w, h)
     spans = []
     for (bx0, by0, bx1, by1), text, score in reading_order(read_text(image[y0:y1, x0:x1])):
-        box = (min(max(bx0 + x0, x0), x1), min(max(by0 + y0, y0), y1),
-               min(max(bx1 + x0, x0), x1), min(max(by1 + y0, y0), y1))
+        box = (
+            min(max(bx0 + x0, x0), x1),
+            min(max(by0 + y0, y0), y1),
+            min(max(bx1 + x0, x0), x1),
+            min(max(by1 + y0, y0), y1),
+        )
         spans.append({"box": box_to_norm(box, w, h), "score": norm(score), "text": text})
     return {"spans": spans, "text": " ".join(s["text"] for s in spans)}
 
 
-OCR = TOOLS.register("OCR", Tool(
-    name="OCR",
-    description="read the text in a box (the whole image when absent): text and spans",
-    args=(Arg("box", "box", doc="[x0, y0, x1, y1] region to read"),
-          Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
-          Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)")),
-    input="image",
-    run=run_ocr,
-))
+OCR = TOOLS.register(
+    "OCR",
+    Tool(
+        name="OCR",
+        description="read the text in a box (the whole image when absent): text and spans",
+        args=(
+            Arg("box", "box", doc="[x0, y0, x1, y1] region to read"),
+            Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
+            Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)"),
+        ),
+        input="image",
+        run=run_ocr,
+    ),
+)

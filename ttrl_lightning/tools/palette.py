@@ -3,6 +3,7 @@
 Shared by ``ttrl_lightning.data.scenes`` (which draws with these exact RGB values) and the colour / shape
 segmenter, so a colour word in a question means the same pixels in both.
 """
+
 from __future__ import annotations
 
 #: colour name -> RGB drawn in scenes (pairwise distances > 90, far from the background and from black text)

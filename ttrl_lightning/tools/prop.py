@@ -5,6 +5,7 @@ inside the box), plus ``"frame"`` in a clip -> ``{"box", "colour", "shape", "siz
 the bucket of ``tools.palette.SIZES`` by ``area``, the share of the image the object covers (4 decimals:
 a share, not a coordinate).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,7 +18,7 @@ from ttrl_lightning.tools.observation import ToolError
 from ttrl_lightning.tools.palette import size_name
 from ttrl_lightning.tools.seg import largest
 from ttrl_lightning.tools.segmenters import colour_name, segment
-from ttrl_lightning.tools.serialise import box_to_norm, box_to_pixels, norm
+from ttrl_lightning.tools.serialise import box_to_norm, box_to_pixels
 
 
 def run_prop(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -38,17 +39,27 @@ def run_prop(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
             raise ToolError("not_found", f"no object inside box {args['box']}")
         det = max(scored, key=lambda nd: (nd[0], -nd[1].box[1], -nd[1].box[0]))[1]
     area = float(np.count_nonzero(det.mask)) / (w * h)
-    return {"area": round(area, 4) + 0.0, "box": box_to_norm(det.box, w, h), "colour": colour_name(image[det.mask].mean(axis=0)),
-            "shape": det.shape, "size": size_name(area)}
+    return {
+        "area": round(area, 4) + 0.0,
+        "box": box_to_norm(det.box, w, h),
+        "colour": colour_name(image[det.mask].mean(axis=0)),
+        "shape": det.shape,
+        "size": size_name(area),
+    }
 
 
-PROP = TOOLS.register("PROP", Tool(
-    name="PROP",
-    description="colour, shape and size of one object (named by a query or a box)",
-    args=(Arg("query", "text", doc="object description; the largest match is described"),
-          Arg("box", "box", doc="[x0, y0, x1, y1]: the object with the most pixels inside"),
-          Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
-          Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)")),
-    input="image",
-    run=run_prop,
-))
+PROP = TOOLS.register(
+    "PROP",
+    Tool(
+        name="PROP",
+        description="colour, shape and size of one object (named by a query or a box)",
+        args=(
+            Arg("query", "text", doc="object description; the largest match is described"),
+            Arg("box", "box", doc="[x0, y0, x1, y1]: the object with the most pixels inside"),
+            Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
+            Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)"),
+        ),
+        input="image",
+        run=run_prop,
+    ),
+)

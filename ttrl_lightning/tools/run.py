@@ -7,6 +7,7 @@ an empty crop, a frame range past the clip, a disabled tool) comes back as a typ
 does raise is the caller's own mistake (an image that is not ``HxWx3`` uint8) and a missing backend
 (``ImportError`` naming the ``tools`` extra).
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -25,14 +26,23 @@ def canonical_name(name: str) -> str | None:
     return key if key in TOOLS else None
 
 
-def run_tool(name: str, args: dict[str, Any], *, image: Any = None, frames: Any = None,
-             context: ToolContext | None = None, disabled: Iterable[str] = ()) -> Observation:
+def run_tool(
+    name: str,
+    args: dict[str, Any],
+    *,
+    image: Any = None,
+    frames: Any = None,
+    context: ToolContext | None = None,
+    disabled: Iterable[str] = (),
+) -> Observation:
     """Run tool ``name`` on ``args`` with ``image`` (PIL or ``HxWx3`` uint8) and / or ``frames`` (a list of
     them) -> :class:`Observation`. ``context`` reuses converted pixels across calls; tools in ``disabled``
     answer with the typed ``disabled`` error (the single-tool ablation's neutral placeholder)."""
     key = canonical_name(name)
     if key is None:
-        return Observation.failure("unknown_tool", f"unknown tool {str(name)[:40]!r}; known: {', '.join(TOOLS)}")
+        return Observation.failure(
+            "unknown_tool", f"unknown tool {str(name)[:40]!r}; known: {', '.join(TOOLS)}"
+        )
     if key in {canonical_name(d) for d in disabled}:
         return Observation.failure("disabled", f"tool {key} is not available")
     tool = TOOLS[key]
@@ -48,9 +58,16 @@ def run_tool(name: str, args: dict[str, Any], *, image: Any = None, frames: Any 
     return Observation.success(result)
 
 
-def run_call(text: str, *, image: Any = None, frames: Any = None, context: ToolContext | None = None,
-             disabled: Iterable[str] = ()) -> Observation:
-    """Parse ``<tool_call>{json}</tool_call>`` and run it; text that is not a call is a ``bad_call`` observation."""
+def run_call(
+    text: str,
+    *,
+    image: Any = None,
+    frames: Any = None,
+    context: ToolContext | None = None,
+    disabled: Iterable[str] = (),
+) -> Observation:
+    """Parse ``<tool_call>{json}</tool_call>`` and run it; text that is not a call is a
+    ``bad_call`` observation."""
     try:
         name, args = parse_tool_call(text)
     except ValueError as err:
@@ -88,8 +105,9 @@ class ToolSession:
         return self.run(name, args)
 
 
-def replay(steps: Iterable[dict[str, Any]], *, image: Any = None, frames: Any = None,
-           disabled: Iterable[str] = ()) -> list[int]:
+def replay(
+    steps: Iterable[dict[str, Any]], *, image: Any = None, frames: Any = None, disabled: Iterable[str] = ()
+) -> list[int]:
     """Re-execute recorded steps ``{"name", "args", "text"}`` (:attr:`ToolSession.steps`) in order, views
     included, and return the indices whose observation text differs from the record (an empty list: the
     replay reproduced every artifact byte for byte). A step with ``name`` None was call text that did not

@@ -5,6 +5,7 @@
 sorted top-to-bottom then left-to-right; ``box`` keeps only objects whose centre lies inside it. The pixels
 come from the active segmenter (:mod:`~ttrl_lightning.tools.segmenters`).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -19,7 +20,11 @@ from ttrl_lightning.tools.serialise import box_to_norm, box_to_pixels, mask_to_r
 
 def detection_artifact(det: Detection, width: int, height: int, *, with_mask: bool = True) -> dict[str, Any]:
     """One detection as written in artifacts: normalised box, label, score and (optionally) the RLE mask."""
-    out: dict[str, Any] = {"box": box_to_norm(det.box, width, height), "label": det.label, "score": norm(det.score)}
+    out: dict[str, Any] = {
+        "box": box_to_norm(det.box, width, height),
+        "label": det.label,
+        "score": norm(det.score),
+    }
     if with_mask:
         out["mask"] = mask_to_rle(det.mask)
     return out
@@ -46,13 +51,18 @@ def largest(dets: list[Detection]) -> Detection:
     return max(dets, key=lambda d: (int(np.count_nonzero(d.mask)), -d.box[1], -d.box[0]))
 
 
-SEG = TOOLS.register("SEG", Tool(
-    name="SEG",
-    description="segment the objects a query names (colour and / or shape words): masks and boxes",
-    args=(Arg("query", "text", required=True, doc="object description, e.g. 'red circle' or 'objects'"),
-          Arg("box", "box", doc="region hint: keep objects whose centre lies inside"),
-          Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
-          Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)")),
-    input="image",
-    run=run_seg,
-))
+SEG = TOOLS.register(
+    "SEG",
+    Tool(
+        name="SEG",
+        description="segment the objects a query names (colour and / or shape words): masks and boxes",
+        args=(
+            Arg("query", "text", required=True, doc="object description, e.g. 'red circle' or 'objects'"),
+            Arg("box", "box", doc="region hint: keep objects whose centre lies inside"),
+            Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
+            Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)"),
+        ),
+        input="image",
+        run=run_seg,
+    ),
+)

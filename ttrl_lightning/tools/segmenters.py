@@ -10,6 +10,7 @@ with the same signature ``(image [H, W, 3] uint8, query: str) -> list[Detection]
 picked with ``set_segmenter(name)``; nothing else changes (the artifact format is the tool's, not the
 backend's).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ class Detection:
 
 
 def shape_of(mask: np.ndarray, box: tuple[int, int, int, int]) -> str:
-    """The :data:`~ttrl_lightning.tools.palette.SHAPES` entry whose bounding-box fill is nearest the mask's."""
+    """The :data:`~ttrl_lightning.tools.palette.SHAPES` entry whose bounding-box fill is nearest the
+    mask's."""
     x0, y0, x1, y1 = box
     fill = float(mask[y0:y1, x0:x1].sum()) / max((x1 - x0) * (y1 - y0), 1)
     return min(SHAPES, key=lambda name: (abs(SHAPES[name] - fill), name))

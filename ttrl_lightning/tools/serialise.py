@@ -10,6 +10,7 @@ trajectory reproduces its observations byte for byte:
   run lengths over the column-major (Fortran-order) pixels, starting with a run of zeros, so
   ``pycocotools.mask.frPyObjects`` reads them as they are.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,17 @@ def norm(value: float) -> float:
 
 
 def box_to_norm(box_px: tuple[float, float, float, float], width: int, height: int) -> list[float]:
-    """A pixel box ``[x0, y0, x1, y1]`` (x1, y1 exclusive) -> ``[x0/W, y0/H, x1/W, y1/H]`` rounded, clipped to [0, 1]."""
+    """A pixel box ``[x0, y0, x1, y1]`` (x1, y1 exclusive) -> ``[x0/W, y0/H, x1/W, y1/H]`` rounded,
+    clipped to [0, 1]."""
     x0, y0, x1, y1 = box_px
-    return [norm(min(max(v / s, 0.0), 1.0)) for v, s in ((x0, width), (y0, height), (x1, width), (y1, height))]
+    return [
+        norm(min(max(v / s, 0.0), 1.0)) for v, s in ((x0, width), (y0, height), (x1, width), (y1, height))
+    ]
 
 
 def box_to_pixels(box: list[float], width: int, height: int) -> tuple[int, int, int, int]:
-    """A normalised box -> the pixel box ``(x0, y0, x1, y1)`` (x1, y1 exclusive) that covers it, clipped to the image."""
+    """A normalised box -> the pixel box ``(x0, y0, x1, y1)`` (x1, y1 exclusive) that covers it,
+    clipped to the image."""
     x0 = int(np.floor(box[0] * width + 1e-9))
     y0 = int(np.floor(box[1] * height + 1e-9))
     x1 = int(np.ceil(box[2] * width - 1e-9))
@@ -42,7 +47,8 @@ def box_to_pixels(box: list[float], width: int, height: int) -> tuple[int, int, 
 
 
 def mask_to_rle(mask: np.ndarray) -> dict:
-    """``mask: [H, W]`` (bool or 0/1) -> ``{"size": [H, W], "counts": [zeros, ones, zeros, ...]}`` (column-major)."""
+    """``mask: [H, W]`` (bool or 0/1) -> ``{"size": [H, W], "counts": [zeros, ones, zeros, ...]}``
+    (column-major)."""
     mask = np.asarray(mask)
     if mask.ndim != 2:
         raise ValueError(f"a mask is 2-D [H, W]; got shape {mask.shape}")
@@ -56,7 +62,8 @@ def mask_to_rle(mask: np.ndarray) -> dict:
 
 
 def rle_to_mask(rle: dict) -> np.ndarray:
-    """The inverse of :func:`mask_to_rle`: ``[H, W]`` bool. Raises ``ValueError`` when the counts do not fill the size."""
+    """The inverse of :func:`mask_to_rle`: ``[H, W]`` bool. Raises ``ValueError`` when the counts do not
+    fill the size."""
     h, w = (int(v) for v in rle["size"])
     counts = [int(c) for c in rle["counts"]]
     if any(c < 0 for c in counts) or sum(counts) != h * w:

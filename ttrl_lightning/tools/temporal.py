@@ -1,7 +1,8 @@
 """TEMP: query + window -> temporal segments, by proposal scoring and NMS (Pixelis 3.2 / appendix: "proposal
 scoring + NMS over windows", scored the UniVTG way with temporal IoU).
 
-1. Evidence per frame ``s_t``: the best SEG score of an object matching the query in frame ``t`` (0 when none).
+1. Evidence per frame ``s_t``: the best SEG score of an object matching the query in frame ``t`` (0 when
+   none).
 2. Proposals: every inclusive window ``[a, b]`` of the search window with ``b - a + 1 >= min_length``; its
    score is the contrast ``mean(s[a..b]) - mean(s outside [a, b] in the window)`` (0 for the outside of a
    proposal that covers the whole window), computed with prefix sums.
@@ -12,6 +13,7 @@ scoring + NMS over windows", scored the UniVTG way with temporal IoU).
 ``{"query": "red circle", "window": [s, e]?, "top_k": 1?, "min_length": 1?}`` ->
 ``{"segments": [{"end": b, "score": c, "start": a}], "window": [s, e]}`` with frame indices (inclusive).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -49,7 +51,9 @@ def propose(evidence: np.ndarray, min_length: int = 1) -> list[tuple[float, int,
     return out
 
 
-def nms(proposals: list[tuple[float, int, int]], top_k: int, iou: float = NMS_IOU) -> list[tuple[float, int, int]]:
+def nms(
+    proposals: list[tuple[float, int, int]], top_k: int, iou: float = NMS_IOU
+) -> list[tuple[float, int, int]]:
     """Greedy temporal NMS over proposals sorted best first."""
     kept: list[tuple[float, int, int]] = []
     for p in proposals:
@@ -62,21 +66,32 @@ def nms(proposals: list[tuple[float, int, int]], top_k: int, iou: float = NMS_IO
 
 def run_temp(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     start, end = ctx.clip_range(args["window"])
-    evidence = np.array([max((d.score for d in segment(ctx.frames[t], args["query"])), default=0.0)
-                         for t in range(start, end + 1)])
+    evidence = np.array(
+        [
+            max((d.score for d in segment(ctx.frames[t], args["query"])), default=0.0)
+            for t in range(start, end + 1)
+        ]
+    )
     min_length = min(args["min_length"], end - start + 1)
     kept = nms([p for p in propose(evidence, min_length) if p[0] > 0], args["top_k"])
-    return {"segments": [{"end": start + b, "score": norm(score), "start": start + a} for score, a, b in kept],
-            "window": [start, end]}
+    return {
+        "segments": [{"end": start + b, "score": norm(score), "start": start + a} for score, a, b in kept],
+        "window": [start, end],
+    }
 
 
-TEMP = TOOLS.register("TEMP", Tool(
-    name="TEMP",
-    description="find the frame segments where a queried object is present (proposal scoring + NMS)",
-    args=(Arg("query", "text", required=True, doc="object description"),
-          Arg("window", "frame_range", doc="[start, end] frames searched; the whole clip when absent"),
-          Arg("top_k", "int", default=1, low=1, high=5, doc="segments returned after NMS"),
-          Arg("min_length", "int", default=1, low=1, doc="shortest proposal in frames")),
-    input="clip",
-    run=run_temp,
-))
+TEMP = TOOLS.register(
+    "TEMP",
+    Tool(
+        name="TEMP",
+        description="find the frame segments where a queried object is present (proposal scoring + NMS)",
+        args=(
+            Arg("query", "text", required=True, doc="object description"),
+            Arg("window", "frame_range", doc="[start, end] frames searched; the whole clip when absent"),
+            Arg("top_k", "int", default=1, low=1, high=5, doc="segments returned after NMS"),
+            Arg("min_length", "int", default=1, low=1, doc="shortest proposal in frames"),
+        ),
+        input="clip",
+        run=run_temp,
+    ),
+)

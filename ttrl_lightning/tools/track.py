@@ -10,6 +10,7 @@ the first frame of the range overlaps it best (IoU >= :data:`MIN_INIT_IOU`, else
 ``"frames": [start, end]`` (inclusive; the whole clip when absent) ->
 ``{"tracks": [{"id": 1, "label": "red circle", "frames": [t, ...], "boxes": [[x0, y0, x1, y1], ...]}]}``.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -27,8 +28,13 @@ from ttrl_lightning.tools.serialise import box_to_norm, box_to_pixels
 #: the least IoU between an initial box and a first-frame detection for TRK to pick that object
 MIN_INIT_IOU = 0.3
 #: ByteTrack settings (supervision defaults, except a frame rate for short generated clips)
-BYTETRACK = {"track_activation_threshold": 0.25, "lost_track_buffer": 30, "minimum_matching_threshold": 0.8,
-             "frame_rate": 10, "minimum_consecutive_frames": 1}
+BYTETRACK = {
+    "track_activation_threshold": 0.25,
+    "lost_track_buffer": 30,
+    "minimum_matching_threshold": 0.8,
+    "frame_rate": 10,
+    "minimum_consecutive_frames": 1,
+}
 
 
 def _pixel_iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
@@ -40,18 +46,23 @@ def _pixel_iou(a: tuple[float, ...], b: tuple[float, ...]) -> float:
 
 
 def bytetrack(per_frame: list[list[Detection]]) -> list[dict[int, Detection]]:
-    """Link detections across frames with supervision's ByteTrack: per frame, ``{raw track id: detection}``."""
+    """Link detections across frames with supervision's ByteTrack: per frame,
+    ``{raw track id: detection}``."""
     sv = require("supervision", "supervision")
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)  # ByteTrack is deprecated in supervision in favour of `trackers`
+        warnings.simplefilter(
+            "ignore", FutureWarning
+        )  # ByteTrack is deprecated in supervision in favour of `trackers`
         tracker = sv.ByteTrack(**BYTETRACK)
     out = []
     for dets in per_frame:
         if dets:
-            sv_dets = sv.Detections(xyxy=np.array([d.box for d in dets], dtype=np.float32),
-                                    confidence=np.array([d.score for d in dets], dtype=np.float32),
-                                    class_id=np.zeros(len(dets), dtype=int),
-                                    data={"index": np.arange(len(dets))})
+            sv_dets = sv.Detections(
+                xyxy=np.array([d.box for d in dets], dtype=np.float32),
+                confidence=np.array([d.score for d in dets], dtype=np.float32),
+                class_id=np.zeros(len(dets), dtype=int),
+                data={"index": np.arange(len(dets))},
+            )
         else:
             sv_dets = sv.Detections.empty()
             sv_dets.data = {"index": np.zeros(0, dtype=int)}
@@ -67,7 +78,7 @@ def run_trk(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     if (args["query"] is None) == (args["box"] is None):
         raise ToolError("bad_arguments", "TRK takes exactly one of query or box")
     start, end = ctx.clip_range(args["frames"])
-    frames = ctx.frames[start:end + 1]
+    frames = ctx.frames[start : end + 1]
     h, w = frames[0].shape[:2]
     query = args["query"] if args["query"] is not None else "objects"
     linked = bytetrack([segment(f, query) for f in frames])
@@ -81,8 +92,10 @@ def run_trk(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         first = linked[0] if linked else {}
         best = max(first.items(), key=lambda kv: (_pixel_iou(init, kv[1].box), -order[kv[0]]), default=None)
         if best is None or _pixel_iou(init, best[1].box) < MIN_INIT_IOU:
-            raise ToolError("not_found", f"no object in frame {start} overlaps box {args['box']} "
-                                         f"with IoU >= {MIN_INIT_IOU}")
+            raise ToolError(
+                "not_found",
+                f"no object in frame {start} overlaps box {args['box']} with IoU >= {MIN_INIT_IOU}",
+            )
         keep = {best[0]}
     else:
         keep = set(order)
@@ -90,17 +103,28 @@ def run_trk(args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
     for tid in sorted(keep, key=order.__getitem__):
         steps = [(start + t, ft[tid]) for t, ft in enumerate(linked) if tid in ft]
         label = Counter(d.label for _, d in steps).most_common(1)[0][0]
-        tracks.append({"boxes": [box_to_norm(d.box, w, h) for _, d in steps], "frames": [t for t, _ in steps],
-                       "id": len(tracks) + 1, "label": label})
+        tracks.append(
+            {
+                "boxes": [box_to_norm(d.box, w, h) for _, d in steps],
+                "frames": [t for t, _ in steps],
+                "id": len(tracks) + 1,
+                "label": label,
+            }
+        )
     return {"tracks": tracks}
 
 
-TRK = TOOLS.register("TRK", Tool(
-    name="TRK",
-    description="track objects (a query, or the object under an initial box) over a frame range",
-    args=(Arg("query", "text", doc="object description: track every match"),
-          Arg("box", "box", doc="initial box in the first frame of the range: track that object"),
-          Arg("frames", "frame_range", doc="[start, end] inclusive; the whole clip when absent")),
-    input="clip",
-    run=run_trk,
-))
+TRK = TOOLS.register(
+    "TRK",
+    Tool(
+        name="TRK",
+        description="track objects (a query, or the object under an initial box) over a frame range",
+        args=(
+            Arg("query", "text", doc="object description: track every match"),
+            Arg("box", "box", doc="initial box in the first frame of the range: track that object"),
+            Arg("frames", "frame_range", doc="[start, end] inclusive; the whole clip when absent"),
+        ),
+        input="clip",
+        run=run_trk,
+    ),
+)

@@ -9,6 +9,7 @@ patch merger accepts; shifted to stay inside the image, or the whole side when t
 ``{"box": [...], "scale": 1?, "frame": t?}`` -> artifact ``{"box": crop box, "size": [w, h]}`` and the view
 (``[h * scale, w * scale, 3]`` uint8) in ``Observation.view``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,7 +40,8 @@ def _widen(lo: int, hi: int, size: int) -> tuple[int, int]:
 
 
 def crop_box(box: list[float], width: int, height: int) -> tuple[int, int, int, int]:
-    """The pixel crop ``(x0, y0, x1, y1)`` of a normalised ``box``: padded, clipped, widened to :data:`MIN_SIDE`."""
+    """The pixel crop ``(x0, y0, x1, y1)`` of a normalised ``box``: padded, clipped, widened to
+    :data:`MIN_SIDE`."""
     px = min(PADDING, MAX_PADDING_PX / width)
     py = min(PADDING, MAX_PADDING_PX / height)
     padded = [max(box[0] - px, 0.0), max(box[1] - py, 0.0), min(box[2] + px, 1.0), min(box[3] + py, 1.0)]
@@ -60,16 +62,24 @@ def run_zoom(args: dict[str, Any], ctx: ToolContext) -> tuple[dict[str, Any], np
     if scale > 1:
         view = np.repeat(np.repeat(view, scale, axis=0), scale, axis=1)
     view = np.ascontiguousarray(view)
-    return {"box": box_to_norm((x0, y0, x1, y1), w, h), "size": [int(view.shape[1]), int(view.shape[0])]}, view
+    return {
+        "box": box_to_norm((x0, y0, x1, y1), w, h),
+        "size": [int(view.shape[1]), int(view.shape[0])],
+    }, view
 
 
-ZOOM = TOOLS.register("ZOOM", Tool(
-    name="ZOOM",
-    description="crop a box (padded, at least 28 px a side) and return the enlarged view",
-    args=(Arg("box", "box", required=True, doc="[x0, y0, x1, y1] normalised"),
-          Arg("scale", "int", default=1, low=1, high=4, doc="nearest-neighbour enlargement of the view"),
-          Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
-          Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)")),
-    input="image",
-    run=run_zoom,
-))
+ZOOM = TOOLS.register(
+    "ZOOM",
+    Tool(
+        name="ZOOM",
+        description="crop a box (padded, at least 28 px a side) and return the enlarged view",
+        args=(
+            Arg("box", "box", required=True, doc="[x0, y0, x1, y1] normalised"),
+            Arg("scale", "int", default=1, low=1, high=4, doc="nearest-neighbour enlargement of the view"),
+            Arg("frame", "int", low=0, doc="frame of the clip to read (the image when absent)"),
+            Arg("view", "int", low=0, doc="earlier ZOOM view to read (0 = the first)"),
+        ),
+        input="image",
+        run=run_zoom,
+    ),
+)
