@@ -4,6 +4,9 @@ A model is named by one string:
 
 * ``"tiny:<arch>"`` (``tiny:qwen2``, ``tiny:llama``) builds a 2-layer, 32-wide model of that real
   architecture with random weights and a character-level tokenizer made in code (no download);
+  ``tiny:qwen2_vl`` is a tiny Qwen2-VL (a 1-block vision tower, M-RoPE) whose character tokenizer also has
+  Qwen's chat and vision markers and a chat template, with a tiny processor (:class:`TinyVLProcessor`:
+  transformers' Qwen2-VL image processor, built in code, at most 112 x 112 pixels, so an image is 16 tokens);
 * a ``*.ckpt`` file written by ``ttrl fit`` (any phase: the policy of an SFT run starts TTRL) is rebuilt
   from the ``PolicySpec`` saved in it and loaded with its policy weights (LoRA adapters merged), so a later
   phase starts where the earlier one ended (``checkpoints.policy_state_from_checkpoint``);
@@ -91,6 +94,127 @@ def _tiny_llama(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=256
     return LlamaConfig(**_common(tokenizer, hidden, layers, heads, kv_heads, max_pos))
 
 
+#: Qwen's chat and vision markers, added to the character tokenizer of the tiny vision-language models
+TINY_VL_TOKENS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+                  "<|video_pad|>"]
+#: the chat template of the tiny vision-language models (Qwen's layout: an image is
+#: ``<|vision_start|><|image_pad|><|vision_end|>``, the processor repeats ``<|image_pad|>`` per image token)
+TINY_VL_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}"
+    "{% else %}{% for c in m['content'] %}{% if c['type'] == 'image' %}"
+    "<|vision_start|><|image_pad|><|vision_end|>{% elif c['type'] == 'text' %}{{ c['text'] }}{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% endif %}")
+#: tiny architectures that are vision-language models (their tokenizer has TINY_VL_TOKENS)
+TINY_VL_ARCHS = ("qwen2_vl",)
+
+
+def build_tiny_vl_tokenizer():
+    """The character tokenizer plus :data:`TINY_VL_TOKENS` and :data:`TINY_VL_CHAT_TEMPLATE`."""
+    tok = build_char_tokenizer(specials=SPECIAL_TOKENS + TINY_VL_TOKENS)
+    tok.chat_template = TINY_VL_CHAT_TEMPLATE
+    return tok
+
+
+@TINY_CONFIGS.register("qwen2_vl")
+def _tiny_qwen2_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=1024):
+    """A tiny Qwen2-VL: the text model of :func:`_common` with M-RoPE (sections 2/1/1 of the head's 4
+    frequency pairs) and a 1-block vision tower (patch 14, 2 x 2 merge)."""
+    from transformers import Qwen2VLConfig
+
+    head_pairs = hidden // heads // 2
+    rope = {"rope_type": "default", "rope_theta": 10000.0,
+            "mrope_section": [head_pairs - 2 * (head_pairs // 4), head_pairs // 4, head_pairs // 4]}
+    text = dict(_common(tokenizer, hidden, layers, heads, kv_heads, max_pos), rope_parameters=rope)
+    vision = dict(depth=1, embed_dim=hidden, hidden_size=hidden, num_heads=2, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+
+
+class TinyVLProcessor:
+    """The processor of the tiny vision-language models, built in code: what transformers' Qwen2-VL processor
+    does, for the character tokenizer (the stock processor class also needs torchvision for videos).
+
+    ``apply_chat_template(messages, tokenize=False, add_generation_prompt=True)`` -> the prompt text (the
+    tokenizer's template); ``__call__(text=[...], images=[[PIL image, ...] per text] | None)`` -> a batch
+    with ``input_ids`` / ``attention_mask`` (left padded), ``pixel_values``, ``image_grid_thw`` and
+    ``mm_token_type_ids`` (1 at image tokens): every ``<|image_pad|>`` of a text becomes
+    ``prod(grid_thw) / merge^2`` of them, one per merged patch of its image, as in Qwen2-VL.
+    """
+
+    def __init__(self, tokenizer, min_pixels: int = 56 * 56, max_pixels: int = 112 * 112):
+        from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+        self.tokenizer = tokenizer
+        self.chat_template = tokenizer.chat_template
+        self.image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels,
+                                                        patch_size=14, merge_size=2, temporal_patch_size=2)
+        self.image_token = "<|image_pad|>"
+        self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+
+    def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True, **kw):
+        return self.tokenizer.apply_chat_template(messages, tokenize=tokenize,
+                                                  add_generation_prompt=add_generation_prompt, **kw)
+
+    def __call__(self, text, images=None, return_tensors: str = "pt", padding: bool = True, **kwargs):
+        texts = [text] if isinstance(text, str) else list(text)
+        flat = [img for row in (images or []) for img in ([row] if not isinstance(row, (list, tuple)) else row)]
+        out = {}
+        if flat:
+            vision = self.image_processor(images=flat, return_tensors="pt")
+            out.update(pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"])
+            counts = (vision["image_grid_thw"].prod(-1) // self.image_processor.merge_size ** 2).tolist()
+            k = 0
+            expanded = []
+            for t in texts:
+                parts = t.split(self.image_token)
+                pieces = [parts[0]]
+                for part in parts[1:]:
+                    if k >= len(counts):
+                        raise ValueError("more image placeholders in the text than images")
+                    pieces.append(self.image_token * counts[k] + part)
+                    k += 1
+                expanded.append("".join(pieces))
+            if k != len(counts):
+                raise ValueError(f"{len(counts)} images for {k} image placeholders in the text")
+            texts = expanded
+        enc = self.tokenizer(texts, return_tensors="pt", padding=padding, add_special_tokens=False)
+        out.update(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                   mm_token_type_ids=(enc["input_ids"] == self.image_token_id).long())
+        return out
+
+
+def is_vision_config(config) -> bool:
+    """Whether a model config describes a vision-language model (it has a ``vision_config``)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def _auto_model_class(config):
+    """``AutoModelForImageTextToText`` for a vision-language config, else ``AutoModelForCausalLM``."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
+
+
+def load_processor(name: str):
+    """The processor that turns a question with images into model inputs, or None for a text-only model:
+    ``tiny:<vl arch>`` -> :class:`TinyVLProcessor`; a ``ttrl fit`` checkpoint -> its base model's; a Hugging
+    Face folder of a vision-language model (its config has a ``vision_config``) -> ``AutoProcessor``."""
+    if is_checkpoint_path(name):
+        return load_processor(checkpoint_model_name(name))
+    if is_tiny(name):
+        arch = name.split(":", 1)[1]
+        return TinyVLProcessor(load_tokenizer(name)) if arch in TINY_VL_ARCHS else None
+    from transformers import AutoConfig, AutoProcessor
+
+    if not is_vision_config(AutoConfig.from_pretrained(name)):
+        return None
+    return AutoProcessor.from_pretrained(name)
+
+
 def is_tiny(name: str) -> bool:
     return name.startswith("tiny:")
 
@@ -107,7 +231,7 @@ def load_tokenizer(name: str):
     if is_checkpoint_path(name):
         return load_tokenizer(checkpoint_model_name(name))
     if is_tiny(name):
-        return build_char_tokenizer()
+        return build_tiny_vl_tokenizer() if name.split(":", 1)[1] in TINY_VL_ARCHS else build_char_tokenizer()
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(name)
@@ -131,7 +255,6 @@ def load_model(
     ``lora``: PEFT ``LoraConfig`` keyword arguments; when given, the returned model is a ``PeftModel``
     whose only trainable parameters are the adapters.
     """
-    from transformers import AutoModelForCausalLM
 
     if is_checkpoint_path(name):
         return load_checkpoint_policy(name, tokenizer, lora=lora, dtype=dtype)[0]
@@ -141,14 +264,16 @@ def load_model(
         config = TINY_CONFIGS[arch](tokenizer, **(tiny_kwargs or {}))
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = AutoModelForCausalLM.from_config(config)
+            model = _auto_model_class(config).from_config(config)
         if dtype is not None:
             model = model.to(getattr(torch, dtype))
     else:
         kwargs = {}
         if dtype is not None:
             kwargs["dtype"] = getattr(torch, dtype)
-        model = AutoModelForCausalLM.from_pretrained(name, **kwargs)
+        from transformers import AutoConfig
+
+        model = _auto_model_class(AutoConfig.from_pretrained(name)).from_pretrained(name, **kwargs)
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
