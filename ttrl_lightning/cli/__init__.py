@@ -8,10 +8,11 @@ function takes the remaining argv list and returns an exit code.
 command    module                                what it does
 ========== ===================================== ==========================================
 bon        :mod:`ttrl_lightning.cli.bon`         best-of-N evaluation of a rollout pool
-pool       :mod:`ttrl_lightning.cli.pool`        simulate / validate / convert rollout pools
+pool       :mod:`ttrl_lightning.cli.pool`        simulate / validate / convert / merge rollout pools
 fit        :mod:`ttrl_lightning.cli.fit`         training (LightningCLI), every phase
 validate   :mod:`ttrl_lightning.cli.fit`         validation with a training config
 eval       :mod:`ttrl_lightning.cli.eval`        avg@k / maj@k / pass@k of sampled completions
+generate   :mod:`ttrl_lightning.cli.generate`    a rollout pool with per-token signals from a model
 demo       :mod:`ttrl_lightning.cli.demo`        the README's main job (CPU)
 ========== ===================================== ==========================================
 
@@ -44,13 +45,16 @@ from ..errors import UserError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
     "bon": ("ttrl_lightning.cli.bon:bon_main", "best-of-N evaluation of selection methods on a rollout pool"),
-    "pool": ("ttrl_lightning.cli.pool:pool_main", "rollout pools: `ttrl pool simulate|validate|convert`"),
+    "pool": ("ttrl_lightning.cli.pool:pool_main",
+             "rollout pools: `ttrl pool simulate|validate|convert|merge`"),
     "fit": ("ttrl_lightning.cli.fit:fit_main",
             "train (LightningCLI): `ttrl fit --config configs/<phase>/<name>.yaml`"),
     "validate": ("ttrl_lightning.cli.fit:validate_main",
                  "validate a model with a training config (LightningCLI)"),
     "eval": ("ttrl_lightning.cli.eval:eval_main",
              "avg@k / maj@k / pass@k of k sampled completions per question (a model on a question set)"),
+    "generate": ("ttrl_lightning.cli.generate:generate_main",
+                 "sample N rollouts per question from a model into a rollout pool with per-token signals"),
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
 }
 

@@ -3,7 +3,10 @@
 * ``ttrl pool simulate --out pool.jsonl [--questions 500 ...]`` writes a **synthetic** pool (see
   :mod:`ttrl_lightning.data.simulate`; its numbers describe selection rules, not models);
 * ``ttrl pool validate pool.jsonl`` checks every record against the schema and prints a summary;
-* ``ttrl pool convert in.jsonl out.parquet`` converts between JSONL and Parquet.
+* ``ttrl pool convert in.jsonl out.parquet`` converts between JSONL and Parquet;
+* ``ttrl pool merge a.jsonl b.jsonl --out pool.parquet [--data questions.jsonl]`` joins pools of disjoint
+  questions (the data-parallel ranks of ``ttrl generate``), checking the ids
+  (:func:`ttrl_lightning.generate.merge_pool_files`).
 
 Options are parsed strictly (:mod:`.arguments`: ``--reframed flase`` is refused, not ``False``), the
 simulation's settings are checked before anything is drawn, a file is never converted onto itself, and pool
@@ -26,6 +29,7 @@ DESCRIPTION = """Rollout pools (one JSON record per question with its rollouts; 
   ttrl pool simulate --out pool.jsonl [--questions 500 ...]   write a synthetic pool
   ttrl pool validate pool.jsonl                               check a pool file, print a summary
   ttrl pool convert in.jsonl out.parquet                      convert between .jsonl and .parquet
+  ttrl pool merge a.jsonl b.jsonl --out pool.parquet          join pools of disjoint questions
 
 `ttrl pool <subcommand> --help` for the options of one subcommand. Outputs are written to a temporary file
 renamed into place, so a failed run never damages an existing file."""
@@ -107,7 +111,7 @@ def _simulation_config(parser: CommandParser, args: argparse.Namespace) -> Simul
 def build_parser() -> tuple[CommandParser, dict[str, CommandParser]]:
     """The ``ttrl pool`` parser and its subcommands' parsers by name."""
     parser = CommandParser(prog="ttrl pool", description=DESCRIPTION, epilog=EXIT_CODES)
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{simulate,validate,convert}",
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{simulate,validate,convert,merge}",
                                 help="what to do (`ttrl pool SUBCOMMAND --help` for its options)")
     subs = {"simulate": _simulate_parser(sub)}
     v = sub.add_parser("validate", help="check a pool file against the schema", epilog=EXIT_CODES,
@@ -124,6 +128,17 @@ def build_parser() -> tuple[CommandParser, dict[str, CommandParser]]:
     c.add_argument("dst", metavar="DST", type=_pool_file("DST"),
                    help="the pool file to write, .jsonl or .parquet")
     subs["convert"] = c
+    m = sub.add_parser("merge", help="join pools of disjoint questions", epilog=EXIT_CODES,
+                       description="Join pools of disjoint questions (the ranks of a data-parallel `ttrl\n"
+                                   "generate`) into one, validating every record. An id in two inputs is\n"
+                                   "refused; with --data every question of that file must be present once\n"
+                                   "and nothing else, and the merged pool follows the file's order.")
+    m.add_argument("pools", nargs="+", metavar="POOL", help="the pool files to join, .jsonl or .parquet")
+    m.add_argument("--out", required=True, type=_pool_file("--out"), metavar="FILE",
+                   help="the merged pool, .jsonl or .parquet")
+    m.add_argument("--data", default=None, metavar="QUESTIONS",
+                   help="the question file the pools were sampled from: check that they cover it exactly")
+    subs["merge"] = m
     return parser, subs
 
 
@@ -148,6 +163,8 @@ def pool_main(argv: list[str]) -> int:
               f"each, "
               f"per-token signals: {sorted(pool.signals) or 'none'}, "
               f"share of correct original-view rollouts: {100 * float(correct):.1f}%")
+    elif args.cmd == "merge":
+        _merge(subs["merge"], args)
     else:
         if same_file(args.src, args.dst):  # before anything is opened for writing
             subs["convert"].error(f"{args.src!r} and {args.dst!r} are the same file; converting a file onto "
@@ -155,3 +172,22 @@ def pool_main(argv: list[str]) -> int:
         write_records(read_records(args.src), args.dst)
         print(f"converted {args.src} -> {args.dst}")
     return 0
+
+
+def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
+    """``ttrl pool merge``: inputs distinct and not the output, then :func:`merge_pool_files`."""
+    from ..generate.merge import merge_pool_files
+
+    for i, path in enumerate(args.pools):
+        if same_file(path, args.out):
+            parser.error(f"argument --out: {args.out!r} is also an input; merging into an input would destroy it")
+        for other in args.pools[:i]:
+            if same_file(path, other):
+                parser.error(f"argument POOL: {path!r} is given twice")
+    expected = None
+    if args.data is not None:
+        from ..data.questions import read_questions
+
+        expected = [q["id"] for q in read_questions(args.data)]
+    count = merge_pool_files(args.pools, args.out, expected)
+    print(f"merged {len(args.pools)} pools ({count} questions) into {args.out}")

@@ -1,0 +1,260 @@
+"""``ttrl generate``: sample N rollouts per question from a model and write them, with the per-token signals
+recorded while sampling, as a rollout pool (the input of ``ttrl bon``).
+
+Every option is checked before the model is loaded (:mod:`.arguments`; a bad one is one line naming the
+flag, exit 1), then the questions (``data.questions.read_questions``: a bad row names the file, row and
+field), then the prompts this model can build (:class:`~ttrl_lightning.generate.PromptBuilder`). Rollouts
+go to ``OUT.parts/`` in shards as questions finish (:class:`~ttrl_lightning.generate.ShardStore`); a re-run
+of the same command skips the finished questions; Ctrl-C writes what is finished and exits 130. When every
+question is done the shards are merged into ``--out`` in file order (written atomically). Under ``torchrun``
+each rank samples a disjoint share of the questions (:mod:`ttrl_lightning.generate.sharding`) and writes
+``OUT-stem.rank{r}-of-{W}.ext``; with a process group rank 0 merges them into ``--out`` (as ``ttrl pool
+merge`` does), without one run ``ttrl pool merge`` yourself.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+import time
+
+from ..answers.extractors import ANSWER_EXTRACTORS
+from ..data.pool import VIEWS
+from ..safe_files import same_file
+from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
+from .eval import TINY_MAX_NEW_TOKENS, _device, metrics_lines, top_p
+
+__all__ = ["build_parser", "generate_main", "rank_out_path"]
+
+_MAX_NEW_TOKENS_REQUIRED = ("argument --max-new-tokens: required for a real checkpoint (how long may a "
+                            "rollout be? VisConf samples up to 2048 tokens)")
+
+DESCRIPTION = """Sample --n rollouts per question and view from a model and write a rollout pool with the
+per-token signals the best-of-N methods read: logprob, entropy, self_certainty (VisConf's KL(U || p) of the
+raw logits) and, for a vision-language model, visual_engagement (VisConf's A_I / (A_I + A_P + A_G)) and
+image_attention (LookBack's image mass), all recorded during sampling by the streaming ops (no eager
+attention, no stored logits). Then `ttrl bon --pool OUT` compares selection rules on it.
+
+Questions: --data, a .jsonl or .parquet question file (id, prompt or question, optional gold, choices,
+image, reframed_prompt; docs/evaluation.md). Views: original, and reframed (the row's reframed_prompt, else
+Self-Harmony's fused reframe-and-solve prompt). Prompts go through the checkpoint's chat template and
+processor (tiny: models have the project's own).
+
+Resumable: rollouts are written to OUT.parts/ in shards as questions finish; re-run the same command to
+continue after Ctrl-C or a crash (finished questions are skipped; other settings are refused). Data
+parallel: under torchrun each rank samples every WORLD_SIZE-th question; the rank pools are merged into
+--out (see `ttrl pool merge`). Sampling defaults are VisConf's (temperature 0.7, top-p 0.8, top-k 20)."""
+
+
+def build_parser() -> CommandParser:
+    p = CommandParser(prog="ttrl generate", description=DESCRIPTION, epilog=EXIT_CODES)
+    p.add_argument("--model", required=True, metavar="MODEL",
+                   help="tiny:<arch> (tiny:qwen2_vl for a vision-language model), a local Hugging Face "
+                        "checkpoint folder, or a .ckpt written by `ttrl fit`")
+    p.add_argument("--data", required=True, metavar="FILE", help="the question file, .jsonl or .parquet")
+    p.add_argument("--out", required=True, metavar="POOL",
+                   help="the pool to write, .jsonl or .parquet (its shards go to POOL.parts/)")
+    p.add_argument("--n", type=positive_int, default=32, help="rollouts per question and view")
+    p.add_argument("--views", nargs="+", choices=VIEWS, default=[VIEWS[0]], metavar="VIEW",
+                   help="original, and reframed for Self-Harmony's second view")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None,
+                   help=f"tokens per rollout at most; required for a real checkpoint (default "
+                        f"{TINY_MAX_NEW_TOKENS} for a tiny model)")
+    p.add_argument("--temperature", type=nonnegative_float, default=0.7,
+                   help="sampling temperature (0: greedy, then all n rollouts are the same)")
+    p.add_argument("--top-p", type=top_p, default=0.8, help="nucleus sampling, in (0, 1] (1: off)")
+    p.add_argument("--top-k", type=nonnegative_int, default=20, help="top-k sampling (0: off)")
+    p.add_argument("--seed", type=seed, default=0,
+                   help="sampling seed (each question and view derives its own; and the initialisation "
+                        "of a tiny:<arch> model)")
+    p.add_argument("--prompt-format", choices=("auto", "chat", "plain"), default="auto",
+                   help="chat: the checkpoint's chat template; plain: the prompt as written; auto: chat when "
+                        "the checkpoint has a template")
+    p.add_argument("--answer-extractor", choices=ANSWER_EXTRACTORS.names(), default="final_answer",
+                   help="how a rollout's answer is read and written into the pool")
+    p.add_argument("--shard-size", type=positive_int, default=8,
+                   help="questions per shard written to POOL.parts/")
+    p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; "
+                                                  "under torchrun cuda:LOCAL_RANK)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="cast the model's weights (default: the checkpoint's)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def rank_out_path(out: str, rank: int, world_size: int) -> str:
+    """``pool.parquet`` -> ``pool.rank0-of-2.parquet``: the pool of one data-parallel rank."""
+    base, ext = os.path.splitext(out)
+    return f"{base}.rank{rank}-of-{world_size}{ext}"
+
+
+def _check_options(parser: CommandParser, args: argparse.Namespace) -> None:
+    if not args.out.endswith((".jsonl", ".parquet")):
+        parser.error(f"argument --out: a pool file ends in .jsonl or .parquet, got {args.out!r}")
+    if os.path.isdir(args.out):
+        parser.error(f"argument --out: {args.out!r} is a directory")
+    if len(set(args.views)) != len(args.views):
+        parser.error(f"argument --views: a view is given twice ({' '.join(args.views)})")
+    if VIEWS[0] not in args.views:
+        parser.error("argument --views: a pool needs the original view (add `original`)")
+    for flag, path in (("--data", args.data), ("--model", args.model)):
+        if os.path.exists(path) and same_file(path, args.out):
+            parser.error(f"argument --out: {args.out!r} would overwrite {flag} {path!r}")
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _settings(args: argparse.Namespace, max_new: int) -> dict:
+    """What decides the rollouts (the shards' manifest): a re-run must match it."""
+    return {"model": args.model, "data": os.path.abspath(args.data), "data_sha256": _sha256(args.data),
+            "n": args.n, "views": list(args.views), "max_new_tokens": max_new,
+            "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
+            "prompt_format": args.prompt_format, "answer_extractor": args.answer_extractor,
+            "dtype": args.dtype}
+
+
+def _print_metrics(records: list[dict], views: list[str], extractor: str) -> None:
+    """avg@k / maj@k / pass@k of every view over the questions that have a gold answer."""
+    from ..eval.sampled import sampled_metrics
+
+    graded = [r for r in records if r["gold"] is not None]
+    if not graded:
+        print("no question has a gold answer: no avg@k / maj@k / pass@k")
+        return
+    for view in views:
+        texts = [[ro["text"] for ro in r["rollouts"] if ro["view"] == view] for r in graded]
+        metrics = sampled_metrics(texts, [r["gold"] for r in graded], [r["choices"] for r in graded],
+                                  [r["id"] for r in graded], extract=ANSWER_EXTRACTORS[extractor])
+        print(f"{view} view, {metrics.num_questions} questions with a gold answer:")
+        for line in metrics_lines(metrics):
+            print("  " + line)
+
+
+def generate_main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _check_options(parser, args)
+    from ..generate.sharding import DataParallel
+
+    from .policy_source import policy_kind
+
+    kind = policy_kind(args.model)
+    max_new = args.max_new_tokens
+    if max_new is None and kind == "hf":
+        parser.error(_MAX_NEW_TOKENS_REQUIRED)
+    from ..data.questions import read_questions
+
+    questions = read_questions(args.data)
+    dp = DataParallel.from_environment()
+    device = args.device
+    if device is None and dp.world_size > 1:
+        import torch
+
+        device = f"cuda:{dp.local_rank}" if torch.cuda.is_available() else "cpu"
+    device = _device(parser, device)
+    try:
+        return _run(parser, args, questions, kind, max_new, device, dp)
+    finally:
+        dp.close()
+
+
+def _run(parser, args, questions, kind, max_new, device, dp) -> int:
+    from ..generate import PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices, sample_view
+    from ..models import load_processor
+    from ..rollout import SamplingParams
+    from ..seeding import derive_seed
+    from .policy_source import load_policy
+
+    t0 = time.perf_counter()
+    policy = load_policy(args.model, dtype=args.dtype, device=device, seed=args.seed)
+    if max_new is None:
+        if not policy.is_tiny:
+            parser.error(_MAX_NEW_TOKENS_REQUIRED)
+        max_new = TINY_MAX_NEW_TOKENS
+    processor = load_processor(args.model)
+    builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data)
+    builder.check(questions)
+    t_load = time.perf_counter() - t0
+
+    settings = _settings(args, max_new)
+    store = ShardStore(args.out, settings, dp.rank, dp.world_size, args.shard_size)
+    finished = store.open()
+    mine = rank_indices(len(questions), dp.rank, dp.world_size)
+    todo = [i for i in mine if questions[i]["id"] not in finished]
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            max_new_tokens=max_new, seed=args.seed)
+    extract = ANSWER_EXTRACTORS[args.answer_extractor]
+    rank_note = f" (rank {dp.rank} of {dp.world_size}: {len(mine)} questions)" if dp.world_size > 1 else ""
+    print(f"ttrl generate: {len(questions)} questions x {args.n} rollouts x {len(args.views)} view(s), "
+          f"{builder.format} prompts, {len(mine) - len(todo)} already in {store.dir}{rank_note}", flush=True)
+
+    from ..eval.progress import progress_bar
+
+    bar = progress_bar(total=len(mine), desc="questions", enabled=not args.no_progress)
+    bar.update(len(mine) - len(todo))
+    tokens = 0
+    t1 = time.perf_counter()
+    interrupted = False
+    try:
+        for i in todo:
+            q = questions[i]
+            rollouts = []
+            for v, view in enumerate(args.views):
+                got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view, params,
+                                         derive_seed(args.seed, "generate", i, VIEWS.index(view)), extract,
+                                         q["choices"])
+                rollouts.extend(got)
+                tokens += count
+            store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
+            bar.update(1)
+            bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        bar.close()
+        store.flush()  # keep everything finished, also on an error
+    t_gen = time.perf_counter() - t1
+    finished = store.open()
+    done = sum(questions[i]["id"] in finished for i in mine)
+    speed = f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded in " \
+            f"{t_load:.1f} s)"
+    if interrupted:
+        print(f"\ninterrupted: {done} of {len(mine)} questions are in {store.dir}; run the same command "
+              f"again to continue; {speed}", file=sys.stderr)
+        return 130
+    ids = [q["id"] for q in questions]
+    if dp.world_size == 1:
+        records = merge_records([(store.dir, finished.values())], ids)
+        from ..data.pool import write_records
+
+        write_records(records, args.out)
+        print(f"wrote {len(records)} questions to {args.out}; {speed}")
+        _print_metrics(records, args.views, args.answer_extractor)
+        return 0
+    rank_path = rank_out_path(args.out, dp.rank, dp.world_size)
+    from ..data.pool import write_records
+
+    write_records([finished[questions[i]["id"]] for i in mine], rank_path)
+    print(f"rank {dp.rank}: wrote {len(mine)} questions to {rank_path}; {speed}")
+    dp.barrier()
+    paths = [rank_out_path(args.out, r, dp.world_size) for r in range(dp.world_size)]
+    if not dp.grouped:
+        if dp.rank == 0:
+            print(f"no process group: merge the ranks' pools with `ttrl pool merge {' '.join(paths)} --out "
+                  f"{args.out} --data {args.data}` once every rank has finished")
+        return 0
+    if dp.rank == 0:
+        count = merge_pool_files(paths, args.out, ids)
+        print(f"merged {dp.world_size} rank pools ({count} questions) into {args.out}")
+        from ..data.pool import read_records
+
+        _print_metrics(list(read_records(args.out)), args.views, args.answer_extractor)
+    dp.barrier()
+    return 0

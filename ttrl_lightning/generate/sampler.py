@@ -1,0 +1,65 @@
+"""Sample the rollouts of one view of a question, with the per-token signals recorded while sampling.
+
+One ``generate`` call per (question, view): the prompt repeated ``n`` times (``num_return_sequences``),
+under ``torch.manual_seed(seed)`` in a forked RNG, so the rollouts of a question depend on the model, the
+settings and its seed only -- not on which other questions run, in which order, on which rank, or whether
+the run was resumed. The signals come from ``integrations.GenerationSignalRecorder`` (``generate_with_signals``' hook) (the streaming
+``token_stats`` on the LM head's input and, for a vision-language model, the ``ttrl_mass`` attention
+function: no eager attention, no ``output_attentions``, no ``[T, V]`` logits kept), under the raw logits
+(temperature 1: VisConf sec. 3.1's ``p_t`` "obtained by applying softmax directly to the unscaled model
+logits") whatever the sampling temperature. They equal a teacher-forced replay with
+``integrations.score_rollouts`` (tested).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..integrations import GenerationSignalRecorder
+from ..rollout.base import SamplingParams
+
+__all__ = ["sample_view"]
+
+
+def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParams, seed: int,
+                extract: Callable[[str, object], str] | None = None, choices=None) -> tuple[list[dict], int]:
+    """``params.n`` rollouts of one prompt as pool rollouts, and the number of tokens generated.
+
+    inputs: the prompt batch of one question ([1, T0] and its image tensors; :class:`.prompts.PromptBuilder`);
+    view: the pool view of the rollouts; seed: the sampling seed of this (question, view); extract: the answer
+    extractor ``(text, choices) -> answer`` written into each rollout's ``answer`` (None: left null, read
+    when the pool is loaded). Every rollout has ``text``, ``view``, ``num_tokens`` and the per-token
+    ``logprob``, ``entropy``, ``self_certainty`` and, when the prompt has image tokens,
+    ``visual_engagement`` and ``image_attention`` over its completion tokens (end-of-sequence included).
+    """
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    greedy = params.temperature == 0
+    kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
+                  use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if not greedy:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+    visual = "pixel_values" in inputs
+    recorder = GenerationSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
+                                        inputs.get("mm_token_type_ids"), temperature=1.0,
+                                        record_attention=visual, tokenizer=tokenizer)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        torch.manual_seed(seed)
+        with recorder:
+            sequences = model.generate(**inputs, **kwargs)
+    sig = recorder.signals(sequences)
+    prompt_len = inputs["input_ids"].shape[1]
+    completion = sequences[:, prompt_len:].cpu()
+    mask = sig.completion_mask.cpu()
+    rollouts = []
+    for row, per_token in enumerate(sig.per_rollout()):
+        length = int(mask[row].sum())
+        text = tokenizer.decode(completion[row, :length].tolist(), skip_special_tokens=True)
+        ro = {"answer": extract(text, choices) if extract is not None else None, "text": text, "view": view,
+              "num_tokens": length}
+        for name, values in per_token.items():
+            if values is not None:
+                ro[name] = values.float().cpu().tolist()
+        rollouts.append(ro)
+    return rollouts, int(mask.sum())

@@ -1,0 +1,67 @@
+"""A question file of generated visual questions with known answers (``data.scenes``), for ``ttrl generate``.
+
+``write_scene_questions(folder, n, seed, kinds)`` draws ``n`` single-image scene tasks (cycling through
+``kinds``; the clip tasks have frames, not one image, and are not offered), saves each image as
+``images/{id}.png`` and writes ``questions.jsonl`` (``id``, ``prompt``, ``gold``, ``image``: the schema of
+``data.questions``). The prompt asks for the answer in VisConf's format (``The answer is X.``), so the
+default ``final_answer`` extractor reads it. Command line::
+
+    python -m ttrl_lightning.generate.scene_questions OUT_DIR [--n 24] [--seed 0] [--kinds count colour]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from ..safe_files import atomic_write, atomic_write_path
+
+__all__ = ["IMAGE_TASKS", "write_scene_questions"]
+
+#: the scene tasks with one image (``data.scenes.SCENE_TASKS`` minus the clip tasks)
+IMAGE_TASKS = ("count", "colour", "shape", "read", "read_small")
+#: how the prompt asks for the answer
+ANSWER_FORMAT = " Finish with 'The answer is X.'"
+
+
+def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS) -> str:
+    """Write ``n`` scene questions (module docstring) under ``folder``; returns the question file's path."""
+    from PIL import Image
+
+    from ..data.scenes import SCENE_TASKS
+
+    kinds = list(kinds)
+    bad = [k for k in kinds if k not in IMAGE_TASKS]
+    if bad or not kinds:
+        raise ValueError(f"scene kinds must be among {IMAGE_TASKS}, got {kinds}")
+    os.makedirs(os.path.join(folder, "images"), exist_ok=True)
+    rows = []
+    for i in range(n):
+        kind = kinds[i % len(kinds)]
+        task = SCENE_TASKS[kind](seed, i)
+        qid = f"{kind}-{seed}-{i}"
+        image = os.path.join("images", f"{qid}.png")
+        with atomic_write_path(os.path.join(folder, image)) as tmp:
+            Image.fromarray(task.image).save(tmp, format="PNG")
+        rows.append({"id": qid, "prompt": task.question + ANSWER_FORMAT, "gold": task.answer, "image": image})
+    path = os.path.join(folder, "questions.jsonl")
+    with atomic_write(path) as fh:
+        for row in rows:
+            fh.write(json.dumps(row) + "\n")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m ttrl_lightning.generate.scene_questions",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("folder")
+    p.add_argument("--n", type=int, default=24)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--kinds", nargs="+", default=list(IMAGE_TASKS), choices=IMAGE_TASKS)
+    args = p.parse_args(argv)
+    print(write_scene_questions(args.folder, args.n, args.seed, args.kinds))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
