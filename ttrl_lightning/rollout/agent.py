@@ -1,0 +1,391 @@
+"""The agent rollout engine: sample, run each tool call as it is written, show the observation, continue.
+
+:class:`AgentEngine` implements the :class:`~ttrl_lightning.rollout.base.RolloutEngine` protocol, so a
+GRPO-style module (``CCRFTModule``) rolls out with it unchanged. Per row (prompt-major, as every
+``Rollouts``), up to ``max_steps`` tool calls::
+
+    generate until </tool_call> or EOS  ->  ToolSession.call(the call text)  ->  append <out>view</out>
+    ... repeat ...  ->  the final answer, EOS
+
+* Tool calls are parsed by ``tools.protocol.parse_tool_call`` (JSON only, never evaluated); any text that is
+  not a call gets a typed error observation, which the model sees; nothing the model writes raises.
+* The observation is ``agent_format.observation_view`` (the artifact's canonical JSON without masks)
+  between ``<out>``/``</out>``; its tokens are *not* the model's: :class:`AgentRollouts` keeps them out of
+  ``completion_mask`` (the loss mask the GRPO step aggregates over) and in ``completion_attention`` (what
+  the model attends to; ``attention_mask()`` uses it), and marks them in ``observation_mask``.
+* The pixels come with the prompt: an :class:`AgentPrompt` is a ``str`` that carries ``image`` /
+  ``frames`` and the ``source`` it was drawn from, so batches pass through modules unchanged. A text model
+  sees the question and the observations only; the tools see the pixels.
+* Every row leaves a :class:`Trajectory` (``rollouts.trajectories``): its tool steps (the replayable record
+  of ``ToolSession.steps``), answer, tool latencies. :func:`save_trajectories` writes them as JSON lines and
+  :func:`replay_trajectory` re-executes one, pixels redrawn from ``source``, and returns the steps whose
+  artifact bytes differ (none: reproduced).
+* Tools are deterministic in their pixels and call history, so results are memoised (``ToolCache``) per
+  ``(source, history, call)``: the N samples of a prompt, and repeated evaluations, run each distinct call
+  once; latencies are recorded for calls that ran.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import torch
+
+from ttrl_lightning.masking import completion_mask_at_eos
+from ttrl_lightning.rollout.agent_format import final_answer, format_agent_observation, last_call_text
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.hf import cut_at_stop_strings
+from ttrl_lightning.safe_files import atomic_write
+from ttrl_lightning.tools.observation import Observation
+from ttrl_lightning.tools.protocol import TOOL_CALL_END
+from ttrl_lightning.tools.run import ToolSession, canonical_name, replay
+
+
+class AgentPrompt(str):
+    """A prompt string with the pixels its tools read: ``image`` (HxWx3 uint8 / PIL), ``frames`` (a list of
+    them) and ``source`` (JSON-able, e.g. ``{"kind": "count", "seed": 0, "index": 3}``: where the pixels
+    come from, for replay and for sharing tool results across calls). Compares and hashes as its text."""
+
+    image: Any
+    frames: Any
+    source: dict | None
+
+    def __new__(cls, text: str, *, image: Any = None, frames: Any = None, source: dict | None = None):
+        obj = super().__new__(cls, text)
+        obj.image, obj.frames, obj.source = image, frames, source
+        return obj
+
+    def __reduce__(self):
+        return (_agent_prompt, (str(self), self.image, self.frames, self.source))
+
+
+def _agent_prompt(text, image, frames, source):
+    return AgentPrompt(text, image=image, frames=frames, source=source)
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
+
+
+class ToolCache:
+    """Memo of tool results: ``(source, earlier steps, name, args) -> Observation``. Only prompts with a
+    ``source`` share results across prompts; others share within one ``generate`` call (per prompt)."""
+
+    def __init__(self, max_entries: int = 100_000):
+        self.max_entries = max_entries
+        self._memo: dict[str, Observation] = {}
+        self.hits = self.misses = 0
+
+    def get(self, key: str) -> Observation | None:
+        obs = self._memo.get(key)
+        if obs is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return obs
+
+    def put(self, key: str, obs: Observation) -> None:
+        if len(self._memo) >= self.max_entries:
+            self._memo.clear()
+        self._memo[key] = obs
+
+
+class AgentToolSession(ToolSession):
+    """A :class:`ToolSession` that memoises results in a :class:`ToolCache` under ``scope`` and records the
+    wall time of every call that ran (``latencies[i]`` seconds; None for a memoised or unparsed step)."""
+
+    def __init__(self, *, image=None, frames=None, disabled: Iterable[str] = (), cache: ToolCache | None = None,
+                 scope: str = ""):
+        super().__init__(image=image, frames=frames, disabled=disabled)
+        self.cache = cache
+        self.scope = scope
+        self.latencies: list[float | None] = []
+
+    def run(self, name: str, args: dict[str, Any]) -> Observation:
+        key = _key([self.scope, sorted(self.disabled), [(s["name"], s["args"]) for s in self.steps], name, args])
+        cached = self.cache.get(key) if self.cache is not None else None
+        if cached is not None:
+            self.latencies.append(None)
+            return self._record(name, args, cached)
+        start = time.perf_counter()
+        obs = super().run(name, args)
+        self.latencies.append(time.perf_counter() - start)
+        if self.cache is not None:
+            self.cache.put(key, obs)
+        return obs
+
+    def call(self, text: str) -> Observation:
+        before = len(self.latencies)
+        obs = super().call(text)
+        if len(self.latencies) == before:
+            self.latencies.append(None)  # the text did not parse: no tool ran
+        return obs
+
+
+@dataclass
+class Trajectory:
+    """One agent rollout: ``prompt``, ``completion`` (the model's text with the observations it was shown),
+    ``answer`` (``final_answer``), ``steps`` (``ToolSession.steps``: ``{"name", "args", "text"}``, the
+    replayable record with full artifacts), ``latencies`` (seconds per step, None when not run), ``source``
+    and ``disabled`` (to redraw the pixels and replay), ``truncated`` (the step budget or the token budget
+    ran out before an answer)."""
+
+    prompt: str
+    completion: str
+    answer: str | None
+    steps: list[dict[str, Any]]
+    latencies: list[float | None]
+    source: dict | None = None
+    disabled: tuple[str, ...] = ()
+    truncated: bool = False
+
+    @property
+    def tools(self) -> list[str | None]:
+        """The canonical tool name of every step (None for a call that did not parse or name a tool)."""
+        return [canonical_name(s["name"]) if isinstance(s["name"], str) else None for s in self.steps]
+
+    @property
+    def errors(self) -> list[str | None]:
+        """The error code of every step (None for a successful call)."""
+        return [json.loads(s["text"]).get("error") if s["text"].startswith('{"error"') else None
+                for s in self.steps]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"prompt": self.prompt, "completion": self.completion, "answer": self.answer,
+                "steps": self.steps, "latencies": self.latencies, "source": self.source,
+                "disabled": list(self.disabled), "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> "Trajectory":
+        return cls(record["prompt"], record["completion"], record["answer"], record["steps"],
+                   record["latencies"], record.get("source"), tuple(record.get("disabled", ())),
+                   bool(record.get("truncated", False)))
+
+
+@dataclass
+class AgentRollouts(Rollouts):
+    """``Rollouts`` of the agent engine. The completion holds the model's tokens *and* the observation
+    tokens; ``completion_mask`` marks the model's own tokens only (the loss mask: the GRPO step trains on
+    and measures KL over these), ``completion_attention`` every real token (``attention_mask()`` uses it, so
+    log-probs are computed in the context the model sampled in), ``observation_mask`` the observation
+    tokens. ``step_spans[r]``: per tool step of row r, ``(call_start, call_end, obs_start, obs_end)`` token
+    columns (the model's text of the step, then the observation). ``trajectories[r]``: its record."""
+
+    completion_attention: torch.Tensor | None = None
+    observation_mask: torch.Tensor | None = None
+    step_spans: list[list[tuple[int, int, int, int]]] = field(default_factory=list)
+    trajectories: list[Trajectory] = field(default_factory=list)
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """[R, C] 1 on the tokens the model wrote (= ``completion_mask``), 0 on observations and padding."""
+        return self.completion_mask
+
+    def attention_mask(self) -> torch.Tensor:
+        att = self.completion_attention if self.completion_attention is not None else self.completion_mask
+        return torch.cat([self.prompt_mask, att], dim=1)
+
+    def first_per_group(self, k: int) -> Rollouts:
+        raise NotImplementedError("AgentRollouts.first_per_group: subsample the prompts' samples before the "
+                                  "agent loop (SamplingParams.n) instead")
+
+
+@dataclass
+class _Row:
+    session: AgentToolSession
+    ids: list[int] = field(default_factory=list)
+    gen: list[int] = field(default_factory=list)  # 1: the model wrote the token
+    text: str = ""
+    spans: list[tuple[int, int, int, int]] = field(default_factory=list)
+    done: bool = False
+    truncated: bool = False
+
+
+class AgentEngine:
+    """Samples agent trajectories with ``model.generate``, one turn per tool call (the policy itself: no
+    weight sync). ``max_steps``: tool calls per trajectory (a call beyond it is not run and ends the row as
+    truncated); ``max_turn_tokens``: new tokens per turn (``SamplingParams.max_new_tokens`` is ignored: a
+    turn is a thought and a call, or the answer); ``disabled``: tools answering with the ``disabled``
+    error (single-tool ablations); ``cache``: a shared :class:`ToolCache` (a new one when None)."""
+
+    def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
+                 disabled: Sequence[str] = (), cache: ToolCache | None = None):
+        if max_steps < 1 or max_turn_tokens < 1:
+            raise ValueError(f"max_steps and max_turn_tokens must be >= 1, got {max_steps}, {max_turn_tokens}")
+        unknown = [d for d in disabled if canonical_name(d) is None]
+        if unknown:
+            raise ValueError(f"unknown tools to disable: {', '.join(map(str, unknown))}")
+        self.tokenizer = tokenizer
+        self.max_steps = int(max_steps)
+        self.max_turn_tokens = int(max_turn_tokens)
+        self.disabled = tuple(canonical_name(d) for d in disabled)
+        self.cache = cache if cache is not None else ToolCache()
+
+    def sync_weights(self, model) -> None:
+        return None
+
+    def _encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _turn(self, model, contexts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """One turn for each context: the new tokens up to and including EOS or ``</tool_call>``."""
+        tok = self.tokenizer
+        width = max(len(c) for c in contexts)
+        device = next(model.parameters()).device
+        ids = torch.full((len(contexts), width), tok.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((len(contexts), width), dtype=torch.long)
+        for i, c in enumerate(contexts):
+            ids[i, width - len(c):] = torch.tensor(c)
+            attn[i, width - len(c):] = 1
+        greedy = params.temperature == 0
+        kwargs = dict(max_new_tokens=self.max_turn_tokens, do_sample=not greedy, use_cache=True,
+                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                      stop_strings=[TOOL_CALL_END], tokenizer=tok)
+        if not greedy:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), **kwargs)
+        new = out[:, width:].cpu()
+        if new.shape[1] == 0:
+            return [[] for _ in contexts]
+        mask = completion_mask_at_eos(new, tok.eos_token_id)
+        mask = cut_at_stop_strings(tok, new, mask, (TOOL_CALL_END,))
+        return [row[: int(m.sum())].tolist() for row, m in zip(new, mask)]
+
+    @torch.no_grad()
+    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> AgentRollouts:
+        if not prompts:
+            raise ValueError("no prompts")
+        tok = self.tokenizer
+        n = params.n
+        prompt_ids = [self._encode(str(p)) for p in prompts]
+        rows: list[_Row] = []
+        for i, p in enumerate(prompts):
+            source = getattr(p, "source", None)
+            scope = _key(source) if source is not None else f"call{id(prompts)}:{i}"
+            for _ in range(n):
+                rows.append(_Row(AgentToolSession(image=getattr(p, "image", None),
+                                                  frames=getattr(p, "frames", None), disabled=self.disabled,
+                                                  cache=self.cache, scope=scope)))
+        was_training = model.training
+        model.eval()
+        rng = torch.random.fork_rng(devices=[]) if params.seed is not None else contextlib.nullcontext()
+        try:
+            with rng:
+                if params.seed is not None:
+                    torch.manual_seed(params.seed)
+                for turn in range(self.max_steps + 1):
+                    active = [r for r, row in enumerate(rows) if not row.done]
+                    if not active:
+                        break
+                    new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params)
+                    for r, ids in zip(active, new):
+                        self._advance(rows[r], ids, turn)
+        finally:
+            model.train(was_training)
+        return self._collect(prompts, prompt_ids, rows, n, device=next(model.parameters()).device)
+
+    def _advance(self, row: _Row, ids: list[int], turn: int) -> None:
+        tok = self.tokenizer
+        start = len(row.ids)
+        row.ids += ids
+        row.gen += [1] * len(ids)
+        piece = tok.decode(ids, skip_special_tokens=True)
+        row.text += piece
+        ended_eos = bool(ids) and ids[-1] == tok.eos_token_id
+        called = not ended_eos and piece.rstrip().endswith(TOOL_CALL_END)
+        if not called:  # an answer (EOS), or the turn's token budget ran out
+            row.done = True
+            row.truncated = not ended_eos
+            return
+        if turn >= self.max_steps:  # a call past the step budget is not run
+            row.done = row.truncated = True
+            return
+        obs = row.session.call(last_call_text(piece))
+        obs_text = format_agent_observation(obs)
+        obs_ids = self._encode(obs_text)
+        row.spans.append((start, len(row.ids), len(row.ids), len(row.ids) + len(obs_ids)))
+        row.ids += obs_ids
+        row.gen += [0] * len(obs_ids)
+        row.text += obs_text
+
+    def _collect(self, prompts, prompt_ids, rows: list[_Row], n: int, device) -> AgentRollouts:
+        tok = self.tokenizer
+        R = len(rows)
+        P = max(len(p) for p in prompt_ids)
+        C = max(1, max(len(row.ids) for row in rows))
+        p_ids = torch.full((R, P), tok.pad_token_id, dtype=torch.long)
+        p_mask = torch.zeros((R, P), dtype=torch.long)
+        c_ids = torch.full((R, C), tok.pad_token_id, dtype=torch.long)
+        gen = torch.zeros((R, C), dtype=torch.long)
+        att = torch.zeros((R, C), dtype=torch.long)
+        trajectories = []
+        for r, row in enumerate(rows):
+            p = prompt_ids[r // n]
+            p_ids[r, P - len(p):] = torch.tensor(p)
+            p_mask[r, P - len(p):] = 1
+            if row.ids:
+                c_ids[r, :len(row.ids)] = torch.tensor(row.ids)
+                gen[r, :len(row.ids)] = torch.tensor(row.gen)
+                att[r, :len(row.ids)] = 1
+            prompt = prompts[r // n]
+            trajectories.append(Trajectory(
+                prompt=str(prompt), completion=row.text, answer=final_answer(row.text),
+                steps=[dict(s) for s in row.session.steps], latencies=list(row.session.latencies),
+                source=getattr(prompt, "source", None), disabled=self.disabled, truncated=row.truncated))
+        return AgentRollouts(
+            prompt_ids=p_ids.to(device), prompt_mask=p_mask.to(device), completion_ids=c_ids.to(device),
+            completion_mask=gen.to(device), texts=[row.text for row in rows],
+            group=torch.arange(len(prompts), device=device).repeat_interleave(n), n=n,
+            completion_attention=att.to(device), observation_mask=(att - gen).to(device),
+            step_spans=[list(row.spans) for row in rows], trajectories=trajectories)
+
+
+# --- saving and re-executing trajectories ---------------------------------------------------------------
+
+
+def save_trajectories(path, trajectories: Iterable[Trajectory]) -> None:
+    """Write ``trajectories`` as JSON lines (``Trajectory.to_json``), atomically."""
+    with atomic_write(path) as f:
+        for t in trajectories:
+            f.write(json.dumps(t.to_json(), sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def load_trajectories(path) -> list[Trajectory]:
+    """Read a file written by :func:`save_trajectories`; a bad line raises ``ValueError`` naming the file
+    and line."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(Trajectory.from_json(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as err:
+                raise ValueError(f"{path}: line {i}: not a trajectory record ({err})") from None
+    return out
+
+
+def source_pixels(source: dict) -> tuple[Any, Any]:
+    """``(image, frames)`` redrawn from a scene-task ``source`` ``{"kind", "seed", "index"}``."""
+    from ttrl_lightning.data.scenes import SCENE_TASKS
+
+    try:
+        task = SCENE_TASKS[source["kind"]](int(source["seed"]), int(source["index"]))
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"trajectory source {source!r} is not a scene task ({err})") from None
+    return task.image, (list(task.frames) if task.frames is not None else None)
+
+
+def replay_trajectory(trajectory: Trajectory, *, image: Any = None, frames: Any = None) -> list[int]:
+    """Re-execute ``trajectory``'s tool steps (views included, the same tools disabled) on ``image`` /
+    ``frames``, or on the pixels redrawn from its ``source`` when neither is given; returns the indices of
+    the steps whose observation bytes differ (empty: every artifact reproduced)."""
+    if image is None and frames is None:
+        if trajectory.source is None:
+            raise ValueError("trajectory has no source: pass its image / frames to replay it")
+        image, frames = source_pixels(trajectory.source)
+    return replay(trajectory.steps, image=image, frames=frames, disabled=trajectory.disabled)

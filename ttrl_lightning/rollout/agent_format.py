@@ -1,0 +1,91 @@
+"""What the pixel agent reads and writes as text: its prompt, the observation it is shown, its final answer.
+
+One place for the strings that the CoTA traces (``data.cota``) and the agent rollout engine
+(``rollout.agent``) must agree on::
+
+    Q: What colour is the triangle?\\n                                    <- AGENT_PROMPT (prompt)
+    I check the triangle with PROP.\\n                                    <- thought (text)
+    <tool_call>{"arguments":{"query":"triangle"},"name":"PROP"}</tool_call>  <- call (action)
+    <out>{"area":0.0131,"box":[...],"colour":"red",...}</out>              <- observation (no loss)
+    Answer: red<eos>                                                     <- answer (text)
+
+The observation is ``observation_view(obs)``: the tool's canonical JSON (Pixelis 3.2: coordinates at
+1e-2) without the ``mask`` entries. A text model cannot read a run-length mask and it would be most of the
+tokens (a SEG call on three shapes: ~260 characters with masks, ~90 without); the full artifact, masks
+included, stays in the trajectory record (``ToolSession.steps``) that replay checks. A VLM would be shown
+masks and crops as image tokens instead (docs/agent.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from ttrl_lightning.tools.observation import Observation
+from ttrl_lightning.tools.protocol import OBSERVATION_END, OBSERVATION_START, TOOL_CALL_END, TOOL_CALL_START
+
+#: the agent's prompt; ``{question}`` is the task's question
+AGENT_PROMPT = "Q: {question}\n"
+#: how the agent writes its final answer (after its last observation)
+ANSWER_PREFIX = "Answer: "
+#: artifact keys left out of the text an agent is shown
+HIDDEN_ARTIFACT_KEYS = frozenset({"mask"})
+
+_ANSWER = re.compile(re.escape(ANSWER_PREFIX.strip()) + r"[ \t]*([^\n<]*)")
+
+
+def agent_prompt(question: str) -> str:
+    """``AGENT_PROMPT`` filled with ``question``."""
+    return AGENT_PROMPT.format(question=question)
+
+
+def _strip(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _strip(v) for k, v in value.items() if k not in HIDDEN_ARTIFACT_KEYS}
+    if isinstance(value, list):
+        return [_strip(v) for v in value]
+    return value
+
+
+def observation_view(obs: Observation) -> str:
+    """The text an agent is shown for ``obs``: the canonical JSON of the artifact without ``mask`` entries
+    (sorted keys, no spaces), or the error JSON ``{"error", "message"}`` of a failed call as is."""
+    if not obs.ok:
+        return obs.text
+    return json.dumps(_strip(obs.artifact), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def format_agent_observation(obs: Observation) -> str:
+    """``<out>`` + :func:`observation_view` + ``</out>`` (the observation segment of a trace)."""
+    return f"{OBSERVATION_START}{observation_view(obs)}{OBSERVATION_END}"
+
+
+def final_answer(completion: str) -> str | None:
+    """The agent's answer: what follows the last ``Answer:`` after the last observation (up to the line's
+    end), stripped; None when there is none. ``"...</out>Answer: red"`` -> ``"red"``."""
+    tail = completion.rsplit(OBSERVATION_END, 1)[-1]
+    hits = _ANSWER.findall(tail)
+    if not hits:
+        return None
+    answer = hits[-1].strip()
+    return answer or None
+
+
+def answers_match(answer: str | None, gold: str) -> bool:
+    """Case- and space-insensitive equality of an agent answer with the task's answer."""
+    if answer is None:
+        return False
+    return " ".join(answer.lower().split()) == " ".join(str(gold).lower().split())
+
+
+def last_call_text(text: str) -> str:
+    """The call the model just wrote: from the last ``<tool_call>`` to the end of ``text`` (which ends with
+    ``</tool_call>``), or the text's last 200 characters when it has no ``<tool_call>`` (then the call
+    fails to parse and the agent sees a ``bad_call`` observation)."""
+    start = text.rfind(TOOL_CALL_START)
+    if start < 0:
+        return text[-200:]
+    end = text.find(TOOL_CALL_END, start)
+    return text[start:end + len(TOOL_CALL_END)] if end >= 0 else text[start:]
