@@ -1,0 +1,296 @@
+"""``CCRFTModule``: Curiosity-Coherence RFT (Pixelis 3.2.2, appendix 1), a ``GRPOModule`` with hooks only.
+
+    rollout    : the agent engine (``rollout.agent.AgentEngine``): tool calls run as they are written,
+                 observations appended and left out of the loss (``AgentRollouts.completion_mask``)
+    rewards    : R(tau) = w_correct [answer right] + w_curiosity Cur(tau) + w_coherence Coh(tau)
+                          - efficiency_penalty * max(0, calls - 1)
+    advantages : group-relative over the top-K trajectories of each prompt (K = 8); the others get 0
+
+Cur and Coh are ``rewards.curiosity_coherence``'s gated prediction-error curiosity and z-scored adjacent-step
+coherence on step embeddings E_t computed from the policy's hidden states (detached: the backbone is not
+trained through them). The step encoder g_phi and dynamics head h_psi are trained jointly here, one AdamW
+step per batch on the dynamics MSE (appendix 1: lr 5e-5, weight decay 0.01, gradient clip 1.0), after the
+rewards of that batch are computed. The transitions are consecutive tool steps plus the last tool step to
+the answer (the answer's tokens stand for both its x and v).
+
+KL to the EMA anchor in the PID corridor is the GRPO step's KL with ``reference="external"`` plus the
+``EMAAnchor`` and ``PIDKLController`` callbacks (configs/rft/tiny_ccrft.yaml; Pixelis: target 0.15,
+corridor [0.10, 0.20], Kp 0.30, Ki 0.05, Kd 0.10, EMA rho 0.99).
+
+The paper gives no weights for the reward terms; ours: correctness 1, curiosity 0.1, coherence 0.1,
+efficiency 0.05 per call beyond the first (Pixel Reasoner's -0.05 (n_calls - 1)).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import torch
+
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.masking import position_ids_from_mask
+from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
+from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
+from ttrl_lightning.modules.losses import group_advantages
+from ttrl_lightning.rewards.curiosity_coherence import (
+    DynamicsHead,
+    StepEncoder,
+    adjacent_cosines,
+    gated_curiosity,
+    per_trajectory_mean,
+    zscore,
+)
+from ttrl_lightning.rollout.agent import AgentEngine, AgentRollouts
+from ttrl_lightning.rollout.agent_format import answers_match
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.tools.base import TOOLS
+
+#: bounds of CCRFTModule's own numeric arguments
+CCRFT_RULES: dict[str, Bounds] = {
+    "top_k_trajectories": Bounds(low=1, integer=True),
+    "w_correct": Bounds(),
+    "w_curiosity": Bounds(),
+    "w_coherence": Bounds(),
+    "efficiency_penalty": Bounds(low=0),
+    "mc_samples": Bounds(low=1, integer=True),
+    "mc_dropout": Bounds(low=0, high=1, high_open=True),
+    "gate_beta": Bounds(low=0),
+    "embed_hidden": Bounds(low=1, integer=True),
+    "embed_dim": Bounds(low=1, integer=True),
+    "head_lr": Bounds(low=0),
+    "head_weight_decay": Bounds(low=0),
+    "max_steps": Bounds(low=1, integer=True),
+    "max_turn_tokens": Bounds(low=1, integer=True),
+}
+#: the actions of the one-hot codes: the tools, then "no valid tool" (a call that did not parse / name one)
+ACTIONS = (*TOOLS.names(), None)
+#: how many of a step's last written tokens make x_t (appendix 1: "the mean of last 32 thought tokens")
+X_TOKENS = 32
+
+
+def _onehot(names: Sequence[str | None], device) -> torch.Tensor:
+    out = torch.zeros(len(names), len(ACTIONS), device=device)
+    for i, name in enumerate(names):
+        out[i, ACTIONS.index(name) if name in ACTIONS else len(ACTIONS) - 1] = 1.0
+    return out
+
+
+class CCRFTModule(GRPOModule):
+    """CC-RFT (see the module docstring).
+
+    Args beyond ``GRPOModule``'s: ``top_k_trajectories`` K (8: the prompt's K best-rewarded rows get
+    group-relative advantages, the rest 0; K >= num_generations keeps all); ``w_correct``, ``w_curiosity``,
+    ``w_coherence``, ``efficiency_penalty``; ``mc_samples`` (4), ``mc_dropout`` (0.1), ``gate_beta`` (5);
+    ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``head_lr`` (5e-5), ``head_weight_decay``
+    (0.01); ``max_steps`` tool calls per trajectory, ``max_turn_tokens`` per turn, ``disabled`` tools (a
+    single-tool ablation). Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt],
+    "answer": [str], ...}``.
+    """
+
+    unsaved_init_args: ClassVar[tuple[str, ...]] = ("rewards", "engine")
+
+    def __init__(
+        self,
+        policy: PolicySpec = PolicySpec(lr=1e-4),
+        num_generations: int = 8,
+        top_k_trajectories: int = 8,
+        w_correct: float = 1.0,
+        w_curiosity: float = 0.1,
+        w_coherence: float = 0.1,
+        efficiency_penalty: float = 0.05,
+        mc_samples: int = 4,
+        mc_dropout: float = 0.1,
+        gate_beta: float = 5.0,
+        embed_hidden: int = 768,
+        embed_dim: int = 512,
+        head_lr: float = 5e-5,
+        head_weight_decay: float = 0.01,
+        max_steps: int = 4,
+        max_turn_tokens: int = 160,
+        disabled: Sequence[str] = (),
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        scale_rewards: bool = True,
+        eps_low: float = 0.2,
+        eps_high: float = 0.2,
+        kl_coef: float = 0.1,
+        reference: str = "external",
+        loss_aggregation: str = "seq_mean",
+        num_iterations: int = 1,
+        max_grad_norm: float | None = 1.0,
+        engine=None,
+        logprob_impl: str = "auto",
+    ):
+        check_arguments(locals(), CCRFT_RULES, f"{type(self).__name__} argument ")
+        super().__init__(
+            policy=policy, num_generations=num_generations, temperature=temperature, top_p=top_p, top_k=top_k,
+            max_new_tokens=max_turn_tokens, stop=(), rewards=("exact_answer",), scale_rewards=scale_rewards,
+            eps_low=eps_low, eps_high=eps_high, kl_coef=kl_coef, reference=reference,
+            loss_aggregation=loss_aggregation, num_iterations=num_iterations, max_grad_norm=max_grad_norm,
+            engine=engine, logprob_impl=logprob_impl)
+        if engine is None:
+            try:
+                self.engine = AgentEngine(self.tokenizer, max_steps=max_steps, max_turn_tokens=max_turn_tokens,
+                                          disabled=tuple(disabled))
+            except ValueError as err:
+                raise UserError(f"{type(self).__name__}: {err}") from None
+        self.encoder: StepEncoder | None = None
+        self.dynamics: DynamicsHead | None = None
+        self._head_opt: torch.optim.Optimizer | None = None
+        self.last_intrinsic: dict[str, torch.Tensor] = {}
+
+    # ------------------------------------------------------------------ heads
+    def configure_model(self) -> None:
+        super().configure_model()
+        if self.encoder is None:
+            self.build_heads(int(self.policy.config.hidden_size))
+
+    def build_heads(self, d: int) -> None:
+        """g_phi and h_psi for policy width ``d`` (called by ``configure_model``)."""
+        h = self.hparams
+        self.encoder = StepEncoder(d, len(ACTIONS), h.embed_hidden, h.embed_dim, h.mc_dropout)
+        self.dynamics = DynamicsHead(h.embed_dim, len(ACTIONS), d, h.embed_hidden, h.mc_dropout)
+        self.encoder.to(self.device)
+        self.dynamics.to(self.device)
+
+    def head_optimizer(self) -> torch.optim.Optimizer:
+        if self._head_opt is None:
+            params = list(self.encoder.parameters()) + list(self.dynamics.parameters())
+            self._head_opt = torch.optim.AdamW(params, lr=self.hparams.head_lr,
+                                               weight_decay=self.hparams.head_weight_decay)
+        return self._head_opt
+
+    # ------------------------------------------------------------------ step features
+    @torch.no_grad()
+    def step_features(self, rollouts: AgentRollouts) -> dict[str, torch.Tensor]:
+        """Per step of every row (tool steps, then the answer when there is one): ``v`` [S, d], ``x`` [S, d],
+        ``action`` (its tool) and ``prev_action`` one-hots [S, A], ``row`` [S] and ``next`` [S] (index of the
+        following step of the same row, -1 for the last)."""
+        ids, attn = rollouts.input_ids(), rollouts.attention_mask()
+        model = self.policy
+        out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
+                    output_hidden_states=True)
+        hidden = out.hidden_states[-1].float()[:, rollouts.prompt_ids.shape[1]:]  # [R, C, d]
+        v, x, rows, actions, prev = [], [], [], [], []
+        lengths = rollouts.completion_attention.sum(1).tolist()
+        for r, (spans, traj) in enumerate(zip(rollouts.step_spans, rollouts.trajectories)):
+            tools = traj.tools
+            prev_tool = None
+            for k, (c0, c1, o0, o1) in enumerate(spans):
+                x.append(hidden[r, max(c0, c1 - X_TOKENS):c1].mean(0))
+                v.append(hidden[r, o0:o1].mean(0) if o1 > o0 else hidden[r, c0:c1].mean(0))
+                rows.append(r)
+                actions.append(tools[k] if k < len(tools) else None)
+                prev.append(prev_tool)
+                prev_tool = actions[-1]
+            end = spans[-1][3] if spans else 0
+            if spans and int(lengths[r]) > end and not traj.truncated:  # the answer after the last step
+                seg = hidden[r, end:int(lengths[r])]
+                x.append(seg[-X_TOKENS:].mean(0))
+                v.append(seg.mean(0))
+                rows.append(r)
+                actions.append(None)
+                prev.append(prev_tool)
+        device = hidden.device
+        if not rows:
+            d = hidden.shape[-1]
+            empty = torch.zeros(0, d, device=device)
+            return {"v": empty, "x": empty, "action": _onehot([], device), "prev_action": _onehot([], device),
+                    "row": torch.zeros(0, dtype=torch.long, device=device),
+                    "next": torch.zeros(0, dtype=torch.long, device=device)}
+        row_t = torch.tensor(rows, device=device)
+        nxt = torch.full_like(row_t, -1)
+        same = row_t[1:] == row_t[:-1]
+        nxt[:-1] = torch.where(same, torch.arange(1, len(rows), device=device), torch.full_like(row_t[1:], -1))
+        return {"v": torch.stack(v), "x": torch.stack(x), "action": _onehot(actions, device),
+                "prev_action": _onehot(prev, device), "row": row_t, "next": nxt}
+
+    def intrinsic_rewards(self, rollouts: AgentRollouts) -> dict[str, torch.Tensor]:
+        """``curiosity`` and ``coherence`` [R] per trajectory (0 without a transition), then one training
+        step of g_phi and h_psi on the batch's transitions."""
+        R = rollouts.completion_ids.shape[0]
+        zeros = torch.zeros(R, device=self.device)
+        h = self.hparams
+        if h.w_curiosity == 0 and h.w_coherence == 0:
+            return {"curiosity": zeros, "coherence": zeros}
+        f = self.step_features(rollouts)
+        has_next = f["next"] >= 0
+        if not bool(has_next.any()):
+            return {"curiosity": zeros, "coherence": zeros}
+        src = has_next.nonzero().squeeze(1)
+        dst = f["next"][src]
+        owner = f["row"][src]
+        with torch.no_grad():
+            was = self.encoder.training
+            self.encoder.eval()
+            e = self.encoder(f["v"], f["x"], f["prev_action"])
+            self.encoder.train(was)
+            cur = gated_curiosity(self.dynamics, e[src], f["action"][src], f["v"][dst], h.mc_samples, h.gate_beta)
+            coh = zscore(adjacent_cosines(e[src], e[dst]))
+        out = {"curiosity": per_trajectory_mean(cur, owner, R), "coherence": per_trajectory_mean(coh, owner, R)}
+        if h.w_curiosity != 0 and h.head_lr > 0:  # joint training of g_phi and h_psi on the dynamics error
+            opt = self.head_optimizer()
+            with torch.enable_grad():
+                e_train = self.encoder(f["v"], f["x"], f["prev_action"])
+                pred = self.dynamics(e_train[src], f["action"][src])
+                loss = (pred - f["v"][dst]).pow(2).mean()
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(list(self.encoder.parameters()) + list(self.dynamics.parameters()),
+                                               1.0)
+                opt.step()
+            out["dynamics_loss"] = loss.detach()
+        return out
+
+    # ------------------------------------------------------------------ hooks
+    def rollout(self, batch: dict[str, list]) -> Rollouts:
+        rollouts = super().rollout(batch)
+        if not isinstance(rollouts, AgentRollouts):
+            raise TypeError(f"{type(self).__name__} needs an agent engine (rollout.agent.AgentEngine), got "
+                            f"{type(self.engine).__name__}")
+        return rollouts
+
+    def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+        """``w_correct [answer right] + w_curiosity Cur + w_coherence Coh - efficiency_penalty * max(0,
+        calls - 1)`` per trajectory; the parts are kept in ``last_intrinsic`` and logged."""
+        h = self.hparams
+        n = rollouts.n
+        golds = [a for a in batch["answer"] for _ in range(n)]
+        trajs = rollouts.trajectories
+        device = self.device
+        correct = torch.tensor([float(answers_match(t.answer, g)) for t, g in zip(trajs, golds)], device=device)
+        calls = torch.tensor([float(len(t.steps)) for t in trajs], device=device)
+        intrinsic = self.intrinsic_rewards(rollouts)
+        cur, coh = intrinsic["curiosity"].to(device), intrinsic["coherence"].to(device)
+        reward = (h.w_correct * correct + h.w_curiosity * cur + h.w_coherence * coh
+                  - h.efficiency_penalty * (calls - 1).clamp_min(0))
+        errors = sum(e is not None for t in trajs for e in t.errors)
+        self.last_intrinsic = {"correct": correct, "curiosity": cur, "coherence": coh, "calls": calls,
+                               "tool_error_rate": torch.tensor(errors / max(1.0, float(calls.sum())))}
+        if self._trainer is not None:
+            self.log_dict({"train/correct": correct.mean(), "train/curiosity": cur.mean(),
+                           "train/coherence": coh.mean(), "train/chain_length": calls.mean(),
+                           "train/tool_error_rate": self.last_intrinsic["tool_error_rate"]})
+        return RolloutRewards(reward)
+
+    def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """Group-relative advantages over each prompt's top-K rewards [G, N]; rows outside the top K get 0
+        (ties: the lower row index first)."""
+        G, N = rewards.shape
+        K = min(int(self.hparams.top_k_trajectories), N)
+        if K >= N:
+            return group_advantages(rewards, scale=self.hparams.scale_rewards)
+        order = torch.sort(rewards, dim=1, descending=True, stable=True).indices[:, :K]
+        top = torch.gather(rewards, 1, order)
+        adv = group_advantages(top, scale=self.hparams.scale_rewards)
+        return torch.zeros_like(rewards).scatter(1, order, adv)
+
+    def validation_step(self, batch, batch_idx):
+        """Greedy agent rollouts; ``val/accuracy`` (no intrinsic rewards, no head training)."""
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.hparams.max_turn_tokens)
+        rollouts = self.engine.generate(self.policy, batch["prompt"], params)
+        correct = torch.tensor([float(answers_match(t.answer, g))
+                                for t, g in zip(rollouts.trajectories, batch["answer"])])
+        self.val_accuracy(correct)
+        self.log("val/accuracy", self.val_accuracy, on_epoch=True, prog_bar=True)
