@@ -55,7 +55,9 @@ def build_parser() -> CommandParser:
     p.add_argument("--data", required=True, metavar="FILE", help="the question file, .jsonl or .parquet")
     p.add_argument("--out", required=True, metavar="POOL",
                    help="the pool to write, .jsonl or .parquet (its shards go to POOL.parts/)")
-    p.add_argument("--n", type=positive_int, default=32, help="rollouts per question and view")
+    p.add_argument("--n", "--rollouts", dest="n", type=positive_int, default=32,
+                   help="rollouts per question and view (under torchrun write --rollouts: torchrun's own "
+                        "parser refuses --n as an ambiguous abbreviation of its options)")
     p.add_argument("--views", nargs="+", choices=VIEWS, default=[VIEWS[0]], metavar="VIEW",
                    help="original, and reframed for Self-Harmony's second view")
     p.add_argument("--max-new-tokens", type=positive_int, default=None,

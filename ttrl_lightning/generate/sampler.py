@@ -17,9 +17,37 @@ from typing import Callable
 import torch
 
 from ..integrations import GenerationSignalRecorder
+from ..integrations.groups import image_token_ids
 from ..rollout.base import SamplingParams
 
-__all__ = ["sample_view"]
+__all__ = ["sample_sequences", "sample_view"]
+
+
+def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int):
+    """``params.n`` samples of one prompt: ``(sequences [n, T0 + C], RolloutSignals over the C generated
+    tokens)`` (``integrations.GenerationSignalRecorder``; attention mass only when ``inputs`` has images).
+
+    The image / video placeholder tokens of a vision-language model are never sampled (``suppress_tokens``):
+    at such a position the model and a replay would expect image features. The signals still come from the
+    full, unfiltered distribution."""
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    greedy = params.temperature == 0
+    kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
+                  use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if not greedy:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+    placeholders = image_token_ids(model.config)
+    if placeholders:  # a sampled image placeholder would be read as an image (by the model and the replay)
+        kwargs["suppress_tokens"] = placeholders
+    recorder = GenerationSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
+                                        inputs.get("mm_token_type_ids"), temperature=1.0,
+                                        record_attention="pixel_values" in inputs, tokenizer=tokenizer)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
+        torch.manual_seed(seed)
+        with recorder:
+            sequences = model.generate(**inputs, **kwargs)
+    return sequences, recorder.signals(sequences)
 
 
 def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParams, seed: int,
@@ -33,24 +61,8 @@ def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParam
     ``logprob``, ``entropy``, ``self_certainty`` and, when the prompt has image tokens,
     ``visual_engagement`` and ``image_attention`` over its completion tokens (end-of-sequence included).
     """
-    device = next(model.parameters()).device
-    inputs = {k: v.to(device) for k, v in inputs.items()}
-    greedy = params.temperature == 0
-    kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
-                  use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if not greedy:
-        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-    visual = "pixel_values" in inputs
-    recorder = GenerationSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
-                                        inputs.get("mm_token_type_ids"), temperature=1.0,
-                                        record_attention=visual, tokenizer=tokenizer)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
-        torch.manual_seed(seed)
-        with recorder:
-            sequences = model.generate(**inputs, **kwargs)
-    sig = recorder.signals(sequences)
-    prompt_len = inputs["input_ids"].shape[1]
-    completion = sequences[:, prompt_len:].cpu()
+    sequences, sig = sample_sequences(model, tokenizer, inputs, params, seed)
+    completion = sequences[:, inputs["input_ids"].shape[1]:].cpu()
     mask = sig.completion_mask.cpu()
     rollouts = []
     for row, per_token in enumerate(sig.per_rollout()):
