@@ -34,7 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-VARIANTS = {"ccrft": {}, "ccrft_no_curiosity": {"w_curiosity": 0.0}, "ccrft_no_coherence": {"w_coherence": 0.0}}
+VARIANTS = {"ccrft": {}, "ccrft_no_curiosity": {"w_curiosity": 0.0},
+            "ccrft_no_coherence": {"w_coherence": 0.0}}
 METRICS = ("accuracy", "chain_length", "rapr", "racpr", "tool_error_rate")
 
 
@@ -63,7 +64,8 @@ def evaluate(policy, tokenizer, rows, chains, cache, *, disabled=(), max_steps=4
     trajs = []
     for i in range(0, len(rows), 16):
         part = rows[i:i + 16]
-        trajs += engine.generate(policy, [r["prompt"] for r in part], SamplingParams(n=1, temperature=0.0)).trajectories
+        greedy = SamplingParams(n=1, temperature=0.0)
+        trajs += engine.generate(policy, [r["prompt"] for r in part], greedy).trajectories
     correct = [answers_match(t.answer, r["answer"]) for t, r in zip(trajs, rows)]
     return process_report(trajs, chains, correct), trajs
 
@@ -114,7 +116,8 @@ def run_seed(seed: int, args, eval_rows, chains, cache) -> dict:
             out["ablation"] = {}
             for tool in TOOLS.names():
                 rep_t, _ = evaluate(rft.policy, rft.tokenizer, eval_rows, chains, cache, disabled=(tool,))
-                out["ablation"][tool] = {"accuracy": rep_t.accuracy - rep.accuracy, "racpr": rep_t.racpr - rep.racpr}
+                out["ablation"][tool] = {"accuracy": rep_t.accuracy - rep.accuracy,
+                                         "racpr": rep_t.racpr - rep.racpr}
     return out
 
 
@@ -143,7 +146,8 @@ def summarise(results: dict[int, dict]) -> dict:
         table[stage] = row
         print(f"{stage:<20}" + "".join(f"{row[m][0]:>14.2f} ± {row[m][1]:<5.2f}" for m in METRICS))
     for stage in stages:
-        print(f"latency {stage}: " + ", ".join(f"{t} {v:.0f} ms" for t, v in table[stage]["latency_ms"].items()))
+        lat = table[stage]["latency_ms"]
+        print(f"latency {stage}: " + ", ".join(f"{t} {v:.0f} ms" for t, v in lat.items()))
     verdict = {}
     if "sft" in table:
         err, calls = table["sft"]["tool_error_rate"][0], table["sft"]["chain_length"][0]

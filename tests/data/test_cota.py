@@ -3,7 +3,13 @@ import json
 
 import pytest
 
-from ttrl_lightning.data.cota import CoTADataModule, agent_prompts, cota_trace, generate_cota_traces, text_chain
+from ttrl_lightning.data.cota import (
+    CoTADataModule,
+    agent_prompts,
+    cota_trace,
+    generate_cota_traces,
+    text_chain,
+)
 from ttrl_lightning.data.datamodules import encode_trace
 from ttrl_lightning.data.scenes import SCENE_TASKS
 from ttrl_lightning.masking import IGNORE_INDEX
@@ -38,8 +44,9 @@ def test_observation_tokens_carry_no_loss_and_calls_are_actions():
     assert tok.decode([ids[i] for i in in_obs]) == obs_text
     assert all(labels[i] == IGNORE_INDEX for i in in_obs)
     assert tok.decode([ids[i] for i, a in enumerate(act) if a]) == segs[2].text
-    assert sum(l != IGNORE_INDEX for l in labels) == sum(len(tok(s.text, add_special_tokens=False)["input_ids"])
-                                                           for s in segs if s.kind in ("text", "action"))
+    trained = sum(len(tok(s.text, add_special_tokens=False)["input_ids"]) for s in segs
+                  if s.kind in ("text", "action"))
+    assert sum(label != IGNORE_INDEX for label in labels) == trained
 
 
 def test_read_small_for_a_text_agent_zooms_on_the_span_ocr_found():

@@ -37,7 +37,8 @@ def test_report_counts_errors_lengths_and_latency():
     ok = '{"count":1}'
     bad = '{"error":"bad_call","message":"x"}'
     t1 = _traj([{"name": "SEG", "args": {}, "text": ok}], [0.5])
-    t2 = _traj([{"name": None, "args": None, "text": bad}, {"name": "seg", "args": {}, "text": ok}], [None, None])
+    t2 = _traj([{"name": None, "args": None, "text": bad}, {"name": "seg", "args": {}, "text": ok}],
+               [None, None])
     t3 = _traj([], [])
     rep = process_report([t1, t2, t3], [["SEG"], ["SEG"], ["SEG"]], [True, False, False])
     assert rep.accuracy == pytest.approx(1 / 3) and rep.calls == 3

@@ -9,7 +9,12 @@ from ttrl_lightning.data.cota import AgentPromptDataModule, agent_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import CCRFTModule, GRPOModule, PolicySpec
 from ttrl_lightning.modules.losses import group_advantages
-from ttrl_lightning.rewards.curiosity_coherence import DynamicsHead, gated_curiosity, per_trajectory_mean, zscore
+from ttrl_lightning.rewards.curiosity_coherence import (
+    DynamicsHead,
+    gated_curiosity,
+    per_trajectory_mean,
+    zscore,
+)
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call
 
@@ -80,7 +85,8 @@ def test_rewards_add_the_terms():
 
 def test_intrinsic_terms_cover_multi_step_trajectories_and_train_the_heads():
     m = _module()
-    rows = [r for r in agent_prompts(0, 12, ["count"]) if "red" in r["prompt"]][:1] + agent_prompts(0, 1, ["count"])
+    red = [r for r in agent_prompts(0, 12, ["count"]) if "red" in r["prompt"]]
+    rows = red[:1] + agent_prompts(0, 1, ["count"])
     ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=2))
     before = [p.detach().clone() for p in m.dynamics.parameters()]
     out = m.intrinsic_rewards(ro)

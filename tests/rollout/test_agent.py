@@ -60,12 +60,14 @@ def test_observation_tokens_are_attended_but_outside_the_loss_mask(tok, model):
         ids = ro.completion_ids[r, :n].tolist()
         gen, obs = ro.completion_mask[r, :n].tolist(), ro.observation_mask[r, :n].tolist()
         (c0, c1, o0, o1), = ro.step_spans[r]
-        assert tok.decode(ids[o0:o1], skip_special_tokens=False) == f"{OBSERVATION_START}{expected}{OBSERVATION_END}"
+        shown = f"{OBSERVATION_START}{expected}{OBSERVATION_END}"
+        assert tok.decode(ids[o0:o1], skip_special_tokens=False) == shown
         assert gen == [1] * o0 + [0] * (o1 - o0) + [1] * (n - o1)  # the model's tokens only
         assert obs == [1 - g for g in gen]
         assert tok.decode(ids[c0:c1]).endswith("</tool_call>")
     att = ro.attention_mask()
-    assert att.shape == ro.input_ids().shape and bool((att[:, ro.prompt_ids.shape[1]:] >= ro.completion_mask).all())
+    assert att.shape == ro.input_ids().shape
+    assert bool((att[:, ro.prompt_ids.shape[1]:] >= ro.completion_mask).all())
 
 
 def test_trajectories_are_saved_and_replayed_byte_for_byte(tmp_path, tok, model):
@@ -118,8 +120,9 @@ def test_memoised_tool_results_are_identical_and_not_timed(tok, model):
 
 def test_fuzzed_call_text_never_crashes_the_rollout(tok, model):
     rng = random.Random(0)
-    pieces = ['<tool_call>', '</tool_call>', '{', '}', '"name"', ':', '"ZOOM"', '"arguments"', '[', ']', '1e999',
-              '"box"', '-1', '0.5', ',', 'null', 'true', '"view"', '"OCR"', '"frame"', '99', '\\u0000', '{"a":' * 9]
+    pieces = ['<tool_call>', '</tool_call>', '{', '}', '"name"', ':', '"ZOOM"', '"arguments"', '[', ']',
+              '1e999', '"box"', '-1', '0.5', ',', 'null', 'true', '"view"', '"OCR"', '"frame"', '99',
+              '\\u0000', '{"a":' * 9]
     rows = agent_prompts(0, 2, ["count", "when"])
 
     def script(prompt, turn):

@@ -131,8 +131,8 @@ class CCRFTModule(GRPOModule):
             engine=engine, logprob_impl=logprob_impl)
         if engine is None:
             try:
-                self.engine = AgentEngine(self.tokenizer, max_steps=max_steps, max_turn_tokens=max_turn_tokens,
-                                          disabled=tuple(disabled))
+                self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
+                                          max_turn_tokens=max_turn_tokens, disabled=tuple(disabled))
             except ValueError as err:
                 raise UserError(f"{type(self).__name__}: {err}") from None
         self.encoder: StepEncoder | None = None
@@ -202,7 +202,8 @@ class CCRFTModule(GRPOModule):
         row_t = torch.tensor(rows, device=device)
         nxt = torch.full_like(row_t, -1)
         same = row_t[1:] == row_t[:-1]
-        nxt[:-1] = torch.where(same, torch.arange(1, len(rows), device=device), torch.full_like(row_t[1:], -1))
+        following = torch.arange(1, len(rows), device=device)
+        nxt[:-1] = torch.where(same, following, torch.full_like(following, -1))
         return {"v": torch.stack(v), "x": torch.stack(x), "action": _onehot(actions, device),
                 "prev_action": _onehot(prev, device), "row": row_t, "next": nxt}
 
@@ -226,9 +227,11 @@ class CCRFTModule(GRPOModule):
             self.encoder.eval()
             e = self.encoder(f["v"], f["x"], f["prev_action"])
             self.encoder.train(was)
-            cur = gated_curiosity(self.dynamics, e[src], f["action"][src], f["v"][dst], h.mc_samples, h.gate_beta)
+            cur = gated_curiosity(self.dynamics, e[src], f["action"][src], f["v"][dst], h.mc_samples,
+                                  h.gate_beta)
             coh = zscore(adjacent_cosines(e[src], e[dst]))
-        out = {"curiosity": per_trajectory_mean(cur, owner, R), "coherence": per_trajectory_mean(coh, owner, R)}
+        out = {"curiosity": per_trajectory_mean(cur, owner, R),
+               "coherence": per_trajectory_mean(coh, owner, R)}
         if h.w_curiosity != 0 and h.head_lr > 0:  # joint training of g_phi and h_psi on the dynamics error
             opt = self.head_optimizer()
             with torch.enable_grad():
@@ -237,8 +240,8 @@ class CCRFTModule(GRPOModule):
                 loss = (pred - f["v"][dst]).pow(2).mean()
                 opt.zero_grad()
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(list(self.encoder.parameters()) + list(self.dynamics.parameters()),
-                                               1.0)
+                heads = list(self.encoder.parameters()) + list(self.dynamics.parameters())
+                torch.nn.utils.clip_grad_norm_(heads, 1.0)
                 opt.step()
             out["dynamics_loss"] = loss.detach()
         return out
@@ -259,7 +262,8 @@ class CCRFTModule(GRPOModule):
         golds = [a for a in batch["answer"] for _ in range(n)]
         trajs = rollouts.trajectories
         device = self.device
-        correct = torch.tensor([float(answers_match(t.answer, g)) for t, g in zip(trajs, golds)], device=device)
+        correct = torch.tensor([float(answers_match(t.answer, g)) for t, g in zip(trajs, golds)],
+                               device=device)
         calls = torch.tensor([float(len(t.steps)) for t in trajs], device=device)
         intrinsic = self.intrinsic_rewards(rollouts)
         cur, coh = intrinsic["curiosity"].to(device), intrinsic["coherence"].to(device)

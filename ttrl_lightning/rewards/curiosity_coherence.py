@@ -46,7 +46,8 @@ class DynamicsHead(nn.Module):
 
 
 def gated_curiosity(head: DynamicsHead, e: torch.Tensor, action: torch.Tensor, v_next: torch.Tensor,
-                    samples: int = 4, beta: float = 5.0, generator: torch.Generator | None = None) -> torch.Tensor:
+                    samples: int = 4, beta: float = 5.0,
+                    generator: torch.Generator | None = None) -> torch.Tensor:
     """Per-transition curiosity ``e_t / (1 + beta sigma_t^2)`` [M] from ``samples`` MC-dropout passes of
     ``head`` (dropout on, no gradient). ``e``: [M, embed_dim], ``action``: [M, A], ``v_next``: [M, d]."""
     if samples < 1:

@@ -98,7 +98,8 @@ class AgentToolSession(ToolSession):
     """A :class:`ToolSession` that memoises results in a :class:`ToolCache` under ``scope`` and records the
     wall time of every call that ran (``latencies[i]`` seconds; None for a memoised or unparsed step)."""
 
-    def __init__(self, *, image=None, frames=None, disabled: Iterable[str] = (), cache: ToolCache | None = None,
+    def __init__(self, *, image=None, frames=None, disabled: Iterable[str] = (),
+                 cache: ToolCache | None = None,
                  scope: str = ""):
         super().__init__(image=image, frames=frames, disabled=disabled)
         self.cache = cache
@@ -106,7 +107,8 @@ class AgentToolSession(ToolSession):
         self.latencies: list[float | None] = []
 
     def run(self, name: str, args: dict[str, Any]) -> Observation:
-        key = _key([self.scope, sorted(self.disabled), [(s["name"], s["args"]) for s in self.steps], name, args])
+        history = [(s["name"], s["args"]) for s in self.steps]
+        key = _key([self.scope, sorted(self.disabled), history, name, args])
         cached = self.cache.get(key) if self.cache is not None else None
         if cached is not None:
             self.latencies.append(None)
@@ -215,7 +217,8 @@ class AgentEngine:
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
                  disabled: Sequence[str] = (), cache: ToolCache | None = None):
         if max_steps < 1 or max_turn_tokens < 1:
-            raise ValueError(f"max_steps and max_turn_tokens must be >= 1, got {max_steps}, {max_turn_tokens}")
+            raise ValueError(f"max_steps and max_turn_tokens must be >= 1, got {max_steps}, "
+                             f"{max_turn_tokens}")
         unknown = [d for d in disabled if canonical_name(d) is None]
         if unknown:
             raise ValueError(f"unknown tools to disable: {', '.join(map(str, unknown))}")
