@@ -13,10 +13,12 @@ class ScriptedAgentEngine(AgentEngine):
     def __init__(self, tokenizer, script, **kw):
         super().__init__(tokenizer, **kw)
         self.script = script
+        self.context_lengths: list[int] = []
 
     def _turn(self, model, contexts, params):
         out = []
         for ctx in contexts:
+            self.context_lengths.append(len(ctx))
             text = self.tokenizer.decode(ctx, skip_special_tokens=False)
             prompt = text.split("\n", 1)[0] + "\n"
             turn = text.count(OBSERVATION_END)

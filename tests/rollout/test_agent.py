@@ -149,3 +149,14 @@ def test_final_answer_reads_after_the_last_observation():
     assert final_answer("Answer: no<out>{}</out>ok\nAnswer: red") == "red"
     assert final_answer("<out>Answer: 3</out>thinking") is None
     assert final_answer("Answer:   ") is None
+
+
+def test_a_context_without_room_for_another_turn_ends_the_row(tok):
+    small = load_model("tiny:qwen2", tok, tiny_kwargs={"max_pos": 256})
+    rows = agent_prompts(0, 1, ["count"])
+    call = "x" * 60 + format_tool_call("SEG", {"query": "objects"})
+    engine = ScriptedAgentEngine(tok, lambda p, t: call, max_steps=4, max_turn_tokens=64)
+    ro = engine.generate(small, [rows[0]["prompt"]], SamplingParams(n=1))
+    traj = ro.trajectories[0]
+    assert traj.truncated and 1 <= len(traj.steps) < 4
+    assert max(engine.context_lengths) + 64 <= 256  # no turn started without room for 64 new tokens

@@ -210,8 +210,10 @@ class _Row:
 class AgentEngine:
     """Samples agent trajectories with ``model.generate``, one turn per tool call (the policy itself: no
     weight sync). ``max_steps``: tool calls per trajectory (a call beyond it is not run and ends the row as
-    truncated); ``max_turn_tokens``: new tokens per turn (``SamplingParams.max_new_tokens`` is ignored: a
-    turn is a thought and a call, or the answer); ``disabled``: tools answering with the ``disabled``
+    truncated; so does a context with no room for another turn under the model's
+    ``max_position_embeddings``); ``max_turn_tokens``: new tokens per turn
+    (``SamplingParams.max_new_tokens`` is ignored: a turn is a thought and a call, or the answer);
+    ``disabled``: tools answering with the ``disabled``
     error (single-tool ablations); ``cache``: a shared :class:`ToolCache` (a new one when None)."""
 
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
@@ -280,7 +282,11 @@ class AgentEngine:
             with rng:
                 if params.seed is not None:
                     torch.manual_seed(params.seed)
+                limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
                 for turn in range(self.max_steps + 1):
+                    for r, row in enumerate(rows):  # no room for another turn: the row ends unanswered
+                        if limit and len(prompt_ids[r // n]) + len(row.ids) + self.max_turn_tokens > limit:
+                            row.done = row.truncated = True
                     active = [r for r, row in enumerate(rows) if not row.done]
                     if not active:
                         break
