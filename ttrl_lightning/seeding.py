@@ -20,6 +20,7 @@ STREAM_STRIDES: dict[str, int] = {
     "shuffle": 1,              # DataModules: permutation of epoch `epoch`
     "bon_subsets": 1,          # ttrl bon: fixed subsets of budget N
     "calibration": 997,        # TTRLModule: sampling on the labelled dev-cal split (step 0)
+    "perturbation": 7919,      # TTRLModule vote perturbations (robustness studies): rows of step `global_step`
     "generate": 2,             # ttrl generate: question `step` (its row in the file), view `rank` (0 / 1)
 }
 

@@ -231,3 +231,34 @@ def test_pixel_gets_decisive_masks_reliability_and_its_labels():
     # exact duplicates of an earlier kept rollout are rejected from the update: a's rows "5", "5", "6"
     assert step.update_mask.view(3, 3)[0].tolist() == [True, False, True]
     assert trained.n == 3
+
+
+def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_it():
+    from ttrl_lightning.modules.perturbations import rewrite_answer, wrong_answer
+    from ttrl_lightning.rollout.signals import replay_token_signals
+
+    script = {"1+4=": ["\\boxed{5}"] * 6, "3+3=": ["x \\boxed{6}", "7", "\\boxed{6}", "6", "6", "\\boxed{6}"]}
+    m = _module(script, pseudo_labeler="pixel", perturbation={"name": "flip_answers", "share": 0.5})
+    batch = {"prompt": ["1+4=", "3+3="], "id": ["a", "b"], "gold": ["5", "6"]}
+    votes, _ = m.sample_votes(batch["prompt"], 0)
+    from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
+
+    out = VOTE_PERTURBATIONS["flip_answers"](m, votes, batch, share=0.5)
+    for q, gold in enumerate(batch["gold"]):
+        texts = out.texts[q * 6:(q + 1) * 6]
+        flipped = [t for t, orig in zip(texts, votes.texts[q * 6:(q + 1) * 6]) if t != orig]
+        assert len(flipped) == 3 and all(last_number(t) == wrong_answer(gold) for t in flipped)
+    assert rewrite_answer("a \\boxed{1} b \\boxed{2}", "9") == "a \\boxed{1} b \\boxed{9}"
+    assert rewrite_answer("so 12 then 13", "9") == "so 12 then 9" and wrong_answer("6") == "16"
+    # the flipped rows' signals are the policy's own on the new text: equal to a replay of the result
+    replay = replay_token_signals(m.policy, out, 1.0)
+    keep = out.completion_mask.bool()
+    torch.testing.assert_close(out.signals["entropy"][keep], replay["entropy"][keep])
+    # within the module: the labeler sees the perturbed votes (half of "a"'s votes now say 15)
+    m.rollout(batch)
+    assert sorted(m._step_labels.answers[0]) == ["15"] * 3 + ["5"] * 3
+
+
+def test_unknown_perturbation_is_named():
+    with pytest.raises(UserError, match="perturbation"):
+        TTRLModule(policy=TINY, perturbation={"name": "nope"})

@@ -56,6 +56,7 @@ from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
+from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 from ttrl_lightning.registry import Registry
@@ -132,6 +133,8 @@ class TTRLModule(GRPOModule):
       warmup_majority_steps: ``self_harmony``'s warm-up: its first steps label by majority over both views
         (``warmup_majority=True``; the public implementation's default is 20);
       signals: per-token signals recorded while sampling (default: the labeler's, ``LABELER_SIGNALS``);
+      perturbation: ``{"name": <VOTE_PERTURBATIONS name>, <options>}`` applied to the votes before labelling,
+        for robustness studies (``modules.perturbations``: ``flip_answers``; None: off);
       advantage: "group" or "ema_baseline" (default: "ema_baseline" for pixel, else "group");
       baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
@@ -154,6 +157,7 @@ class TTRLModule(GRPOModule):
         fused_prompt_template: str | None = None,
         warmup_majority_steps: int = 0,
         signals: Sequence[str] | None = None,
+        perturbation: dict[str, Any] | None = None,
         advantage: str | None = None,
         baseline_momentum: float = 0.99,
         calibrate: bool = True,
@@ -192,6 +196,10 @@ class TTRLModule(GRPOModule):
         if answer_extractor not in ANSWER_EXTRACTORS:
             raise UserError(f"{where}answer_extractor must be one of {', '.join(ANSWER_EXTRACTORS.names())}, "
                             f"got {answer_extractor!r}")
+        if perturbation is not None and (not isinstance(perturbation, dict)
+                                         or perturbation.get("name") not in VOTE_PERTURBATIONS):
+            raise UserError(f"{where}perturbation must be {{'name': one of "
+                            f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
         if warmup_majority_steps and pseudo_labeler != "self_harmony":
             raise UserError(f"{where}warmup_majority_steps is an option of self_harmony, not {pseudo_labeler}")
         advantage = advantage or DEFAULT_ADVANTAGE.get(pseudo_labeler, "group")
@@ -329,6 +337,9 @@ class TTRLModule(GRPOModule):
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """M votes per question (and fused view), labelled; returns the first N rows of each prompt."""
         votes, views = self.sample_votes(batch["prompt"], self.rollout_seed())
+        if self.hparams.perturbation:
+            options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
+            votes = VOTE_PERTURBATIONS[self.hparams.perturbation["name"]](self, votes, batch, **options)
         step = self.label_votes(votes, batch, views)
         trained = votes.first_per_group(self.hparams.num_generations)
         step.completion_mask = trained.completion_mask.detach()
