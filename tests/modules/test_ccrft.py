@@ -126,3 +126,11 @@ def test_training_step_runs_with_observation_tokens_outside_the_loss_mask(tmp_pa
     assert bool(ro.observation_mask.any())
     assert bool((ro.completion_mask * ro.observation_mask == 0).all())
     assert "train/curiosity" in trainer.callback_metrics and "train/chain_length" in trainer.callback_metrics
+
+
+def test_sampling_params_read_only_this_modules_own_arguments():
+    m = CCRFTModule(policy=SPEC, num_generations=3, max_turn_tokens=40, temperature=0.7)
+    for key in ("max_new_tokens", "stop"):  # as under the CLI, which saves the subclass's own arguments
+        m.hparams.pop(key, None)
+    p = m.sampling_params(5)
+    assert (p.n, p.max_new_tokens, p.temperature, p.seed) == (3, 40, 0.7, 5)

@@ -247,6 +247,13 @@ class CCRFTModule(GRPOModule):
         return out
 
     # ------------------------------------------------------------------ hooks
+    def sampling_params(self, seed: int | None) -> SamplingParams:
+        """GRPO's sampling settings; a turn's token budget is ``max_turn_tokens`` (no stop strings: the
+        engine stops each turn at ``</tool_call>`` or EOS)."""
+        h = self.hparams
+        return SamplingParams(n=h.num_generations, temperature=h.temperature, top_p=h.top_p, top_k=h.top_k,
+                              max_new_tokens=h.max_turn_tokens, seed=seed)
+
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         rollouts = super().rollout(batch)
         if not isinstance(rollouts, AgentRollouts):
