@@ -5,6 +5,12 @@ exit 1), and the budgets against the pool right after it is read (``N <= pool si
 plot are written atomically (:mod:`ttrl_lightning.safe_files`). On Ctrl-C the questions finished so far are
 reported in ``NAME.partial.json`` (and its plot) beside ``--out NAME.json``, so a complete report of an
 earlier run is never replaced by a partial one; the exit code is then 130.
+
+Several pools (``--pool a b c``, one per benchmark) are evaluated one after the other; the table and
+``report["accuracy"]`` are their macro average, ``report["per_pool"]`` holds each pool's accuracies, and
+the bootstrap resamples questions within each pool (:mod:`ttrl_lightning.eval.benchmarks`, VisConf App.
+B.2). ``--auc`` adds VisConf's Table 6 (:mod:`ttrl_lightning.eval.auc`): the within-question AUROC of every
+per-rollout score for correctness, in ``report["auc"]``.
 """
 from __future__ import annotations
 
@@ -43,8 +49,9 @@ was."""
 
 def build_parser() -> CommandParser:
     p = CommandParser(prog="ttrl bon", description=DESCRIPTION, epilog=EXIT_CODES)
-    p.add_argument("--pool", required=True, metavar="FILE",
-                   help="the rollout pool, .jsonl or .parquet (see README 'Rollout pools')")
+    p.add_argument("--pool", required=True, nargs="+", metavar="FILE",
+                   help="the rollout pool, .jsonl or .parquet (see README 'Rollout pools'); several pools (one "
+                        "per benchmark): macro-averaged accuracy, bootstrap stratified within each pool")
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
                    help=f"methods to evaluate, each once; one of {', '.join(BON_METHODS.names())}, or "
                         "self_certainty_borda_p<p> for one Borda exponent p > 0")
@@ -68,6 +75,9 @@ def build_parser() -> CommandParser:
                    help="bootstrap replicates (0: no confidence intervals)")
     p.add_argument("--out", default="outputs/bon_report.json", metavar="FILE.json",
                    help="the report, a .json file; the plot is written beside it (.png)")
+    p.add_argument("--auc", action="store_true",
+                   help="also print VisConf's Table 6: the within-question AUROC of every per-rollout score "
+                        "for correctness (full pools, mixed-correctness questions, bootstrap interval)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -96,8 +106,11 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, cfg: BoNConf
     if os.path.isdir(args.out):
         parser.error(f"argument --out: {args.out!r} is a directory")
     outputs = (args.out, _png(args.out), partial_path(args.out), _png(partial_path(args.out)))
-    if any(same_file(args.pool, path) for path in outputs):
-        parser.error(f"argument --out: {args.out!r} (or its plot) would overwrite the pool {args.pool!r}")
+    for i, pool in enumerate(args.pool):
+        if any(same_file(pool, path) for path in outputs):
+            parser.error(f"argument --out: {args.out!r} (or its plot) would overwrite the pool {pool!r}")
+        if any(same_file(pool, other) for other in args.pool[:i]):
+            parser.error(f"argument --pool: {pool!r} is given twice")
     return plan
 
 
@@ -138,28 +151,58 @@ def bon_main(argv: list[str]) -> int:
     from ..data.pool import load_pool
 
     t0 = time.perf_counter()
-    pool = load_pool(args.pool)
+    pools = {}
+    for path in args.pool:
+        pools[path] = load_pool(path)
+        _check_budgets(pools[path], plan, cfg.ns, path)
     t_load = time.perf_counter() - t0
-    _check_budgets(pool, plan, cfg.ns, args.pool)
     t1 = time.perf_counter()
-    result = evaluate_pool(pool, args.methods, cfg, progress=not args.no_progress)
+    results = {}
+    for path, pool in pools.items():
+        results[path] = evaluate_pool(pool, args.methods, cfg, progress=not args.no_progress)
+        if not results[path].complete:
+            break
     t_eval = time.perf_counter() - t1
-    graded = pool.num_questions - len(result.without_gold)
-    report = build_report(result, target, replicates=max(1, args.bootstrap), seed=args.seed,
-                          meta={"pool": os.path.basename(args.pool), "questions": pool.num_questions,
-                                "load_seconds": round(t_load, 3), "eval_seconds": round(t_eval, 3)})
-    out = args.out if result.complete else partial_path(args.out)
+    num_questions = sum(p.num_questions for p in pools.values())
+    meta = {"pool": " ".join(os.path.basename(p) for p in args.pool), "questions": num_questions,
+            "load_seconds": round(t_load, 3), "eval_seconds": round(t_eval, 3)}
+    if len(pools) == 1:
+        result = results[args.pool[0]]
+        report = build_report(result, target, replicates=max(1, args.bootstrap), seed=args.seed, meta=meta)
+    else:
+        from ..eval.benchmarks import macro_report
+
+        report = macro_report(results, target, replicates=max(1, args.bootstrap), seed=args.seed, meta=meta)
+    complete = len(results) == len(pools) and all(r.complete for r in results.values())
+    report["complete"] = complete
+    evaluated = sum(r.num_questions for r in results.values())
+    without_gold = sum(len(r.without_gold) for r in results.values())
+    graded = num_questions - without_gold
+    auc_text = None
+    if args.auc and complete:
+        from ..eval.auc import auc_table, format_auc_table
+
+        report["auc"] = auc_table(list(pools.values()), replicates=max(1, args.bootstrap), seed=args.seed,
+                                  lookback_alpha=args.lookback_alpha, lookback_lambda=args.lookback_lambda)
+        auc_text = format_auc_table(report["auc"])
+    out = args.out if complete else partial_path(args.out)
     png = _png(out)
     write_report(report, out)
-    plot_accuracy(report, png, title=f"Best-of-N on {os.path.basename(args.pool)} "
-                                     f"({result.num_questions} questions)")
+    macro = " (macro average)" if len(pools) > 1 else ""
+    plot_accuracy(report, png, title=f"Best-of-N on {meta['pool']} ({evaluated} questions){macro}")
+    if len(pools) > 1:
+        for path, sub in report["per_pool"].items():
+            print(f"{path}:\n{format_table(sub)}\n")
+        print(f"macro average over {len(report['meta']['macro_average_over'])} pools (bootstrap stratified "
+              f"within each pool):")
     print(format_table(report))
-    skipped = f" ({len(result.without_gold):,} without a gold answer left out)" if result.without_gold else ""
-    if result.complete:
-        print(f"\n{result.num_questions:,} questions{skipped} evaluated in {t_eval:.1f} s; report: {out}; "
-              f"plot: {png}")
+    if auc_text:
+        print("\n" + auc_text)
+    skipped = f" ({without_gold:,} without a gold answer left out)" if without_gold else ""
+    if complete:
+        print(f"\n{evaluated:,} questions{skipped} evaluated in {t_eval:.1f} s; report: {out}; plot: {png}")
         return 0
     kept = f"; the report at {args.out} was left as it was" if os.path.exists(args.out) else ""
-    print(f"\ninterrupted: {result.num_questions:,} of {graded:,} questions{skipped} evaluated in "
+    print(f"\ninterrupted: {evaluated:,} of {graded:,} questions{skipped} evaluated in "
           f"{t_eval:.1f} s; partial report: {out}; plot: {png}{kept}")
     return 130

@@ -109,6 +109,7 @@ def evaluate_pool(pool, methods: Sequence[str] = DEFAULT_METHODS, cfg: BoNConfig
     _check_pool(pool, plan, cfg.ns, r0, r1)
     need_views = any(p.method.needs_views for p in plan)
     need_calibration = any(p.method.calibrates_subsets for p in plan)
+    token_signals = sorted({name for p in plan for name in p.method.token_signals})
     scores = rollout_scores(pool, cfg.lookback_alpha, cfg.lookback_lambda)
 
     result = BoNResult(config=cfg, without_gold=without_gold)
@@ -134,6 +135,7 @@ def evaluate_pool(pool, methods: Sequence[str] = DEFAULT_METHODS, cfg: BoNConfig
                                       cls1=cls_views[1] if need_views else None,
                                       correct_cls=pool.class_correct[sl], no_answer=pool.no_answer_class[sl],
                                       num_classes=num_classes, scores=chunk_scores, tokens=tokens, cfg=cfg)
+                chunk.cache.update({("tokens", name): pool.signals[name][sl, :r0] for name in token_signals})
                 for p in plan:
                     acc[p.report][n][sl] = p.method.correct(chunk, **p.params).mean(-1)
             done = sl.stop

@@ -16,6 +16,9 @@ method                       rule                 score      views  source
 ``visconf``                  ``top1``             ``Z``      1      VisConf sec. 4
 ``visconf_rwc``              ``rwc``              ``Z``      1      VisConf sec. 5
 ``visconf_wc``               ``wc``               ``Z``      1      VisConf sec. 7.2 (ablation)
+``visconf_v_only``           ``top1``             ``V``      1      VisConf sec. 7.2 (ablation: ``V`` alone)
+``visconf_vk_uncalibrated``  ``top1``             ``V K``    1      VisConf sec. 7.2 (ablation: raw ``K``)
+``visconf_token_fusion``     ``top1``             ``vc``     1      VisConf sec. 7.2 (``mean_t v_t c_t``)
 ``min_length``               ``top1`` on ``-n``   ``len``    1      baseline
 ``hms``                      ``hms``              --         2      Self-Harmony
 ``dual_view_majority``       majority of both     --         2      Self-Harmony's baseline
@@ -44,14 +47,17 @@ from ..registry import Registry
 from .chunk import QuestionChunk
 from .config import BoNConfig
 from .rollout_scores import ROLLOUT_SCORES
+from .token_fusion import FusionTokens, calibrated_token_fusion_means
 from .votes import first_positions, rwc_numerators, vote
 
-__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "PlannedMethod", "UnknownMethodError",
+__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "VISCONF_ABLATIONS", "PlannedMethod", "UnknownMethodError",
            "expand_methods"]
 
 DEFAULT_METHODS = ("first", "oracle", "majority", "self_certainty", "self_certainty_borda", "lookback",
                    "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
                    "dual_view_majority")
+#: VisConf sec. 7.2's score ablations (Table 2), evaluated when named in ``--methods``
+VISCONF_ABLATIONS = ("visconf_v_only", "visconf_vk_uncalibrated", "visconf_token_fusion")
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,11 @@ class BoNMethod:
     :data:`~.rollout_scores.ROLLOUT_SCORES`), or ``None``;
     ``needs_views``: it reads the reframed view's rollouts too (``N`` then counts rollouts per view);
     ``param`` / ``sweep``: the keyword of ``correct`` that is swept, and the :class:`~.config.BoNConfig` field
-    holding its values (one report entry ``{name}_{param}{value:g}`` each).
+    holding its values (one report entry ``{name}_{param}{value:g}`` each);
+    ``inputs``: other per-rollout scores it reads besides ``score`` (``visconf_vk_uncalibrated``: ``V``);
+    ``token_signals``: per-token pool signals it reads token by token (``QuestionChunk.cache[("tokens",
+    name)]``, ``[Qc, R, T]`` original view), which also makes the chunk build the self-certainty
+    calibration (``calibrates_subsets``).
     """
 
     name: str
@@ -75,11 +85,15 @@ class BoNMethod:
     needs_views: bool = False
     param: str | None = None
     sweep: str | None = None
+    inputs: tuple[str, ...] = ()
+    token_signals: tuple[str, ...] = ()
 
     @property
     def signals(self) -> tuple[str, ...]:
-        """Per-token pool signals the method needs (those of its score)."""
-        return ROLLOUT_SCORES[self.score].signals if self.score else ()
+        """Per-token pool signals the method needs (those of its scores and its token signals)."""
+        keys = ((self.score,) if self.score else ()) + self.inputs
+        names = [n for key in keys for n in ROLLOUT_SCORES[key].signals] + list(self.token_signals)
+        return tuple(dict.fromkeys(names))
 
     @property
     def needs_token_counts(self) -> bool:
@@ -89,7 +103,7 @@ class BoNMethod:
     @property
     def calibrates_subsets(self) -> bool:
         """Whether its score is recomputed inside every subset (VisConf's ``Z``)."""
-        return bool(self.score) and ROLLOUT_SCORES[self.score].per_subset
+        return bool(self.token_signals) or (bool(self.score) and ROLLOUT_SCORES[self.score].per_subset)
 
 
 #: ``name -> BoNMethod``
@@ -128,6 +142,25 @@ _register("visconf", lambda ch: _top1(ch, ch.score("Z")), "top1", "Z")
 _register("visconf_rwc", lambda ch: _rwc_correct(ch, "Z"), "rwc", "Z")
 _register("visconf_wc", lambda ch: _vote_correct(ch, ch.score("Z")), "wc", "Z")
 _register("min_length", lambda ch: _top1(ch, -ch.score("len")), "top1", "len")
+
+
+def _token_fusion(ch: QuestionChunk) -> Tensor:
+    """``[Qc, S, N]`` ``mean_t v_t c_t`` with ``c`` calibrated inside each subset (:mod:`.token_fusion`)."""
+    if "token_fusion" not in ch.cache:
+        if "fusion_tokens" not in ch.cache:
+            k, v = ch.cache[("tokens", "self_certainty")], ch.cache[("tokens", "visual_engagement")]
+            ch.cache["fusion_tokens"] = FusionTokens.build(k, v, ch.tokens.lengths)
+        ch.cache["token_fusion"] = calibrated_token_fusion_means(ch.cache["fusion_tokens"], ch.tokens, ch.idx,
+                                                                 ch.cfg.calibration_eps)
+    return ch.cache["token_fusion"]
+
+
+# VisConf sec. 7.2's score ablations under top-1 selection
+_register("visconf_v_only", lambda ch: _top1(ch, ch.score("V")), "top1", "V")
+_register("visconf_vk_uncalibrated", lambda ch: _top1(ch, ch.score("V") * ch.score("K")), "top1", "K",
+          inputs=("V",))
+_register("visconf_token_fusion", lambda ch: _top1(ch, _token_fusion(ch)), "top1",
+          token_signals=("self_certainty", "visual_engagement"))
 
 
 def _hms(ch: QuestionChunk) -> Tensor:

@@ -1,0 +1,152 @@
+"""Within-question discrimination of per-rollout scores: VisConf's Table 6 (App. D.2), ``ttrl bon --auc``.
+
+For question ``q`` with correct rollouts ``C_q`` and incorrect rollouts ``I_q`` (its full original-view pool,
+``N = R``), ``AUC_q(s)`` is the area under the ROC curve of score ``s`` for correctness
+(``torchmetrics.functional.classification.binary_auroc``); it equals VisConf's Eq. 6,
+``(1 / |C_q||I_q|) sum_{i in C_q, j in I_q} 1[s_i > s_j]``, when no correct and incorrect rollout tie (a tie
+counts 1/2 here, 0 in Eq. 6). Only mixed-correctness questions (both sets non-empty) count; the table
+macro-averages ``AUC_q`` over them (each question weighs the same), with a percentile bootstrap interval
+over questions (resampled within each pool, i.e. each benchmark, when there are several).
+
+Scores (:data:`AUC_SCORES`; each only when the pool has its signals): ``K`` (confidence), ``V`` (visual
+engagement), ``mean_t k_t v_t`` (aligned token fusion, raw ``k``), ``K V`` (trajectory fusion), ``C V``
+(VisConf, ``c`` calibrated on the question's full pool), ``mean_t c_t v_t`` (calibrated token fusion),
+LookBack's ``L`` and ``-n`` (MinLength).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from .calibration import SortedTokens, calibrated_confidence_means
+from .rollout_scores import rollout_scores
+from .token_fusion import FusionTokens, calibrated_token_fusion_means, raw_token_fusion_means
+
+__all__ = ["AucScore", "AUC_SCORES", "full_pool_scores", "rollout_correct", "question_aucs", "auc_table",
+           "format_auc_table"]
+
+
+@dataclass(frozen=True)
+class AucScore:
+    """One row of the table: its ``signal`` name, ``formula``, and the pool ``signals`` it needs."""
+
+    key: str
+    signal: str
+    formula: str
+    signals: tuple[str, ...]
+
+
+AUC_SCORES: tuple[AucScore, ...] = (
+    AucScore("K", "Confidence", "K", ("self_certainty",)),
+    AucScore("V", "Visual engagement", "V", ("visual_engagement",)),
+    AucScore("kv_token", "Aligned token fusion", "mean_t k_t v_t", ("self_certainty", "visual_engagement")),
+    AucScore("KV", "Trajectory fusion", "K V", ("self_certainty", "visual_engagement")),
+    AucScore("CV", "VisConf", "C V", ("self_certainty", "visual_engagement")),
+    AucScore("cv_token", "Calibrated token fusion", "mean_t c_t v_t", ("self_certainty", "visual_engagement")),
+    AucScore("L", "LookBack", "L", ("logprob", "image_attention")),
+    AucScore("neg_len", "MinLength", "-n", ()),
+)
+
+
+def full_pool_scores(pool, lookback_alpha: float = 0.5, lookback_lambda: float = 1.25, eps: float = 1e-6,
+                     chunk: int = 32) -> dict[str, Tensor]:
+    """``[Q, R]`` float64 scores of :data:`AUC_SCORES` on each question's full original-view pool (those whose
+    signals the pool has)."""
+    r0 = pool.num_rollouts_in_view(0)
+    base = rollout_scores(pool, lookback_alpha, lookback_lambda)
+    lengths = pool.lengths[:, :r0]
+    out = {"neg_len": -base["len"]}
+    for key in ("K", "V", "L"):
+        if key in base:
+            out[key] = base[key]
+    if "K" in base and "V" in base:
+        k_tok, v_tok = pool.signals["self_certainty"][:, :r0], pool.signals["visual_engagement"][:, :r0]
+        out["KV"] = base["K"] * base["V"]
+        out["kv_token"] = raw_token_fusion_means(k_tok, v_tok, lengths)
+        c, cv = [], []
+        for start in range(0, pool.num_questions, chunk):
+            sl = slice(start, start + chunk)
+            qc = k_tok[sl].shape[0]
+            idx = torch.arange(r0).expand(qc, 1, r0).contiguous()  # one subset: the full pool
+            tokens = SortedTokens.build(k_tok[sl], lengths[sl])
+            c.append(calibrated_confidence_means(tokens, idx, eps)[:, 0])
+            fusion = FusionTokens.build(k_tok[sl], v_tok[sl], lengths[sl])
+            cv.append(calibrated_token_fusion_means(fusion, tokens, idx, eps)[:, 0])
+        out["CV"] = torch.cat(c) * base["V"]
+        out["cv_token"] = torch.cat(cv)
+    return out
+
+
+def rollout_correct(pool) -> Tensor:
+    """``[Q, R]`` bool: whether each original-view rollout's answer class matches the gold answer."""
+    r0 = pool.num_rollouts_in_view(0)
+    return pool.class_correct.gather(1, pool.answer_class[:, 0, :r0].clamp_min(0))
+
+
+def question_aucs(scores: Tensor, correct: Tensor) -> Tensor:
+    """``AUC_q`` of every mixed-correctness question (rows of ``scores`` / ``correct`` ``[Q, R]``), in order;
+    questions with only correct or only incorrect rollouts are left out."""
+    from torchmetrics.functional.classification import binary_auroc
+
+    mixed = correct.any(1) & ~correct.all(1)
+    return torch.stack([binary_auroc(scores[q].double(), correct[q].long()).double()
+                        for q in mixed.nonzero()[:, 0].tolist()]) if bool(mixed.any()) \
+        else torch.zeros(0, dtype=torch.float64)
+
+
+def _stratified_means(strata: Sequence[Tensor], replicates: int, gen: torch.Generator) -> Tensor:
+    """Bootstrap replicates of the mean over all questions, each stratum resampled within itself."""
+    total = sum(x.numel() for x in strata)
+    sums = torch.zeros(replicates, dtype=torch.float64)
+    for x in strata:
+        if x.numel():
+            sums += x[torch.randint(0, x.numel(), (replicates, x.numel()), generator=gen)].sum(-1)
+    return sums / total
+
+
+def auc_table(pools: Sequence, replicates: int = 2000, level: float = 0.95, seed: int = 0,
+              lookback_alpha: float = 0.5, lookback_lambda: float = 1.25,
+              progress: Callable[[int], None] | None = None) -> list[dict]:
+    """VisConf's Table 6 over one or more pools (one per benchmark): one row per score the pools support,
+    ``{"key", "signal", "score", "auc", "lo", "hi", "questions"}`` (``auc`` the macro average of ``AUC_q``
+    over all mixed-correctness questions, ``lo`` / ``hi`` its percentile bootstrap interval with questions
+    resampled within their pool; ``None`` when no question is mixed). Questions without gold are left out."""
+    per_pool = []
+    for pool in pools:
+        graded = pool.graded
+        pool = pool.select(graded) if len(graded) != pool.num_questions else pool
+        per_pool.append((full_pool_scores(pool, lookback_alpha, lookback_lambda), rollout_correct(pool)))
+    rows = []
+    for spec in AUC_SCORES:
+        if not all(spec.key in scores for scores, _ in per_pool):
+            continue
+        strata = [question_aucs(scores[spec.key], correct) for scores, correct in per_pool]
+        n = sum(x.numel() for x in strata)
+        row = {"key": spec.key, "signal": spec.signal, "score": spec.formula, "questions": n,
+               "auc": None, "lo": None, "hi": None}
+        if n:
+            gen = torch.Generator().manual_seed(seed)
+            means = _stratified_means(strata, max(1, replicates), gen)
+            alpha = (1 - level) / 2
+            lo, hi = torch.quantile(means, torch.tensor([alpha, 1 - alpha], dtype=torch.float64)).tolist()
+            row.update(auc=float(torch.cat(strata).mean()), lo=lo, hi=hi)
+        rows.append(row)
+        if progress is not None:
+            progress(1)
+    return rows
+
+
+def format_auc_table(rows: list[dict]) -> str:
+    """The table as text: signal, score, AUC, 95% interval, mixed-correctness questions."""
+    head = f"{'signal':<26}{'score':<18}{'AUC':>8}   {'95% CI':<18}{'questions':>10}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        auc = f"{r['auc']:.4f}" if r["auc"] is not None else "-"
+        ci = f"[{r['lo']:.4f}, {r['hi']:.4f}]" if r["auc"] is not None else ""
+        lines.append(f"{r['signal']:<26}{r['score']:<18}{auc:>8}   {ci:<18}{r['questions']:>10}")
+    lines.append("(within-question AUROC of each per-rollout score for correctness, macro-averaged over the "
+                 "questions with correct and incorrect rollouts; VisConf Table 6)")
+    return "\n".join(lines)
