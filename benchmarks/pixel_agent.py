@@ -174,9 +174,9 @@ def summarise(results: dict[int, dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--sft-epochs", type=int, default=10)
+    p.add_argument("--sft-epochs", type=int, default=36)
     p.add_argument("--sft-traces", type=int, default=280)
-    p.add_argument("--rft-steps", type=int, default=20)
+    p.add_argument("--rft-steps", type=int, default=12)
     p.add_argument("--n", type=int, default=8, help="trajectories per prompt (= top-K)")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--n-eval", type=int, default=56, help="held-out tasks (cycling through the 7 families)")
