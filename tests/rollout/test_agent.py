@@ -160,3 +160,15 @@ def test_a_context_without_room_for_another_turn_ends_the_row(tok):
     traj = ro.trajectories[0]
     assert traj.truncated and 1 <= len(traj.steps) < 4
     assert max(engine.context_lengths) + 64 <= 256  # no turn started without room for 64 new tokens
+
+
+def test_calls_are_found_when_the_tool_call_tags_are_special_tokens(model):
+    # Qwen's tokenizers have <tool_call> / </tool_call> as special tokens: decoding must keep them
+    from ttrl_lightning.models import SPECIAL_TOKENS, build_char_tokenizer
+
+    qtok = build_char_tokenizer(specials=[*SPECIAL_TOKENS, "<tool_call>", "</tool_call>"])
+    assert len(qtok("<tool_call>", add_special_tokens=False)["input_ids"]) == 1
+    big = load_model("tiny:qwen2", qtok, tiny_kwargs={"max_pos": 1024})
+    rows = agent_prompts(0, 1, ["shape"])
+    ro = ScriptedAgentEngine(qtok, _prop_script).generate(big, [rows[0]["prompt"]], SamplingParams(n=1))
+    assert [s["name"] for s in ro.trajectories[0].steps] == ["PROP"] and ro.trajectories[0].answer == "red"

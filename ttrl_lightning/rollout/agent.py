@@ -302,9 +302,10 @@ class AgentEngine:
         start = len(row.ids)
         row.ids += ids
         row.gen += [1] * len(ids)
-        piece = tok.decode(ids, skip_special_tokens=True)
-        row.text += piece
         ended_eos = bool(ids) and ids[-1] == tok.eos_token_id
+        # special tokens kept (Qwen's <tool_call> is one), EOS dropped
+        piece = tok.decode(ids[:-1] if ended_eos else ids, skip_special_tokens=False)
+        row.text += piece
         called = not ended_eos and piece.rstrip().endswith(TOOL_CALL_END)
         if not called:  # an answer (EOS), or the turn's token budget ran out
             row.done = True
