@@ -56,6 +56,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("ttrl_lightning.cli.generate:generate_main",
                  "sample N rollouts per question from a model into a rollout pool with per-token signals"),
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
+    "index": ("ttrl_lightning.cli.index:index_main",
+              "exemplar index files: `ttrl index audit|info` (leakage audit of the retrieval index)"),
 }
 
 
