@@ -161,7 +161,8 @@ class TinyVLProcessor:
 
     def __call__(self, text, images=None, return_tensors: str = "pt", padding: bool = True, **kwargs):
         texts = [text] if isinstance(text, str) else list(text)
-        flat = [img for row in (images or []) for img in ([row] if not isinstance(row, (list, tuple)) else row)]
+        flat = [img for row in (images or [])
+                for img in (row if isinstance(row, (list, tuple)) else [row])]
         out = {}
         if flat:
             vision = self.image_processor(images=flat, return_tensors="pt")

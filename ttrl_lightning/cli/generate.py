@@ -168,7 +168,8 @@ def generate_main(argv: list[str]) -> int:
 
 
 def _run(parser, args, questions, kind, max_new, device, dp) -> int:
-    from ..generate import PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices, sample_view
+    from ..generate import (PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices,
+                            sample_view)
     from ..models import load_processor
     from ..rollout import SamplingParams
     from ..seeding import derive_seed
@@ -209,9 +210,9 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
             q = questions[i]
             rollouts = []
             for v, view in enumerate(args.views):
-                got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view, params,
-                                         derive_seed(args.seed, "generate", i, VIEWS.index(view)), extract,
-                                         q["choices"])
+                seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
+                got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view,
+                                         params, seed_qv, extract, q["choices"])
                 rollouts.extend(got)
                 tokens += count
             store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
@@ -225,8 +226,8 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     t_gen = time.perf_counter() - t1
     finished = store.open()
     done = sum(questions[i]["id"] in finished for i in mine)
-    speed = f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded in " \
-            f"{t_load:.1f} s)"
+    speed = (f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded "
+             f"in {t_load:.1f} s)")
     if interrupted:
         print(f"\ninterrupted: {done} of {len(mine)} questions are in {store.dir}; run the same command "
               f"again to continue; {speed}", file=sys.stderr)

@@ -180,7 +180,8 @@ def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
 
     for i, path in enumerate(args.pools):
         if same_file(path, args.out):
-            parser.error(f"argument --out: {args.out!r} is also an input; merging into an input would destroy it")
+            parser.error(f"argument --out: {args.out!r} is also an input; merging into an input would "
+                         "destroy it")
         for other in args.pools[:i]:
             if same_file(path, other):
                 parser.error(f"argument POOL: {path!r} is given twice")

@@ -45,7 +45,8 @@ AUC_SCORES: tuple[AucScore, ...] = (
     AucScore("kv_token", "Aligned token fusion", "mean_t k_t v_t", ("self_certainty", "visual_engagement")),
     AucScore("KV", "Trajectory fusion", "K V", ("self_certainty", "visual_engagement")),
     AucScore("CV", "VisConf", "C V", ("self_certainty", "visual_engagement")),
-    AucScore("cv_token", "Calibrated token fusion", "mean_t c_t v_t", ("self_certainty", "visual_engagement")),
+    AucScore("cv_token", "Calibrated token fusion", "mean_t c_t v_t",
+             ("self_certainty", "visual_engagement")),
     AucScore("L", "LookBack", "L", ("logprob", "image_attention")),
     AucScore("neg_len", "MinLength", "-n", ()),
 )

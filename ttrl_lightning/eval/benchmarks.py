@@ -20,8 +20,8 @@ from .report import build_report
 __all__ = ["stratified_paired_bootstrap", "macro_report"]
 
 
-def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence[Tensor], replicates: int = 2000,
-                                level: float = 0.95, seed: int = 0) -> dict[str, float]:
+def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence[Tensor],
+                                replicates: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, float]:
     """Macro-averaged paired difference and its percentile interval (module docstring): ``{diff, lo, hi}``.
 
     targets / comparators: one ``[Q_b]`` tensor per pool (the same questions, in the same order)."""
@@ -34,8 +34,8 @@ def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence
     for b, (t, c) in enumerate(zip(targets, comparators)):
         t, c = torch.as_tensor(t, dtype=torch.float64), torch.as_tensor(c, dtype=torch.float64)
         if t.shape != c.shape or t.dim() != 1 or t.numel() == 0:
-            raise ValueError(f"pool {b}: need two non-empty [Q] tensors of one shape, got {tuple(t.shape)} and "
-                             f"{tuple(c.shape)}")
+            raise ValueError(f"pool {b}: need two non-empty [Q] tensors of one shape, got "
+                             f"{tuple(t.shape)} and {tuple(c.shape)}")
         if not bool(torch.isfinite(t).all() and torch.isfinite(c).all()):
             raise ValueError(f"pool {b}: per-question accuracies must be finite")
         diffs.append(t - c)
@@ -80,9 +80,9 @@ def macro_report(results: dict[str, BoNResult], target: str | None, replicates: 
                 continue
             entry = {}
             for n in methods[comp]:
-                entry[str(n)] = stratified_paired_bootstrap([r.per_question[target][n] for r in used.values()],
-                                                            [r.per_question[comp][n] for r in used.values()],
-                                                            replicates, seed=seed)
+                entry[str(n)] = stratified_paired_bootstrap(
+                    [r.per_question[target][n] for r in used.values()],
+                    [r.per_question[comp][n] for r in used.values()], replicates, seed=seed)
             entry["overall"] = stratified_paired_bootstrap(
                 [torch.stack(list(r.per_question[target].values())).mean(0) for r in used.values()],
                 [torch.stack(list(r.per_question[comp].values())).mean(0) for r in used.values()],

@@ -50,7 +50,8 @@ from .rollout_scores import ROLLOUT_SCORES
 from .token_fusion import FusionTokens, calibrated_token_fusion_means
 from .votes import first_positions, rwc_numerators, vote
 
-__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "VISCONF_ABLATIONS", "PlannedMethod", "UnknownMethodError",
+__all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "VISCONF_ABLATIONS", "PlannedMethod",
+           "UnknownMethodError",
            "expand_methods"]
 
 DEFAULT_METHODS = ("first", "oracle", "majority", "self_certainty", "self_certainty_borda", "lookback",

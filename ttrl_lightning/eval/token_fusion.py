@@ -1,4 +1,4 @@
-"""VisConf's token-level fusion ablation, calibrated inside every subset (VisConf sec. 7.2, Table 2; App. D.2).
+"""VisConf's token-level fusion ablation, calibrated inside every subset (VisConf sec. 7.2, Table 2; D.2).
 
 ``Q_i^tok = (1/T_i) sum_t v_t c_t`` with ``c_t = clip((k_t - q_05) / max(q_95 - q_05, eps), 0, 1)`` and the
 quantiles pooled over the subset's self-certainty tokens, as for VisConf's ``C_i``

@@ -3,9 +3,11 @@ per-token signals recorded during generation, a sharded resumable writer, data-p
 merge of shards."""
 from .merge import merge_pool_files, merge_records
 from .prompts import FUSED_REFRAME_INSTRUCTION, PROMPT_FORMATS, PromptBuilder, view_prompt
+from .recorder import StepLogitsSignalRecorder
 from .sampler import sample_sequences, sample_view
 from .sharding import DataParallel, rank_indices
 from .store import ShardStore
 
-__all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt", "sample_sequences", "sample_view",
+__all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt", "sample_sequences",
+           "sample_view", "StepLogitsSignalRecorder",
            "DataParallel", "rank_indices", "ShardStore", "merge_pool_files", "merge_records"]

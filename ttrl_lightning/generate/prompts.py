@@ -84,8 +84,8 @@ class PromptBuilder:
             i = with_images.index(not with_images[0])
             first = self._where(0, questions[0])
             raise UserError(f"{self._where(i, questions[i])}: {'has' if with_images[i] else 'has no'} image "
-                            f"but {first} {'has' if with_images[0] else 'has none'}; a pool has visual signals "
-                            "for every record or for none, so give every question an image or none")
+                            f"but {first} {'has' if with_images[0] else 'has none'}; a pool has visual "
+                            "signals for every record or for none, so give every question an image or none")
 
     def text(self, question: dict, view: str) -> str:
         """The prompt text of ``view`` after the chat template (``chat``) or as written (``plain``)."""

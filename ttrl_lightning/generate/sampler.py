@@ -3,9 +3,10 @@
 One ``generate`` call per (question, view): the prompt repeated ``n`` times (``num_return_sequences``),
 under ``torch.manual_seed(seed)`` in a forked RNG, so the rollouts of a question depend on the model, the
 settings and its seed only -- not on which other questions run, in which order, on which rank, or whether
-the run was resumed. The signals come from ``integrations.GenerationSignalRecorder`` (``generate_with_signals``' hook) (the streaming
-``token_stats`` on the LM head's input and, for a vision-language model, the ``ttrl_mass`` attention
-function: no eager attention, no ``output_attentions``, no ``[T, V]`` logits kept), under the raw logits
+the run was resumed. The signals come from ``integrations.GenerationSignalRecorder``
+(``generate_with_signals``' hook), here :class:`.recorder.StepLogitsSignalRecorder`: the LM head's output of
+each step reduced at once to lse, entropy and self-certainty and, for a vision-language model, the
+``ttrl_mass`` attention function (no eager attention, no ``output_attentions``, no logits kept), under the raw logits
 (temperature 1: VisConf sec. 3.1's ``p_t`` "obtained by applying softmax directly to the unscaled model
 logits") whatever the sampling temperature. They equal a teacher-forced replay with
 ``integrations.score_rollouts`` (tested).
@@ -16,16 +17,16 @@ from typing import Callable
 
 import torch
 
-from ..integrations import GenerationSignalRecorder
 from ..integrations.groups import image_token_ids
 from ..rollout.base import SamplingParams
+from .recorder import StepLogitsSignalRecorder
 
 __all__ = ["sample_sequences", "sample_view"]
 
 
 def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int):
     """``params.n`` samples of one prompt: ``(sequences [n, T0 + C], RolloutSignals over the C generated
-    tokens)`` (``integrations.GenerationSignalRecorder``; attention mass only when ``inputs`` has images).
+    tokens)`` (:class:`.recorder.StepLogitsSignalRecorder`; attention mass only when ``inputs`` has images).
 
     The image / video placeholder tokens of a vision-language model are never sampled (``suppress_tokens``):
     at such a position the model and a replay would expect image features. The signals still come from the
@@ -40,7 +41,7 @@ def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, see
     placeholders = image_token_ids(model.config)
     if placeholders:  # a sampled image placeholder would be read as an image (by the model and the replay)
         kwargs["suppress_tokens"] = placeholders
-    recorder = GenerationSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
+    recorder = StepLogitsSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
                                         inputs.get("mm_token_type_ids"), temperature=1.0,
                                         record_attention="pixel_values" in inputs, tokenizer=tokenizer)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
