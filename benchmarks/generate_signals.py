@@ -3,7 +3,8 @@ the same model and prompts:
 
 * ``plain``: ``model.generate`` (SDPA attention), no signals;
 * ``ours``: the same call inside ``ttrl generate``'s recorder (``generate.StepLogitsSignalRecorder``: the
-  head's output of each step reduced at once to entropy, self-certainty and lse, nothing vocabulary-sized kept) and the ``ttrl_mass`` attention function
+  head's output of each step reduced at once to entropy, self-certainty and lse, nothing vocabulary-sized
+  kept) and the ``ttrl_mass`` attention function
   (visual engagement and LookBack's image mass, exact attention plus group mass in one streaming pass);
 * ``eager``: VisConf's way: eager attention with ``output_attentions=True`` and ``output_logits=True``, the
   signals computed afterwards from the stored ``[B, N, V]`` logits and every layer's ``[B, H, q, k]`` maps.
@@ -48,12 +49,13 @@ def build(args):
     pairs = args.hidden // args.heads // 2
     rope = {"rope_type": "default", "rope_theta": 10000.0,
             "mrope_section": [pairs - 2 * (pairs // 4), pairs // 4, pairs // 4]}
-    text = dict(vocab_size=max(args.vocab, len(tok)), hidden_size=args.hidden, intermediate_size=4 * args.hidden,
-                num_hidden_layers=args.layers, num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
+    text = dict(vocab_size=max(args.vocab, len(tok)), hidden_size=args.hidden,
+                intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
+                num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
                 max_position_embeddings=4096, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                 bos_token_id=tok.bos_token_id, rope_parameters=rope, tie_word_embeddings=True)
-    vision = dict(depth=2, embed_dim=128, hidden_size=args.hidden, num_heads=4, patch_size=14, spatial_merge_size=2,
-                  temporal_patch_size=2, in_channels=3)
+    vision = dict(depth=2, embed_dim=128, hidden_size=args.hidden, num_heads=4, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
     cfg = Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
@@ -123,7 +125,8 @@ def run_eager(model, tok, prompt, args):
             engagement = []
             for step, layers in enumerate(out.attentions):  # per step: per layer [B, H, q, k]
                 a = torch.stack([layer[:, :, -1].float() for layer in layers]).mean((0, 2))  # [B, k]
-                g = torch.cat([groups, groups.new_full((groups.shape[0], a.shape[1] - groups.shape[1]), 2)], 1)
+                new = groups.new_full((groups.shape[0], a.shape[1] - groups.shape[1]), 2)
+                g = torch.cat([groups, new], 1)
                 a_i = (a * (g == IMAGE)).sum(-1)
                 a_p = (a * (g == PROMPT)).sum(-1)
                 a_g = (a * (g == 2)).sum(-1)
@@ -146,7 +149,8 @@ def main(argv=None) -> int:
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--vocab", type=int, default=32000, help="vocabulary size of the model")
-    p.add_argument("--pixels", type=int, default=224 * 224, help="largest image, pixels (224 x 224: 64 tokens)")
+    p.add_argument("--pixels", type=int, default=224 * 224,
+                   help="largest image, pixels (224 x 224: 64 tokens)")
     p.add_argument("--prompts", type=int, default=2)
     p.add_argument("--n", type=int, default=8, help="samples per prompt")
     p.add_argument("--new-tokens", type=int, default=64)
@@ -190,8 +194,8 @@ def main(argv=None) -> int:
         print(f"{name:<8}{tokens / med:>12.1f}{med:>10.3f}{paired:>19.3f}x")
     ours, eager = (result["candidates"][n]["paired_ratio_vs_plain"] for n in ("ours", "eager"))
     result["overhead_ours"], result["overhead_eager"] = ours - 1, eager - 1
-    print(f"signal overhead: ours {100 * (ours - 1):+.1f}%, eager {100 * (eager - 1):+.1f}% of plain generate "
-          f"(target: ours <= +10% on CPU and well below eager)")
+    print(f"signal overhead: ours {100 * (ours - 1):+.1f}%, eager {100 * (eager - 1):+.1f}% of plain "
+          f"generate (target: ours <= +10% on CPU and well below eager)")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     from ttrl_lightning.safe_files import atomic_write
 

@@ -124,8 +124,8 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
 
 
 def test_other_settings_on_a_rerun_are_refused(vl_pool, scenes, capsys):
-    rc = main(["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", vl_pool, "--views", "original",
-               "reframed", *SETTINGS[2:], "--n", "3"])
+    rc = main(["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", vl_pool, "--views",
+               "original", "reframed", *SETTINGS[2:], "--n", "3"])
     err = capsys.readouterr().err
     assert rc == 1 and "with n=2, but this run has n=3" in err and vl_pool + ".parts" in err
 
@@ -136,7 +136,8 @@ def _jsonl(path, rows):
 
 
 @pytest.mark.parametrize("row,model,extra,needle", [
-    ({"id": "a", "prompt": "x", "image": "nowhere.png"}, "tiny:qwen2_vl", [], "line 2 (id='a'): field 'image'"),
+    ({"id": "a", "prompt": "x", "image": "nowhere.png"}, "tiny:qwen2_vl", [],
+     "line 2 (id='a'): field 'image'"),
     ({"id": "a", "prompt": "x", "answer": "1"}, "tiny:qwen2", [], "line 2 (id='a'): unknown field 'answer'"),
     ({"id": "a", "gold": "1"}, "tiny:qwen2", [], "line 2 (id='a'): missing field 'prompt'"),
     ({"id": "a", "prompt": "x"}, "tiny:qwen2", ["--prompt-format", "chat"],
@@ -204,10 +205,12 @@ def test_pool_merge_checks_ids(vl_pool, tmp_path, capsys):
 def test_two_gloo_ranks_merge_into_the_single_process_pool(vl_pool, scenes, tmp_path):
     out = str(tmp_path / "ddp.parquet")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                           "2",
                            "-m", "ttrl_lightning.cli", "generate", "--model",
                            "tiny:qwen2_vl", "--data", scenes, "--out", out, "--views", "original", "reframed",
-                           "--device", "cpu", "--rollouts", *SETTINGS[1:]], capture_output=True, text=True, env=env, timeout=300)
+                           "--device", "cpu", "--rollouts", *SETTINGS[1:]], capture_output=True, text=True,
+                          env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [str(tmp_path / f"ddp.rank{r}-of-2.parquet") for r in range(2)]
     assert [[r["id"] for r in _records(p)] for p in ranks] == [["count-1-0", "count-1-2"], ["colour-1-1"]]

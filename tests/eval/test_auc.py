@@ -1,5 +1,5 @@
-"""`ttrl bon --auc` (eval/auc.py): VisConf Table 6's within-question AUROC against Eq. 6 by hand, the full-pool
-scores against the signals API, and the stratified interval."""
+"""`ttrl bon --auc` (eval/auc.py): VisConf Table 6's within-question AUROC against Eq. 6 by hand, the
+full-pool scores against the signals API, and the stratified interval."""
 import json
 
 import torch

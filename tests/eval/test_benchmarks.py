@@ -33,8 +33,8 @@ def test_bon_on_several_pools_reports_their_macro_average(tmp_path, capsys):
     for pool, path in zip(pools, paths):
         write_records(pool_to_records(pool), path)
     out = str(tmp_path / "r.json")
-    assert main(["bon", "--pool", *paths, "--n", "2", "4", "--subsets", "4", "--bootstrap", "100", "--methods",
-                 "majority", "visconf", "visconf_rwc", "--out", out, "--no-progress"]) == 0
+    assert main(["bon", "--pool", *paths, "--n", "2", "4", "--subsets", "4", "--bootstrap", "100",
+                 "--methods", "majority", "visconf", "visconf_rwc", "--out", out, "--no-progress"]) == 0
     assert "macro average over 2 pools" in capsys.readouterr().out
     report = json.load(open(out))
     cfg = BoNConfig(ns=(2, 4), subsets=4)

@@ -1,5 +1,5 @@
-"""VisConf sec. 7.2's score ablations (visconf_v_only, visconf_vk_uncalibrated, visconf_token_fusion) against a
-subset-by-subset reference written from the paper's formulas with the public signals API."""
+"""VisConf sec. 7.2's score ablations (visconf_v_only, visconf_vk_uncalibrated, visconf_token_fusion) against
+a subset-by-subset reference written from the paper's formulas with the public signals API."""
 import pytest
 import torch
 
@@ -24,7 +24,8 @@ def _reference(pool, cfg):
                 v = [pool.signals["visual_engagement"][qi, j, :pool.lengths[qi, j]].double() for j in members]
                 c = calibrate_confidence(k, eps=cfg.calibration_eps)
                 scores = {"visconf_v_only": [float(x.mean()) for x in v],
-                          "visconf_vk_uncalibrated": [float(x.mean()) * float(y.mean()) for x, y in zip(v, k)],
+                          "visconf_vk_uncalibrated": [float(x.mean()) * float(y.mean())
+                                                      for x, y in zip(v, k)],
                           "visconf_token_fusion": [float((x * y).mean()) for x, y in zip(v, c)]}
                 for m, sc in scores.items():
                     best = max(range(n), key=lambda i: (sc[i], -i))

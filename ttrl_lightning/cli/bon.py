@@ -51,7 +51,8 @@ def build_parser() -> CommandParser:
     p = CommandParser(prog="ttrl bon", description=DESCRIPTION, epilog=EXIT_CODES)
     p.add_argument("--pool", required=True, nargs="+", metavar="FILE",
                    help="the rollout pool, .jsonl or .parquet (see README 'Rollout pools'); several "
-                        "pools (one per benchmark): macro-averaged accuracy, bootstrap stratified within each pool")
+                        "pools (one per benchmark): macro-averaged accuracy, bootstrap stratified within "
+                        "each pool")
     p.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="METHOD",
                    help=f"methods to evaluate, each once; one of {', '.join(BON_METHODS.names())}, or "
                         "self_certainty_borda_p<p> for one Borda exponent p > 0")

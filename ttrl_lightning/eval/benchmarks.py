@@ -21,7 +21,8 @@ __all__ = ["stratified_paired_bootstrap", "macro_report"]
 
 
 def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence[Tensor],
-                                replicates: int = 2000, level: float = 0.95, seed: int = 0) -> dict[str, float]:
+                                replicates: int = 2000, level: float = 0.95,
+                                seed: int = 0) -> dict[str, float]:
     """Macro-averaged paired difference and its percentile interval (module docstring): ``{diff, lo, hi}``.
 
     targets / comparators: one ``[Q_b]`` tensor per pool (the same questions, in the same order)."""

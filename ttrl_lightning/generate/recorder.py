@@ -1,4 +1,4 @@
-"""The signal recorder of ``ttrl generate``: ``integrations.GenerationSignalRecorder`` reading the step's logits.
+"""The signal recorder of ``ttrl generate``: ``GenerationSignalRecorder`` reading the step's logits.
 
 During sampling the LM head already computes the last position's logits ``z = h W^T (+ b)`` (``[B, V]`` per
 decoding step: generate keeps only the last position). The package's recorder recomputes them blockwise from

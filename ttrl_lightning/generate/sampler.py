@@ -4,10 +4,10 @@ One ``generate`` call per (question, view): the prompt repeated ``n`` times (``n
 under ``torch.manual_seed(seed)`` in a forked RNG, so the rollouts of a question depend on the model, the
 settings and its seed only -- not on which other questions run, in which order, on which rank, or whether
 the run was resumed. The signals come from ``integrations.GenerationSignalRecorder``
-(``generate_with_signals``' hook), here :class:`.recorder.StepLogitsSignalRecorder`: the LM head's output of
-each step reduced at once to lse, entropy and self-certainty and, for a vision-language model, the
-``ttrl_mass`` attention function (no eager attention, no ``output_attentions``, no logits kept), under the raw logits
-(temperature 1: VisConf sec. 3.1's ``p_t`` "obtained by applying softmax directly to the unscaled model
+(``generate_with_signals``' hook), here :class:`.recorder.StepLogitsSignalRecorder`: the LM head's output
+of each step reduced at once to lse, entropy and self-certainty and, for a vision-language model, the
+``ttrl_mass`` attention function (no eager attention, no ``output_attentions``, no logits kept), under the
+raw logits (temperature 1: VisConf sec. 3.1's ``p_t`` "obtained by applying softmax directly to the unscaled model
 logits") whatever the sampling temperature. They equal a teacher-forced replay with
 ``integrations.score_rollouts`` (tested).
 """
