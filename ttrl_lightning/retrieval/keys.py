@@ -20,7 +20,7 @@ a convex combination of the cosine of their text keys and of their pixel keys,
   image encoder plugs in. Encoders (:data:`VISUAL_ENCODERS`): ``"vision_tower"`` wraps a model's vision
   tower (the policy's own, by default in TTRL; any module with ``get_image_features`` or a
   ``pooler_output`` / ``last_hidden_state``); ``"thumbnail"`` is a learning-free descriptor (the crop
-  resized to 16 x 16 RGB, centred) for tests and CPU runs without a vision model.
+  resized to 8 x 8 RGB, centred) for tests and CPU runs without a vision model.
 """
 from __future__ import annotations
 
@@ -79,9 +79,11 @@ class MiniLMTextEncoder:
 @VISUAL_ENCODERS.register("thumbnail")
 class ThumbnailEncoder:
     """Learning-free image descriptor: the image resized to ``size x size`` RGB (box filter), minus its mean,
-    L2-normalised (``[n, 3 size^2]``). Robust to re-encoding, small resizes and crops; no semantics."""
+    L2-normalised (``[n, 3 size^2]``). Robust to re-encoding, small resizes and crops; no semantics. With the
+    default 8, distinct generated scenes stay below cosine 0.91 and their 2-5% crops above 0.95
+    (tests/retrieval/test_dedup.py)."""
 
-    def __init__(self, size: int = 16):
+    def __init__(self, size: int = 8):
         self.size = int(size)
         self.dim = 3 * self.size * self.size
 
