@@ -1,0 +1,62 @@
+"""`ttrl index audit|info` (ttrl_lightning/cli/index.py)."""
+import numpy as np
+import pytest
+
+pytest.importorskip("faiss")
+
+from ttrl_lightning.cli import main  # noqa: E402
+from ttrl_lightning.cli.index import EXIT_AUDIT_FAILED  # noqa: E402
+from ttrl_lightning.retrieval import ExemplarIndex  # noqa: E402
+
+
+@pytest.fixture
+def index_file(tmp_path):
+    rng = np.random.default_rng(0)
+    index = ExemplarIndex(8, "Flat", whitelist=["eval-1"])
+    index.add([f"x{i}" for i in range(200)] + ["eval-1"], rng.standard_normal((201, 8)))
+    index.block(["x7"])
+    path = tmp_path / "exemplars.idx"
+    index.save(path)
+    return path
+
+
+def test_audit_passes_on_a_clean_index(index_file, capsys):
+    assert main(["index", "audit", str(index_file), "--probes", "300", "--k", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "OK - 300 probes x top-8 over 199 items" in out
+    assert main(["index", "info", str(index_file)]) == 0
+    assert "199 searchable of 200 stored keys, dim 8" in capsys.readouterr().out
+
+
+def test_audit_fails_and_lists_offenders(index_file, tmp_path, capsys):
+    """Evaluation ids the index does not know about (here x3 and x11 are stored and searchable) are offenders:
+    exit 3, one line per id."""
+    ids = tmp_path / "eval_ids.txt"
+    ids.write_text("# evaluation split\nx3\nx11\nnot-stored\n")
+    assert main(["index", "audit", str(index_file), "--probes", "400", "--evaluation-ids", str(ids)]) \
+        == EXIT_AUDIT_FAILED
+    out = capsys.readouterr().out
+    assert "FAILED - 2 offending id(s)" in out
+    assert "\n  x3\tevaluation\t" in out and "\n  x11\tevaluation\t" in out
+
+
+def _error_line(capsys):
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    return err[0]
+
+
+def test_corrupt_index_file_is_one_line_naming_it(index_file, capsys):
+    index_file.write_bytes(index_file.read_bytes()[:100])
+    assert main(["index", "audit", str(index_file)]) == 1
+    line = _error_line(capsys)
+    assert line.startswith("ttrl index: ") and str(index_file) in line and "corrupt" in line
+
+
+def test_bad_options_name_the_flag(index_file, tmp_path, capsys):
+    assert main(["index", "audit", str(index_file), "--k", "0"]) == 1
+    assert "--k" in _error_line(capsys)
+    bad = tmp_path / "ids.json"
+    bad.write_text('["x1", 3]')
+    assert main(["index", "audit", str(index_file), "--evaluation-ids", str(bad)]) == 1
+    assert "ids.json: entry 1 is not a non-empty string id" in _error_line(capsys)
