@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 from typing import Literal
 
+from ttrl_lightning.pseudo_labels.fused_format import fused_template
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import format_call, format_observation
 
@@ -87,7 +88,137 @@ TASKS.register("arith", ArithmeticTask)
 TASKS.register("arith3", lambda **kw: ArithmeticTask(**{"terms": 3, **kw}))
 
 
-def make_task(name: str, **kwargs) -> ArithmeticTask:
+# ----------------------------------------------------------------------------------------------------------
+# Two-number addition with a Solver format and the fused Reframe-and-Solve format (Self-Harmony)
+# ----------------------------------------------------------------------------------------------------------
+#: prompt of the fused Reframe-and-Solve view; ``{prompt}`` is the Solver prompt (``"12+7="``). A TTRL
+#: config uses the same string as its fused prompt template.
+FUSED_PROMPT_TEMPLATE = "{prompt} reframe:"
+#: how both formats write the final answer: ``answers.extract_answer`` reads it (rule 1, the last box)
+ANSWER_TEMPLATE = "\\boxed{{{answer}}}"
+
+#: meaning-preserving reframings of ``a+b=``: name (the fused output's STRATEGY, one short word) ->
+#: ``(a, b) -> the rewritten question``
+REFRAMINGS: Registry = Registry("reframing")
+REFRAMINGS.register("swap", lambda a, b: f"{b}+{a}=")  # addition commutes: b+a = a+b
+
+
+def count_carries(a: int, b: int) -> int:
+    """Number of digit columns of ``a + b`` (a, b >= 0) that carry into the next column."""
+    if a < 0 or b < 0:
+        raise ValueError(f"operands must be >= 0, got {a}, {b}")
+    carries = carry = 0
+    while a or b:
+        carry = int(a % 10 + b % 10 + carry >= 10)
+        carries += carry
+        a, b = a // 10, b // 10
+    return carries
+
+
+@dataclass
+class AdditionTask:
+    """``a+b=`` -> ``\\boxed{a+b}``, with operands in ``[min_operand, max_operand]`` and a number of
+    carries (``count_carries``) in ``[min_carries, max_carries]`` (None: no upper bound), drawn by rejection;
+    ``carry_weights[k]``: relative share of problems with ``k`` carries (None: the share among uniform pairs;
+    for 0..99 that is 30% / 45% / 25% for 0 / 1 / 2 carries).
+
+    The carry settings draw a shifted split from the same operand range: e.g. SFT on problems where two
+    carries are rare, an unlabeled test split where every problem has two (the ``"add2_carry"`` task).
+
+    Two formats, both ending in ``ANSWER_TEMPLATE``:
+
+    * Solver: prompt ``"12+7="``, completion ``"\\boxed{19}<eos>"`` (``prompt`` gives the RL row
+      ``{"prompt": "12+7=", "answer": "19"}``);
+    * fused Reframe-and-Solve (Self-Harmony): prompt ``FUSED_PROMPT_TEMPLATE.format(prompt="12+7=")``,
+      completion ``pseudo_labels.fused_template("swap", "7+12=", "\\boxed{19}") + "<eos>"``: the strategy
+      ``reframing`` (a name of ``REFRAMINGS``) rewrites the question with the same answer, then solves it.
+
+    ``trace`` writes the fused format with probability ``fused_share``, else the Solver format.
+    """
+
+    min_operand: int = 0
+    max_operand: int = 99
+    min_carries: int = 0
+    max_carries: int | None = None
+    carry_weights: tuple[float, ...] | None = None
+    reframing: str = "swap"
+    fused_share: float = 0.5
+    eos: str = "<eos>"
+    max_draws: int = 10_000
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_operand <= self.max_operand:
+            raise ValueError(f"need 0 <= min_operand <= max_operand, got {self.min_operand}, {self.max_operand}")
+        if self.min_carries < 0 or (self.max_carries is not None and self.max_carries < self.min_carries):
+            raise ValueError(f"need 0 <= min_carries <= max_carries, got {self.min_carries}, {self.max_carries}")
+        if self.carry_weights is not None:
+            w = self.carry_weights
+            if (isinstance(w, (str, bytes)) or not len(w)
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 0 for x in w)):
+                raise ValueError(f"carry_weights must be a non-empty list of numbers >= 0, got {w!r}")
+            self.carry_weights = tuple(float(x) for x in w)
+            if not any(x > 0 and self._carries_allowed(k) for k, x in enumerate(self.carry_weights)):
+                raise ValueError(f"carry_weights {list(w)} give no weight to a number of carries in "
+                                 f"[{self.min_carries}, {self.max_carries}]")
+        if not 0 <= self.fused_share <= 1:
+            raise ValueError(f"fused_share must be in [0, 1], got {self.fused_share}")
+        REFRAMINGS[self.reframing]  # unknown name: KeyError listing the known ones
+
+    def _carries_allowed(self, c: int) -> bool:
+        return c >= self.min_carries and (self.max_carries is None or c <= self.max_carries)
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        """Operands ``(a, b)``: uniform over the pairs of the range whose carries are within bounds; with
+        ``carry_weights``, first the number of carries ``k`` (weight ``carry_weights[k]``, bounds applied),
+        then a pair uniform among those with ``k`` carries."""
+        want = None
+        if self.carry_weights is not None:
+            w = [x if self._carries_allowed(k) else 0.0 for k, x in enumerate(self.carry_weights)]
+            want = rng.choices(range(len(w)), weights=w)[0]
+        for _ in range(self.max_draws):
+            a = rng.randint(self.min_operand, self.max_operand)
+            b = rng.randint(self.min_operand, self.max_operand)
+            c = count_carries(a, b)
+            if c == want if want is not None else self._carries_allowed(c):
+                return a, b
+        wanted = f"{want}" if want is not None else f"in [{self.min_carries}, {self.max_carries}]"
+        raise ValueError(f"no operands in [{self.min_operand}, {self.max_operand}] with carries {wanted} "
+                         f"after {self.max_draws} draws")
+
+    @staticmethod
+    def question(a: int, b: int) -> str:
+        return f"{a}+{b}="
+
+    @staticmethod
+    def answer_text(a: int, b: int) -> str:
+        return ANSWER_TEMPLATE.format(answer=a + b)
+
+    def reframe(self, a: int, b: int) -> tuple[str, str]:
+        """``(strategy, rewritten question)`` of ``a+b=`` under ``reframing``."""
+        return self.reframing, REFRAMINGS[self.reframing](a, b)
+
+    def fused_completion(self, a: int, b: int) -> str:
+        """The fused Reframe-and-Solve output for ``a+b=`` (without EOS)."""
+        strategy, rewritten = self.reframe(a, b)
+        return fused_template(strategy, rewritten, self.answer_text(a, b))
+
+    def prompt(self, rng: random.Random) -> dict[str, str]:
+        a, b = self.draw(rng)
+        return {"prompt": self.question(a, b), "answer": str(a + b)}
+
+    def trace(self, rng: random.Random) -> list[Segment]:
+        a, b = self.draw(rng)
+        if rng.random() < self.fused_share:
+            prompt = FUSED_PROMPT_TEMPLATE.format(prompt=self.question(a, b))
+            return [Segment(prompt, "prompt"), Segment(self.fused_completion(a, b) + self.eos, "text")]
+        return [Segment(self.question(a, b), "prompt"), Segment(self.answer_text(a, b) + self.eos, "text")]
+
+
+TASKS.register("add2", AdditionTask)
+TASKS.register("add2_carry", lambda **kw: AdditionTask(**{"min_carries": 2, **kw}))
+
+
+def make_task(name: str, **kwargs):
     return TASKS[name](**kwargs)
 
 
