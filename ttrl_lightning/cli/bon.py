@@ -183,7 +183,7 @@ def bon_main(argv: list[str]) -> int:
     if args.auc and complete:
         from ..eval.auc import auc_table, format_auc_table
 
-        report["auc"] = auc_table(list(pools.values()), replicates=max(1, args.bootstrap), seed=args.seed,
+        report["auc"] = auc_table(list(pools.values()), replicates=args.bootstrap, seed=args.seed,
                                   lookback_alpha=args.lookback_alpha, lookback_lambda=args.lookback_lambda)
         auc_text = format_auc_table(report["auc"])
     out = args.out if complete else partial_path(args.out)

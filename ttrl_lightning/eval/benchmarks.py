@@ -5,7 +5,9 @@ are computed before aggregation and macro-averaged across the ... combinations")
 For pools ``b = 1..B`` with per-question accuracies ``a_t[b, q]`` (target) and ``a_c[b, q]`` (comparator), the
 statistic is ``D = (1/B) sum_b mean_q (a_t[b, q] - a_c[b, q])``; each replicate resamples the questions of
 every pool with replacement within that pool (the same draw for both methods: paired) and recomputes ``D``.
-With one pool this is :func:`~.bootstrap.paired_bootstrap`, draw for draw.
+With one pool this is :func:`~.bootstrap.paired_bootstrap`, draw for draw. The resampling itself,
+:func:`stratified_bootstrap_means`, also serves ``ttrl bon --auc``'s interval (:mod:`.auc`), where every
+question rather than every pool weighs the same.
 """
 from __future__ import annotations
 
@@ -17,7 +19,43 @@ from torch import Tensor
 from .bon import BoNResult
 from .report import build_report
 
-__all__ = ["stratified_paired_bootstrap", "macro_report"]
+__all__ = ["stratified_bootstrap_means", "percentile_interval", "stratified_paired_bootstrap", "macro_report"]
+
+
+def stratified_bootstrap_means(strata: Sequence[Tensor], replicates: int, seed: int = 0,
+                               macro: bool = True) -> Tensor:
+    """``[replicates]`` bootstrap replicates of the mean of ``strata`` (1-D float tensors), every stratum
+    resampled with replacement within itself (the block draws of :func:`~.bootstrap.paired_bootstrap`,
+    stratum after stratum, from one generator seeded with ``seed``).
+
+    ``macro``: the mean of the strata's means, each stratum weighing the same (VisConf App. B.2's average over
+    benchmarks; every stratum must be non-empty); else the mean over all items pooled, each item weighing the
+    same (Table 6's question-macro AUC over benchmarks; empty strata add nothing)."""
+    sizes = [x.numel() for x in strata]
+    total = sum(sizes)
+    if replicates < 1 or total == 0 or (macro and 0 in sizes):
+        raise ValueError(f"need replicates >= 1 and non-empty strata, got {replicates} replicates of strata "
+                         f"of sizes {sizes}")
+    gen = torch.Generator().manual_seed(seed)
+    means = torch.zeros(replicates, dtype=torch.float64)
+    for x, size in zip(strata, sizes):
+        if size == 0:
+            continue
+        x = torch.as_tensor(x, dtype=torch.float64)
+        weight = 1.0 / len(strata) if macro else size / total
+        block = max(1, 2_000_000 // size)
+        for start in range(0, replicates, block):
+            stop = min(replicates, start + block)
+            idx = torch.randint(0, size, (stop - start, size), generator=gen)
+            means[start:stop] += x[idx].mean(-1) * weight
+    return means
+
+
+def percentile_interval(replicates: Tensor, level: float = 0.95) -> tuple[float, float]:
+    """The percentile interval ``(lo, hi)`` of bootstrap replicates at ``level``."""
+    alpha = (1.0 - level) / 2.0
+    lo, hi = torch.quantile(replicates, torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)).tolist()
+    return lo, hi
 
 
 def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence[Tensor],
@@ -40,17 +78,8 @@ def stratified_paired_bootstrap(targets: Sequence[Tensor], comparators: Sequence
         if not bool(torch.isfinite(t).all() and torch.isfinite(c).all()):
             raise ValueError(f"pool {b}: per-question accuracies must be finite")
         diffs.append(t - c)
-    gen = torch.Generator().manual_seed(seed)
-    means = torch.zeros(replicates, dtype=torch.float64)
-    for d in diffs:  # the block draws of paired_bootstrap, pool after pool
-        block = max(1, 2_000_000 // d.numel())
-        for start in range(0, replicates, block):
-            stop = min(replicates, start + block)
-            idx = torch.randint(0, d.numel(), (stop - start, d.numel()), generator=gen)
-            means[start:stop] += d[idx].mean(-1)
-    means /= len(diffs)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = torch.quantile(means, torch.tensor([alpha, 1.0 - alpha], dtype=torch.float64)).tolist()
+    means = stratified_bootstrap_means(diffs, replicates, seed, macro=True)
+    lo, hi = percentile_interval(means, level)
     return {"diff": float(sum(float(d.mean()) for d in diffs) / len(diffs)), "lo": lo, "hi": hi}
 
 

@@ -9,6 +9,11 @@ Vectorised like ``C_i``: each rollout's tokens sorted by ``k`` with prefix sums 
 order, so for the subset's ``a = q_05`` and ``u = a + d``:
 ``sum_t v_t c_t = (S_vk(a, u) - a S_v(a, u)) / d + S_v(>= u)`` (tokens with ``k <= a`` add 0), where
 ``S_x(a, u)`` sums ``x`` over the tokens with ``a < k < u``. No subset's tokens are gathered.
+
+Table 6's controls use raw ``k``: aligned token fusion ``(1/T_i) sum_t v_t k_t`` (:func:`raw_token_fusion_means`)
+and permuted token fusion ``(1/T_i) sum_t v_{pi(t)} k_t`` with ``pi`` a uniformly random permutation of the
+rollout's ``T_i`` positions (:func:`permuted_token_fusion_means`; its expectation over ``pi`` is ``V_i K_i``,
+App. D.2 Eq. 4).
 """
 from __future__ import annotations
 
@@ -21,7 +26,8 @@ from torch import Tensor
 from ..signals import CALIBRATION_QUANTILES
 from .calibration import SortedTokens, _pooled_quantile
 
-__all__ = ["FusionTokens", "calibrated_token_fusion_means", "raw_token_fusion_means"]
+__all__ = ["FusionTokens", "calibrated_token_fusion_means", "raw_token_fusion_means",
+           "permuted_token_fusion_means"]
 
 
 @dataclass
@@ -77,3 +83,23 @@ def raw_token_fusion_means(k: Tensor, v: Tensor, lengths: Tensor) -> Tensor:
     """``(1/T_i) sum_t v_t k_t`` with raw self-certainty (App. D.2's aligned token fusion): ``[Q, R]``."""
     valid = torch.arange(k.shape[-1])[None, None, :] < lengths[..., None]
     return (k.double() * v.double()).masked_fill(~valid, 0.0).sum(-1) / lengths.double()
+
+
+def permuted_token_fusion_means(k: Tensor, v: Tensor, lengths: Tensor, permutations: int = 100,
+                                seed: int = 0) -> Tensor:
+    """``(1/T_i) sum_t v_{pi_p(t)} k_t`` for ``permutations`` independent uniformly random permutations
+    ``pi_p`` of each rollout's valid positions (App. D.2's permuted token fusion): ``[Q, R, P]`` float64.
+
+    k, v ``[Q, R, T]`` (padding ignored), lengths ``[Q, R]``. Each permutation sorts random keys (padding
+    keys +inf, so the first ``T_i`` sorted positions are the valid ones in random order); the draws come
+    from one generator seeded with ``seed``."""
+    q, r, t = k.shape
+    valid = torch.arange(t)[None, None, :] < lengths[..., None]
+    kk = k.double().masked_fill(~valid, 0.0)
+    vv = v.double().masked_fill(~valid, 0.0)
+    gen = torch.Generator().manual_seed(seed)
+    out = torch.empty(q, r, permutations, dtype=torch.float64)
+    for p in range(permutations):
+        keys = torch.rand(q, r, t, generator=gen).masked_fill(~valid, math.inf)
+        out[..., p] = (vv.gather(-1, keys.argsort(-1)) * kk).sum(-1) / lengths.double()
+    return out
