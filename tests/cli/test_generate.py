@@ -159,6 +159,17 @@ def test_an_image_for_a_model_without_a_chat_template_names_the_row(scenes, tmp_
     assert rc == 1 and "question 1 (id='count-1-0'): has an image, but the model is text-only" in err
 
 
+def test_a_vision_checkpoint_without_a_processor_is_one_line(scenes, tmp_path, capsys):
+    tok = load_tokenizer("tiny:qwen2_vl")
+    folder = str(tmp_path / "vl")
+    load_model("tiny:qwen2_vl", tok).save_pretrained(folder)
+    tok.save_pretrained(folder)  # no preprocessor_config.json: AutoProcessor cannot be built
+    rc = main(["generate", "--model", folder, "--data", scenes, "--out", str(tmp_path / "p.jsonl"), *SETTINGS])
+    last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]  # after transformers' loading bars
+    assert rc == 1 and last.startswith(f"ttrl generate: argument --model: the processor of {folder} cannot be "
+                                       "loaded"), last
+
+
 def test_an_error_mid_run_keeps_a_valid_partial_pool(tmp_path, monkeypatch, capsys):
     data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)}
                                          for i in range(3)])

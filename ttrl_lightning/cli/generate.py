@@ -21,6 +21,7 @@ import time
 
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
+from ..errors import UserError
 from ..safe_files import same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import TINY_MAX_NEW_TOKENS, _device, metrics_lines, top_p
@@ -173,7 +174,7 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     from ..models import load_processor
     from ..rollout import SamplingParams
     from ..seeding import derive_seed
-    from .policy_source import load_policy
+    from .policy_source import _from_pretrained_error, load_policy
 
     t0 = time.perf_counter()
     policy = load_policy(args.model, dtype=args.dtype, device=device, seed=args.seed)
@@ -181,7 +182,12 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
         if not policy.is_tiny:
             parser.error(_MAX_NEW_TOKENS_REQUIRED)
         max_new = TINY_MAX_NEW_TOKENS
-    processor = load_processor(args.model)
+    base = policy.spec["model"] if policy.spec else args.model  # a checkpoint's processor is its base model's
+    try:
+        processor = load_processor(base)
+    except (OSError, ValueError, KeyError, ImportError) as e:
+        raise UserError(f"argument --model: the processor of {base} cannot be loaded "
+                        f"({_from_pretrained_error(e)})") from None
     builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data)
     builder.check(questions)
     t_load = time.perf_counter() - t0

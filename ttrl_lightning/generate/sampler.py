@@ -17,8 +17,10 @@ from typing import Callable
 
 import torch
 
+from ..data.pool import TOKEN_FIELDS
 from ..integrations.groups import image_token_ids
-from ..rollout.base import SamplingParams
+from ..rollout.base import Rollouts, SamplingParams
+from ..rollout.records import records_from_rollouts
 from .recorder import StepLogitsSignalRecorder
 
 __all__ = ["sample_sequences", "sample_view"]
@@ -58,21 +60,25 @@ def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParam
     inputs: the prompt batch of one question ([1, T0] and its image tensors; :class:`.prompts.PromptBuilder`);
     view: the pool view of the rollouts; seed: the sampling seed of this (question, view); extract: the answer
     extractor ``(text, choices) -> answer`` written into each rollout's ``answer`` (None: left null, read
-    when the pool is loaded). Every rollout has ``text``, ``view``, ``num_tokens`` and the per-token
-    ``logprob``, ``entropy``, ``self_certainty`` and, when the prompt has image tokens,
-    ``visual_engagement`` and ``image_attention`` over its completion tokens (end-of-sequence included).
+    when the pool is loaded). The rollouts are ``rollout.records_from_rollouts``' (validated): ``text``,
+    ``view``, ``num_tokens`` and the per-token ``logprob``, ``entropy``, ``self_certainty`` and, when the
+    prompt has image tokens, ``visual_engagement`` and ``image_attention`` over the completion tokens
+    (end-of-sequence included).
     """
     sequences, sig = sample_sequences(model, tokenizer, inputs, params, seed)
-    completion = sequences[:, inputs["input_ids"].shape[1]:].cpu()
+    prompt_ids = inputs["input_ids"].cpu()
+    n, t0 = sequences.shape[0], prompt_ids.shape[1]
+    completion = sequences[:, t0:].cpu()
     mask = sig.completion_mask.cpu()
-    rollouts = []
-    for row, per_token in enumerate(sig.per_rollout()):
-        length = int(mask[row].sum())
-        text = tokenizer.decode(completion[row, :length].tolist(), skip_special_tokens=True)
-        ro = {"answer": extract(text, choices) if extract is not None else None, "text": text, "view": view,
-              "num_tokens": length}
-        for name, values in per_token.items():
-            if values is not None:
-                ro[name] = values.float().cpu().tolist()
-        rollouts.append(ro)
-    return rollouts, int(mask.sum())
+    texts = [tokenizer.decode(completion[r, :int(mask[r].sum())].tolist(), skip_special_tokens=True)
+             for r in range(n)]
+    signals = {name: getattr(sig, name).cpu() for name in TOKEN_FIELDS if getattr(sig, name) is not None}
+    prompt_mask = inputs.get("attention_mask", torch.ones_like(prompt_ids)).cpu()
+    rollouts = Rollouts(prompt_ids=prompt_ids.expand(n, -1), prompt_mask=prompt_mask.expand(n, -1),
+                        completion_ids=completion, completion_mask=mask.long(), texts=texts,
+                        group=torch.zeros(n, dtype=torch.long), n=n, signals=signals)
+    (record,) = records_from_rollouts(rollouts, ["question"], choices=[choices], views=[view])
+    if extract is not None:
+        for ro in record["rollouts"]:
+            ro["answer"] = extract(ro["text"], choices)
+    return record["rollouts"], int(mask.sum())
