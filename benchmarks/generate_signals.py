@@ -35,28 +35,18 @@ CANDIDATES = ("plain", "ours", "eager")
 
 def build(args):
     import torch
-    from transformers import AutoModelForImageTextToText, Qwen2VLConfig
+    from transformers import AutoModelForImageTextToText
 
     from ttrl_lightning.data.questions import read_questions
     from ttrl_lightning.generate import PromptBuilder
     from ttrl_lightning.generate.scene_questions import write_scene_questions
-    from ttrl_lightning.models import TinyVLProcessor, build_tiny_vl_tokenizer
+    from ttrl_lightning.models import TINY_CONFIGS, TinyVLProcessor, build_tiny_vl_tokenizer
 
     tok = build_tiny_vl_tokenizer()
-    ids = {name: tok.convert_tokens_to_ids(t) for name, t in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
-    pairs = args.hidden // args.heads // 2
-    rope = {"rope_type": "default", "rope_theta": 10000.0,
-            "mrope_section": [pairs - 2 * (pairs // 4), pairs // 4, pairs // 4]}
-    text = dict(vocab_size=max(args.vocab, len(tok)), hidden_size=args.hidden,
-                intermediate_size=4 * args.hidden, num_hidden_layers=args.layers,
-                num_attention_heads=args.heads, num_key_value_heads=args.kv_heads,
-                max_position_embeddings=4096, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                bos_token_id=tok.bos_token_id, rope_parameters=rope, tie_word_embeddings=True)
-    vision = dict(depth=2, embed_dim=128, hidden_size=args.hidden, num_heads=4, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
-    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+    cfg = TINY_CONFIGS["qwen2_vl"](tok, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                                   kv_heads=args.kv_heads, max_pos=4096, vocab=args.vocab,
+                                   intermediate=4 * args.hidden, vision_depth=2, vision_width=128,
+                                   vision_heads=4)
     torch.manual_seed(0)
     dtype = getattr(torch, args.dtype)
     model = AutoModelForImageTextToText.from_config(cfg).to(args.device, dtype).eval()
@@ -105,8 +95,8 @@ def run_eager(model, tok, prompt, args):
 
     import torch
 
-    from ttrl_lightning.integrations.groups import IMAGE, PROMPT, key_groups_from_ids, image_token_ids, \
-        special_token_ids
+    from ttrl_lightning.integrations.groups import (GENERATED, IMAGE, PROMPT, image_token_ids,
+                                                    key_groups_from_ids, special_token_ids)
 
     model.set_attn_implementation("eager")
     try:
@@ -125,11 +115,11 @@ def run_eager(model, tok, prompt, args):
             engagement = []
             for step, layers in enumerate(out.attentions):  # per step: per layer [B, H, q, k]
                 a = torch.stack([layer[:, :, -1].float() for layer in layers]).mean((0, 2))  # [B, k]
-                new = groups.new_full((groups.shape[0], a.shape[1] - groups.shape[1]), 2)
+                new = groups.new_full((groups.shape[0], a.shape[1] - groups.shape[1]), GENERATED)
                 g = torch.cat([groups, new], 1)
                 a_i = (a * (g == IMAGE)).sum(-1)
                 a_p = (a * (g == PROMPT)).sum(-1)
-                a_g = (a * (g == 2)).sum(-1)
+                a_g = (a * (g == GENERATED)).sum(-1)
                 engagement.append(a_i / (a_i + a_p + a_g))
         return out.sequences, torch.stack(engagement, 1).sum() + entropy.sum() + self_certainty.sum() + \
             logprob.sum()

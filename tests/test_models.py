@@ -90,3 +90,38 @@ def test_bad_checkpoint_as_model_name_is_one_named_error(tmp_path):
     torch.save({"state_dict": {}, "hyper_parameters": {}}, other)
     with pytest.raises(UserError, match="no policy spec"):
         load_model(str(other))
+
+
+def test_tiny_qwen2_vl_tokenizer_processor_and_model():
+    """tiny:qwen2_vl: Qwen's markers are single tokens after the character tokenizer's ids (which keep
+    theirs), the chat template places one image placeholder, and the processor expands it to one token per
+    merged 2 x 2 patch of the image's grid (Qwen2-VL: prod(grid_thw) / 4), which the model accepts."""
+    from PIL import Image
+
+    from ttrl_lightning.models import TINY_VL_TOKENS, TinyVLProcessor, load_processor
+
+    char, tok = build_char_tokenizer(), load_tokenizer("tiny:qwen2_vl")
+    assert tok.convert_tokens_to_ids(SPECIAL_TOKENS) == char.convert_tokens_to_ids(SPECIAL_TOKENS)
+    assert [len(tok(t, add_special_tokens=False)["input_ids"]) for t in TINY_VL_TOKENS] == [1] * 6
+    assert load_processor("tiny:qwen2") is None and load_tokenizer("tiny:qwen2").chat_template is None
+    proc = load_processor("tiny:qwen2_vl")
+    assert isinstance(proc, TinyVLProcessor)
+    text = proc.apply_chat_template([{"role": "user", "content": [{"type": "image"},
+                                                                  {"type": "text", "text": "how many?"}]}])
+    assert text == ("<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>how many?<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+    image = Image.new("RGB", (100, 60), (200, 10, 10))
+    enc = proc(text=[text], images=[[image]])
+    grid = enc["image_grid_thw"][0].tolist()
+    assert grid[0] == 1 and grid[1] * 14 <= 112 and grid[2] * 14 <= 112  # at most 112 x 112 pixels
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert int((enc["input_ids"] == pad).sum()) == grid[0] * grid[1] * grid[2] // 4 > 1
+    assert torch.equal(enc["mm_token_type_ids"], (enc["input_ids"] == pad).long())
+    assert enc["pixel_values"].shape[0] == grid[0] * grid[1] * grid[2]
+    model = load_model("tiny:qwen2_vl", tok, seed=0)
+    assert type(model).__name__ == "Qwen2VLForConditionalGeneration"
+    with torch.no_grad():
+        logits = model(**{k: v for k, v in enc.items()}).logits
+    assert logits.shape == (1, enc["input_ids"].shape[1], len(tok)) and bool(torch.isfinite(logits).all())
+    with pytest.raises(ValueError, match="1 images for 0 image placeholders"):
+        proc(text=["no image here"], images=[[image]])

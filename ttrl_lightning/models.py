@@ -117,17 +117,25 @@ def build_tiny_vl_tokenizer():
 
 
 @TINY_CONFIGS.register("qwen2_vl")
-def _tiny_qwen2_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=1024):
+def _tiny_qwen2_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=1024, vocab=None,
+                   intermediate=None, vision_depth=1, vision_width=None, vision_heads=2):
     """A tiny Qwen2-VL: the text model of :func:`_common` with M-RoPE (sections 2/1/1 of the head's 4
-    frequency pairs) and a 1-block vision tower (patch 14, 2 x 2 merge)."""
+    frequency pairs at the default size) and a ``vision_depth``-block vision tower of width ``vision_width``
+    (default ``hidden``; patch 14, 2 x 2 merge). ``vocab`` (at least the tokenizer's) and ``intermediate``
+    (default ``2 hidden``) size the text model for benchmarks (``benchmarks/generate_signals.py``)."""
     from transformers import Qwen2VLConfig
 
     head_pairs = hidden // heads // 2
     rope = {"rope_type": "default", "rope_theta": 10000.0,
             "mrope_section": [head_pairs - 2 * (head_pairs // 4), head_pairs // 4, head_pairs // 4]}
     text = dict(_common(tokenizer, hidden, layers, heads, kv_heads, max_pos), rope_parameters=rope)
-    vision = dict(depth=1, embed_dim=hidden, hidden_size=hidden, num_heads=2, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, in_channels=3)
+    if vocab is not None:
+        text["vocab_size"] = max(vocab, len(tokenizer))
+    if intermediate is not None:
+        text["intermediate_size"] = intermediate
+    vision = dict(depth=vision_depth, embed_dim=vision_width or hidden, hidden_size=hidden,
+                  num_heads=vision_heads, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  in_channels=3)
     ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
         ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
         ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
