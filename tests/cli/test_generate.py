@@ -164,10 +164,11 @@ def test_a_vision_checkpoint_without_a_processor_is_one_line(scenes, tmp_path, c
     folder = str(tmp_path / "vl")
     load_model("tiny:qwen2_vl", tok).save_pretrained(folder)
     tok.save_pretrained(folder)  # no preprocessor_config.json: AutoProcessor cannot be built
-    rc = main(["generate", "--model", folder, "--data", scenes, "--out", str(tmp_path / "p.jsonl"), *SETTINGS])
+    rc = main(["generate", "--model", folder, "--data", scenes, "--out", str(tmp_path / "p.jsonl"),
+               *SETTINGS])
     last = capsys.readouterr().err.rstrip("\n").split("\n")[-1]  # after transformers' loading bars
-    assert rc == 1 and last.startswith(f"ttrl generate: argument --model: the processor of {folder} cannot be "
-                                       "loaded"), last
+    want = f"ttrl generate: argument --model: the processor of {folder} cannot be loaded"
+    assert rc == 1 and last.startswith(want), last
 
 
 def test_an_error_mid_run_keeps_a_valid_partial_pool(tmp_path, monkeypatch, capsys):

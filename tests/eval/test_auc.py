@@ -7,7 +7,8 @@ import torch
 from ttrl_lightning.cli import main
 from ttrl_lightning.data.pool import pool_to_records, write_records
 from ttrl_lightning.data.simulate import SimulationConfig, simulate_pool
-from ttrl_lightning.eval.auc import auc_table, format_auc_table, full_pool_scores, question_aucs, rollout_correct
+from ttrl_lightning.eval.auc import (auc_table, format_auc_table, full_pool_scores, question_aucs,
+                                     rollout_correct)
 from ttrl_lightning.eval.token_fusion import permuted_token_fusion_means
 from ttrl_lightning.signals import calibrate_confidence
 

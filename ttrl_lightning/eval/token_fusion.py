@@ -10,8 +10,8 @@ order, so for the subset's ``a = q_05`` and ``u = a + d``:
 ``sum_t v_t c_t = (S_vk(a, u) - a S_v(a, u)) / d + S_v(>= u)`` (tokens with ``k <= a`` add 0), where
 ``S_x(a, u)`` sums ``x`` over the tokens with ``a < k < u``. No subset's tokens are gathered.
 
-Table 6's controls use raw ``k``: aligned token fusion ``(1/T_i) sum_t v_t k_t`` (:func:`raw_token_fusion_means`)
-and permuted token fusion ``(1/T_i) sum_t v_{pi(t)} k_t`` with ``pi`` a uniformly random permutation of the
+Table 6's controls use raw ``k``: aligned token fusion ``(1/T_i) sum_t v_t k_t``
+(:func:`raw_token_fusion_means`) and permuted token fusion ``(1/T_i) sum_t v_{pi(t)} k_t`` with ``pi`` a uniformly random permutation of the
 rollout's ``T_i`` positions (:func:`permuted_token_fusion_means`; its expectation over ``pi`` is ``V_i K_i``,
 App. D.2 Eq. 4).
 """
