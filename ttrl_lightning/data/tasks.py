@@ -7,6 +7,10 @@ Two kinds of examples, both made from a seeded ``random.Random`` (same seed, sam
   (Pixelis 3.2.1): the prompt, tool calls ``<call>add(12,7)</call>`` (action tokens, up-weighted), tool
   outputs ``<out>19</out>`` (observations: not trained on, hidden by feedback dropout) and the final answer.
   Calls and observations are written with ``tools.protocol`` (``format_call``, ``format_observation``).
+
+``add2`` (``AdditionTask``) is the TTRL demo's task: two-number addition whose SFT traces teach the Solver
+format and the fused Reframe-and-Solve format of Self-Harmony (``FUSED_PROMPT_TEMPLATE``), with carry
+settings that draw a shifted, unlabeled test split (``add2_carry``).
 """
 from __future__ import annotations
 
