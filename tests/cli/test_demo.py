@@ -1,4 +1,5 @@
-"""`ttrl demo` (ttrl_lightning/cli/demo.py): its configs are packaged, and the best-of-N part runs."""
+"""`ttrl demo` (ttrl_lightning/cli/demo.py): its configs are packaged, the TTRL demo runs end to end on a tiny
+budget and writes the report the README describes, and the best-of-N part runs."""
 import json
 from pathlib import Path
 
@@ -6,13 +7,13 @@ import pytest
 
 from ttrl_lightning.cli import main
 from ttrl_lightning.cli.configs import config_path
-from ttrl_lightning.cli.demo import TRAINING_STEPS
+from ttrl_lightning.cli.demo import DEMO_LABELERS, REPORT_FIELDS, SFT_CONFIG, TTRL_CONFIG
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_training_step_configs_are_packaged():
-    for _, name, _ in TRAINING_STEPS:
+def test_demo_configs_are_packaged():
+    for name in (SFT_CONFIG, TTRL_CONFIG):
         assert Path(config_path(name)).read_bytes() == (ROOT / "configs" / name).read_bytes()
 
 
@@ -23,11 +24,26 @@ def test_demo_help(capsys):
     assert capsys.readouterr().out.startswith("usage: ttrl demo")
 
 
+@pytest.mark.slow  # ~40 s on 2 cores: a few SFT and TTRL steps per labeler, the full pipeline
+def test_ttrl_demo_writes_the_report(tmp_path, capsys):
+    out = tmp_path / "demo"
+    rc = main(["demo", "--out", str(out), "--sft-steps", "5", "--ttrl-steps", "1", "--questions", "4", "--k", "2"])
+    assert rc == 0
+    report = json.loads((out / "ttrl_report.json").read_text())
+    assert set(report["labelers"]) == set(DEMO_LABELERS)
+    for entry in report["labelers"].values():
+        assert set(REPORT_FIELDS) <= set(entry) and entry["steps"] == 1
+        assert 0 <= entry["accuracy_before"] <= 1 and 0 <= entry["accuracy_after"] <= 1
+    assert (out / "ttrl_accuracy.png").stat().st_size > 0 and (out / "ttrl_kl.png").stat().st_size > 0
+    printed = capsys.readouterr().out
+    assert "avg@2 before -> after" in printed and "self_harmony" in printed
+
+
 @pytest.mark.slow  # ~6 s on 2 cores (the demo's full protocol: 100 subsets, 2,000 bootstrap replicates)
 def test_demo_best_of_n_part(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert main(["demo", "--skip-training", "--questions", "20", "--out", str(out)]) == 0
+    assert main(["demo", "--part", "bon", "--pool-questions", "20", "--out", str(out)]) == 0
     report = json.loads((out / "bon_report.json").read_text())
     assert report["num_questions"] == 20 and set(report["accuracy"]["visconf_rwc"]) == {"8", "16", "32"}
     printed = capsys.readouterr().out
-    assert "== 1/1  best-of-N on a synthetic pool" in printed and "visconf_rwc" in printed
+    assert "best-of-N on a synthetic pool" in printed and "visconf_rwc" in printed

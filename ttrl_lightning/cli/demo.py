@@ -1,50 +1,277 @@
-"""``ttrl demo``: the README's main job on the embedded default, on CPU (about a minute).
+"""``ttrl demo``: the README's main job on the embedded default -- a tiny model improves itself on unlabeled
+questions by test-time RL, on CPU, with no download.
 
-1. ``ttrl fit --config configs/sft/tiny_arith.yaml``: SFT (Pixelis 3.2.1: action-token weighting, feedback
-   dropout) of a tiny randomly initialised Qwen2 on generated tool-call arithmetic traces;
-2. ``ttrl fit --config configs/rft/tiny_grpo_fast.yaml``: a few GRPO steps with the EMA anchor as KL
-   reference and the PID-controlled KL coefficient;
-3. ``ttrl pool simulate`` + ``ttrl bon``: a **synthetic** rollout pool (600 questions x 32 rollouts x 2 views,
-   per-token signals) evaluated with VisConf's Table-1 protocol (N in {8, 16, 32}, 100 subsets, paired
-   bootstrap), writing the JSON report and the accuracy-vs-N plot.
+1. ``ttrl fit --config configs/sft/tiny_ttrl.yaml``: SFT of a tiny randomly initialised Llama on generated
+   two-number additions with at most one carry, in both the Solver format (``12+7=`` -> ``\\boxed{19}``) and
+   Self-Harmony's fused Reframe-and-Solve format (``12+7= reframe:`` -> strategy, rewritten problem, solution);
+2. accuracy of the SFT model on a separate, shifted, **unlabeled** split (``add2_carry``: two carries),
+   sampled at the TTRL temperature: ``avg@k`` (one sample) and ``maj@k`` (the majority of k);
+3. ``ttrl fit --config configs/ttrl/tiny_demo.yaml`` once per pseudo-labeler (``majority``, ``self_harmony``,
+   ``pixel``), each from the same SFT checkpoint, training on those questions without their answers (the
+   answers are read for the logged metrics only), with the EMA anchor as KL reference and the PID-controlled
+   KL coefficient; then the same accuracy again.
+
+It prints one table (accuracy before -> after as avg@k and maj@k, the run's label accuracy, token-KL P95 and
+accepted updates per 1K questions), saves the plots ``ttrl_accuracy.png`` (validation avg@k over steps) and
+``ttrl_kl.png`` (token-KL P95 over steps) and writes ``ttrl_report.json`` with ``report["labelers"][name]``
+holding ``accuracy_before``, ``accuracy_after``, ``maj_accuracy_before``, ``maj_accuracy_after``,
+``label_accuracy``, ``kl_p95``, ``accepted_per_1k`` and the label-vs-majority counts (Self-Harmony's claim:
+labels right where the Solver's majority is wrong, ``recovered``, and the reverse, ``lost``).
+
+``ttrl demo --part bon`` runs the earlier best-of-N part instead: a synthetic rollout pool evaluated with
+VisConf's Table-1 protocol (its numbers describe the selection rules, not a model).
 """
 from __future__ import annotations
 
 import argparse
+import glob
+import json
 import os
+import time
+from typing import Any
 
+from ..safe_files import atomic_write
 from . import main as ttrl_main
+from .arguments import positive_int, seed
 from .configs import config_path
 
-#: (title, packaged config, output subfolder) of the training steps
-TRAINING_STEPS = [
-    ("SFT of a tiny Qwen2 on generated tool-call arithmetic traces", "sft/tiny_arith.yaml", "sft"),
-    ("GRPO steps with EMA anchor (KL reference) and PID-controlled beta", "rft/tiny_grpo_fast.yaml", "grpo"),
-]
+SFT_CONFIG = "sft/tiny_ttrl.yaml"
+TTRL_CONFIG = "ttrl/tiny_demo.yaml"
+#: the pseudo-labelers the demo trains with, each with its own options (command-line overrides)
+DEMO_LABELERS: dict[str, list[str]] = {
+    "majority": [],
+    # 8 + 8 votes (original + fused view), 4 + 4 trained: the same rows per question as majority's 16 / 8
+    "self_harmony": ["--model.init_args.num_votes", "8", "--model.init_args.num_generations", "4"],
+    "pixel": [],
+}
+#: the report's per-labeler fields (the table's columns)
+REPORT_FIELDS = ("accuracy_before", "accuracy_after", "maj_accuracy_before", "maj_accuracy_after",
+                 "label_accuracy", "kl_p95", "accepted_per_1k")
+
+
+def _fit(args: list[str]):
+    """Run ``ttrl fit`` in this process; returns the LightningCLI (its trainer and module)."""
+    from .fit import make_cli
+
+    return make_cli(["fit", *args])
+
+
+def _last_checkpoint(root: str) -> str | None:
+    """The newest checkpoint file under ``root`` (an earlier run's, for ``--reuse-sft``)."""
+    found = sorted(glob.glob(os.path.join(root, "**", "*.ckpt"), recursive=True), key=os.path.getmtime)
+    return found[-1] if found else None
+
+
+def _run_checkpoint(cli) -> str:
+    """The checkpoint the run just wrote (its checkpoint callback's last or best file)."""
+    cb = cli.trainer.checkpoint_callback
+    path = (getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "")) if cb is not None else ""
+    if not path or not os.path.exists(path):
+        raise RuntimeError("the run wrote no checkpoint (enable its ModelCheckpoint)")
+    return path
+
+
+def _accuracy(policy, tokenizer, questions: list[dict], k: int, temperature: float, max_new_tokens: int,
+              seed_value: int, extractor: str) -> dict[str, float]:
+    from ..answers import ANSWER_EXTRACTORS
+    from ..eval.sampled import evaluate_sampled
+    from ..rollout import SamplingParams
+
+    params = SamplingParams(n=k, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed_value)
+    metrics, _ = evaluate_sampled(policy, tokenizer, questions, k, params, batch_size=32, progress=True,
+                                  extract=ANSWER_EXTRACTORS[extractor])
+    return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k}
+
+
+def _curves(trainer) -> dict[str, list[tuple[int, float]]]:
+    """Per-step ``train/kl_p95`` and per-validation ``val/avg@k`` from the run's CSV log."""
+    import csv
+
+    logger = trainer.logger
+    path = os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None
+    curves: dict[str, list[tuple[int, float]]] = {}
+    if not path or not os.path.exists(path):
+        return curves
+    with open(path, newline="") as fh:
+        for row in csv.DictReader(fh):
+            for key, value in row.items():
+                if value not in ("", None) and (key.startswith("val/avg@") or key in (
+                        "train/kl_p95", "train/label_accuracy", "train/coverage")):
+                    curves.setdefault(key, []).append((int(row["step"]), float(value)))
+    return curves
+
+
+def _mean(points: list[tuple[int, float]]) -> float | None:
+    return sum(v for _, v in points) / len(points) if points else None
+
+
+def _plot(report: dict, out: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..safe_files import atomic_write_path
+
+    for name, key, ylabel in (("ttrl_accuracy.png", "val/avg@", "validation avg@k (%)"),
+                              ("ttrl_kl.png", "train/kl_p95", "token KL to the EMA anchor, P95")):
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        for labeler, entry in report["labelers"].items():
+            curve = next((v for k, v in entry["curves"].items() if k.startswith(key)), [])
+            if curve:
+                xs, ys = zip(*curve)
+                ax.plot(xs, [100 * y for y in ys] if key.startswith("val") else ys, marker=".", label=labeler)
+        ax.set_xlabel("TTRL step")
+        ax.set_ylabel(ylabel)
+        if key == "train/kl_p95":
+            ax.axhspan(0.10, 0.20, color="0.9", label="KL corridor")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        with atomic_write_path(os.path.join(out, name)) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+        plt.close(fig)
+
+
+def _table(report: dict) -> str:
+    k = report["settings"]["k"]
+    head = (f"{'labeler':<13} {'avg@' + str(k) + ' before -> after':>24} {'maj@' + str(k) + ' before -> after':>24} "
+            f"{'label acc':>9} {'KL P95':>7} {'acc/1K':>7} {'recovered/lost':>15}")
+    lines = [head, "-" * len(head)]
+    for name, e in report["labelers"].items():
+        pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
+        lines.append(
+            f"{name:<13} {pct(e['accuracy_before']) + ' -> ' + pct(e['accuracy_after']):>24} "
+            f"{pct(e['maj_accuracy_before']) + ' -> ' + pct(e['maj_accuracy_after']):>24} "
+            f"{pct(e['label_accuracy']):>9} {'n/a' if e['kl_p95'] is None else format(e['kl_p95'], '.3f'):>7} "
+            f"{round(e['accepted_per_1k']):>7} "
+            f"{str(e['label_vs_majority']['recovered']) + '/' + str(e['label_vs_majority']['lost']):>15}")
+    return "\n".join(lines)
+
+
+def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int | None, ttrl_steps: int | None,
+                  k: int, questions: int | None, reuse_sft: bool, ttrl_seed: int | None = None,
+                  extra_args: dict[str, list[str]] | None = None, sft_checkpoint: str | None = None
+                  ) -> dict[str, Any]:
+    """SFT (or reuse it), accuracy before, TTRL per labeler, accuracy after (the module docstring).
+
+    ``seed_value`` seeds the SFT, the questions and the evaluation's sampling; ``ttrl_seed`` (default
+    ``seed_value``) the TTRL runs (``benchmarks/ttrl_seeds.py`` varies it alone); ``extra_args``: more
+    ``ttrl fit`` options per labeler; ``sft_checkpoint``: start from this checkpoint instead of an SFT run."""
+    from ..data.questions import questions_from_task
+    from ..models import load_model, load_tokenizer
+
+    t0 = time.perf_counter()
+    steps = 2 + len(labelers)
+    sft_root = os.path.join(out, "sft")
+    ckpt = sft_checkpoint or (_last_checkpoint(sft_root) if reuse_sft else None)
+    print(f"== 1/{steps}  ttrl fit: SFT of a tiny Llama on generated additions (Solver + fused "
+          "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
+    if ckpt is None:
+        args = ["--config", config_path(SFT_CONFIG), "--trainer.default_root_dir", sft_root,
+                "--seed_everything", str(seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
+        if sft_steps:
+            args += ["--trainer.max_steps", str(sft_steps)]
+        ckpt = _run_checkpoint(_fit(args))
+    t_sft = time.perf_counter() - t0
+
+    from .fit import parse_config
+
+    base = parse_config(["--config", config_path(TTRL_CONFIG)])
+    h = base.model.init_args
+    data = base.data.init_args
+    n_questions = questions or data.n
+    unlabeled = questions_from_task(data.task, n_questions, seed_value)
+    tokenizer = load_tokenizer(ckpt)
+    eval_kw = dict(k=k, temperature=h.temperature, max_new_tokens=h.max_new_tokens, seed_value=seed_value,
+                   extractor=h.answer_extractor)
+    print(f"\n== 2/{steps}  accuracy of the SFT model on {n_questions} unlabeled, shifted questions "
+          f"({data.task}, {k} samples each at T={h.temperature})", flush=True)
+    before = _accuracy(load_model(ckpt, tokenizer).eval(), tokenizer, unlabeled, **eval_kw)
+    print(f"avg@{k} {100 * before['avg']:.1f}%  maj@{k} {100 * before['maj']:.1f}%", flush=True)
+
+    report: dict[str, Any] = {
+        "settings": {"seed": seed_value, "ttrl_seed": seed_value if ttrl_seed is None else ttrl_seed, "k": k, "questions": n_questions, "task": data.task,
+                     "temperature": h.temperature, "sft_checkpoint": ckpt, "ttrl_config": TTRL_CONFIG,
+                     "num_votes": h.num_votes, "num_generations": h.num_generations,
+                     "answer_extractor": h.answer_extractor},
+        "before": before, "labelers": {}, "seconds": {"sft": round(t_sft, 1)},
+    }
+    for i, name in enumerate(labelers, start=3):
+        print(f"\n== {i}/{steps}  ttrl fit: test-time RL with `{name}` pseudo-labels from the SFT checkpoint",
+              flush=True)
+        t1 = time.perf_counter()
+        run_seed = seed_value if ttrl_seed is None else ttrl_seed
+        args = ["--config", config_path(TTRL_CONFIG), "--model.init_args.policy.model", ckpt,
+                "--model.init_args.pseudo_labeler", name, "--seed_everything", str(run_seed),
+                "--data.init_args.seed", str(seed_value), "--data.init_args.n", str(n_questions),
+                "--trainer.default_root_dir", os.path.join(out, "ttrl", name), *DEMO_LABELERS.get(name, []),
+                *(extra_args or {}).get(name, [])]
+        if ttrl_steps:
+            args += ["--trainer.max_steps", str(ttrl_steps)]
+        cli = _fit(args)
+        module = cli.model
+        after = _accuracy(module.policy.eval(), module.tokenizer, unlabeled, **eval_kw)
+        curves = _curves(cli.trainer)
+        seen = max(module.questions_seen, 1)
+        entry = {
+            "accuracy_before": before["avg"], "accuracy_after": after["avg"],
+            "maj_accuracy_before": before["maj"], "maj_accuracy_after": after["maj"],
+            "pass_before": before["pass"], "pass_after": after["pass"],
+            "label_accuracy": _mean(curves.get("train/label_accuracy", [])),
+            "kl_p95": _mean(curves.get("train/kl_p95", [])),
+            "kl_p95_max": max((v for _, v in curves.get("train/kl_p95", [])), default=None),
+            "accepted_per_1k": 1000.0 * module.questions_accepted / seen,
+            "coverage": module.questions_accepted / seen,
+            "label_vs_majority": dict(module.label_vs_majority),
+            "steps": int(cli.trainer.global_step), "seconds": round(time.perf_counter() - t1, 1),
+            "curves": curves,
+        }
+        report["labelers"][name] = entry
+        print(f"{name}: avg@{k} {100 * before['avg']:.1f}% -> {100 * after['avg']:.1f}%, "
+              f"maj@{k} {100 * before['maj']:.1f}% -> {100 * after['maj']:.1f}%", flush=True)
+    report["seconds"]["total"] = round(time.perf_counter() - t0, 1)
+    return report
 
 
 def demo_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ttrl demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="outputs/demo", help="output folder")
-    p.add_argument("--questions", type=int, default=600, help="questions in the simulated pool")
-    p.add_argument("--skip-training", action="store_true", help="only the best-of-N part")
+    p.add_argument("--part", choices=("ttrl", "bon"), default="ttrl",
+                   help="ttrl: the test-time RL demo (default); bon: best-of-N on a synthetic pool")
+    p.add_argument("--labelers", nargs="+", choices=sorted(DEMO_LABELERS), default=list(DEMO_LABELERS),
+                   help="pseudo-labelers to train with (default: all)")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the SFT, the questions and the sampling")
+    p.add_argument("--sft-steps", type=positive_int, default=None, help="SFT steps (default: the config's)")
+    p.add_argument("--ttrl-steps", type=positive_int, default=None, help="TTRL steps (default: the config's)")
+    p.add_argument("--k", type=positive_int, default=8, help="samples per question for avg@k / maj@k")
+    p.add_argument("--questions", type=positive_int, default=None,
+                   help="unlabeled questions (default: the TTRL config's)")
+    p.add_argument("--reuse-sft", action="store_true", help="start from an earlier SFT run in --out")
+    p.add_argument("--sft-checkpoint", default=None, help="start from this SFT checkpoint (skips the SFT step)")
+    p.add_argument("--pool-questions", type=positive_int, default=600,
+                   help="questions in the synthetic pool (--part bon)")
     args = p.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
-    training = [] if args.skip_training else TRAINING_STEPS
-    steps = len(training) + 1
-    for step, (title, config, subdir) in enumerate(training, start=1):
-        if step > 1:
-            print()
-        print(f"== {step}/{steps}  ttrl fit: {title}")
-        rc = ttrl_main(["fit", "--config", config_path(config),
-                        "--trainer.default_root_dir", os.path.join(args.out, subdir)])
-        if rc:
-            return rc
-    pool = os.path.join(args.out, "pool.jsonl")
-    print(f"\n== {steps}/{steps}  best-of-N on a synthetic pool "
-          "(its numbers describe the selection rules, not a model)")
-    rc = ttrl_main(["pool", "simulate", "--out", pool, "--questions", str(args.questions), "--seed", "0"])
+    if args.part == "bon":
+        return _bon_part(args.out, args.pool_questions)
+    report = run_ttrl_demo(args.out, args.labelers, args.seed, args.sft_steps, args.ttrl_steps, args.k,
+                           args.questions, args.reuse_sft, sft_checkpoint=args.sft_checkpoint)
+    _plot(report, args.out)
+    path = os.path.join(args.out, "ttrl_report.json")
+    with atomic_write(path) as fh:
+        json.dump(report, fh, indent=1, allow_nan=False)
+        fh.write("\n")
+    print("\n" + _table(report))
+    print(f"\nreport: {path}; plots: {os.path.join(args.out, 'ttrl_accuracy.png')}, "
+          f"{os.path.join(args.out, 'ttrl_kl.png')} ({report['seconds']['total']:.0f} s)")
+    return 0
+
+
+def _bon_part(out: str, questions: int) -> int:
+    pool = os.path.join(out, "pool.jsonl")
+    print("== best-of-N on a synthetic pool (its numbers describe the selection rules, not a model)")
+    rc = ttrl_main(["pool", "simulate", "--out", pool, "--questions", str(questions), "--seed", "0"])
     if rc:
         return rc
-    return ttrl_main(["bon", "--pool", pool, "--out", os.path.join(args.out, "bon_report.json")])
+    return ttrl_main(["bon", "--pool", pool, "--out", os.path.join(out, "bon_report.json")])
