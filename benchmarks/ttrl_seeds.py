@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=8)
     p.add_argument("--questions", type=int, default=None)
     p.add_argument("--reuse-sft", action="store_true", help="reuse an SFT run already in --out/seed<first>")
+    p.add_argument("--sft-checkpoint", default=None, help="start every seed from this SFT checkpoint")
     args = p.parse_args(argv)
 
     runs = []
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         # the first run's SFT checkpoint is shared: only the TTRL seed varies
         report = run_ttrl_demo(out, args.labelers, 0, None, args.ttrl_steps, args.k, args.questions,
                                reuse_sft=i == 0 and args.reuse_sft, ttrl_seed=s,
-                               sft_checkpoint=runs[0]["settings"]["sft_checkpoint"] if runs else None)
+                               sft_checkpoint=runs[0]["settings"]["sft_checkpoint"] if runs else args.sft_checkpoint)
         runs.append(report)
 
     before = runs[0]["before"]

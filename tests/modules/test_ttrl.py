@@ -99,8 +99,8 @@ def test_monitoring_metrics_by_hand():
     assert got["reward_accuracy"] == pytest.approx(3 / 6)
     # online (pre-update) majority accuracy: a right, b wrong (majority unextractable), c wrong
     assert got["online_accuracy"] == pytest.approx(1 / 3)
-    # a: both right; b: label abstains, majority (unextractable) wrong; c: both wrong (7 vs gold 6)
-    assert m.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 2}
+    # a: both right; b: label abstains (counted apart); c: both wrong (7 vs gold 6)
+    assert m.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 1, "abstained": 1}
     # cumulative acceptance over a second identical step
     m.monitor(m._step_labels, BATCH)
     assert m.questions_seen == 6 and m.questions_accepted == 4

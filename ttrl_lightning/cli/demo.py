@@ -49,6 +49,14 @@ REPORT_FIELDS = ("accuracy_before", "accuracy_after", "maj_accuracy_before", "ma
                  "label_accuracy", "kl_p95", "accepted_per_1k")
 
 
+def _seed_args(run_seed: int, data_seed: int) -> list[str]:
+    """Seed options of a ``ttrl fit`` run: the configs' ``${seed_everything}`` interpolations are resolved when
+    the file is read, so a later ``--seed_everything`` alone would not reach them; the policy seed (the root of
+    every derived seed: sampling, dropout masks) and the data seed are set explicitly."""
+    return ["--seed_everything", str(run_seed), "--model.init_args.policy.seed", str(run_seed),
+            "--data.init_args.seed", str(data_seed)]
+
+
 def _fit(args: list[str]):
     """Run ``ttrl fit`` in this process; returns the LightningCLI (its trainer and module)."""
     from .fit import make_cli
@@ -168,7 +176,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
           "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
         args = ["--config", config_path(SFT_CONFIG), "--trainer.default_root_dir", sft_root,
-                "--seed_everything", str(seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
+                *_seed_args(seed_value, seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
         if sft_steps:
             args += ["--trainer.max_steps", str(sft_steps)]
         ckpt = _run_checkpoint(_fit(args))
@@ -202,8 +210,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
         t1 = time.perf_counter()
         run_seed = seed_value if ttrl_seed is None else ttrl_seed
         args = ["--config", config_path(TTRL_CONFIG), "--model.init_args.policy.model", ckpt,
-                "--model.init_args.pseudo_labeler", name, "--seed_everything", str(run_seed),
-                "--data.init_args.seed", str(seed_value), "--data.init_args.n", str(n_questions),
+                "--model.init_args.pseudo_labeler", name, *_seed_args(run_seed, seed_value),
+                "--data.init_args.n", str(n_questions),
                 "--trainer.default_root_dir", os.path.join(out, "ttrl", name), *DEMO_LABELERS.get(name, []),
                 *(extra_args or {}).get(name, [])]
         if ttrl_steps:

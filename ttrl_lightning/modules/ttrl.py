@@ -30,8 +30,8 @@ column is read afterwards by :meth:`TTRLModule.monitor`, for the logged metrics 
 * ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens; ``beta``;
 * ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
   accuracy on an online stream; Pixelis' "before" on the stream); ``label_vs_majority`` counts, over the
-  run, the questions whose pseudo-label is right where that majority is wrong (``recovered``) and the
-  reverse (``lost``): Self-Harmony's claim, counted.
+  run, over the labelled questions, those whose pseudo-label is right where that majority is wrong
+  (``recovered``) and the reverse (``lost``), and the abstained ones apart: Self-Harmony's claim, counted.
 
 Labeler-specific inputs (``LABELER_INPUTS``, by labeler name): ``pixel`` gets each rollout's decisive-token
 mask (tool calls and the final answer step, from the completion ids), Dawid-Skene reliabilities of the
@@ -223,9 +223,10 @@ class TTRLModule(GRPOModule):
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
         self.questions_seen = 0
         self.questions_accepted = 0
-        #: questions with gold, by (pseudo-label right, the original view's majority right): "recovered"
-        #: counts labels right where the majority was wrong, "lost" the reverse (Self-Harmony's claim)
-        self.label_vs_majority = dict.fromkeys(_AGREEMENT.values(), 0)
+        #: labelled questions with gold, by (pseudo-label right, the original view's majority right):
+        #: "recovered" counts labels right where the majority was wrong, "lost" the reverse (Self-Harmony's
+        #: claim); abstained questions are counted apart ("abstained")
+        self.label_vs_majority = dict.fromkeys((*_AGREEMENT.values(), "abstained"), 0)
         self.label_history: list[tuple[int, str, str | None]] = []  # (step, question id, label)
         self._step_labels: StepLabels | None = None
         self._token_kl: torch.Tensor | None = None
@@ -438,7 +439,10 @@ class TTRLModule(GRPOModule):
             majority_right = _majority_answer(step.answers[q][:M]) in correct  # the original view's majority
             online.append(majority_right)
             label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold), choices[q])
-            self.label_vs_majority[_AGREEMENT[(label_right, majority_right)]] += 1
+            if lab.abstain:
+                self.label_vs_majority["abstained"] += 1
+            elif lab.label is not None:
+                self.label_vs_majority[_AGREEMENT[(label_right, majority_right)]] += 1
             if lab.label is not None and not lab.abstain:
                 labelled += 1
                 right += int(label_right)
