@@ -25,6 +25,9 @@ from typing import Callable, Hashable, Mapping, Sequence
 import numpy as np
 
 from ..errors import UserError
+from ..fidelity.anls import anls_score
+from ..fidelity.iou import box_iou
+from ..fidelity.iou import mask_iou as _mask_iou
 
 #: Used in place of a missing neighbourhood value / baseline / VisFid (no index, empty neighbourhood).
 NEUTRAL_VALUE, NEUTRAL_BASELINE, NEUTRAL_VISFID = 1.0, 0.0, 1.0
@@ -89,42 +92,18 @@ def neighbourhood_advantages(rewards: Sequence[float], value: float | None, base
 
 # --- evidence matching --------------------------------------------------------------------------------------
 
-def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
-    """IoU of two boxes ``[x0, y0, x1, y1]``."""
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    inter = ix * iy
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
-    return inter / union if union > 0 else 0.0
-
-
 def mask_iou(a, b) -> float:
-    """IoU of two boolean masks of one shape (0 when both are empty)."""
-    a, b = np.asarray(a, dtype=bool), np.asarray(b, dtype=bool)
-    if a.shape != b.shape:
+    """IoU of two masks (``fidelity.mask_iou``); masks of different sizes do not match (0)."""
+    try:
+        return _mask_iou(a, b)
+    except ValueError:
         return 0.0
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 0.0
-
-
-def _levenshtein(s: str, t: str) -> int:
-    prev = list(range(len(t) + 1))
-    for i, cs in enumerate(s, 1):
-        cur = [i]
-        for j, ct in enumerate(t, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (cs != ct)))
-        prev = cur
-    return prev[-1]
 
 
 def text_similarity(a: str, b: str, tau: float = 0.5) -> float:
-    """ANLS's per-pair term: ``1 - NL(a, b)`` when the normalised Levenshtein distance ``NL < tau``, else 0
-    (case-insensitive, surrounding whitespace stripped)."""
-    a, b = a.strip().lower(), b.strip().lower()
-    if not a and not b:
-        return 1.0
-    nl = _levenshtein(a, b) / max(len(a), len(b))
-    return 1.0 - nl if nl < tau else 0.0
+    """ANLS's per-pair term (``fidelity.anls_score``): ``1 - NL(a, b)`` when the normalised Levenshtein distance
+    ``NL < tau``, else 0 (NFKC, case-insensitive, whitespace collapsed)."""
+    return anls_score(a, b, tau=tau)
 
 
 def evidence_similarity(a: Mapping, b: Mapping) -> float:
