@@ -262,3 +262,10 @@ def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_i
 def test_unknown_perturbation_is_named():
     with pytest.raises(UserError, match="perturbation"):
         TTRLModule(policy=TINY, perturbation={"name": "nope"})
+
+
+def test_questions_with_images_are_refused_not_sampled_without_them():
+    m = _module(SCRIPT)
+    with pytest.raises(UserError, match="'b' has images"):
+        m.rollout(dict(BATCH, images=[[], ["scene.png"], []]))
+    assert not m.engine.calls

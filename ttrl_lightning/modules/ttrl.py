@@ -336,7 +336,14 @@ class TTRLModule(GRPOModule):
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
-        """M votes per question (and fused view), labelled; returns the first N rows of each prompt."""
+        """M votes per question (and fused view), labelled; returns the first N rows of each prompt.
+
+        Questions with images are refused (``UserError``): the rollout engine samples text only, and training
+        a vision-language model on its prompts without their images would be a silent wrong result."""
+        with_images = [qid for qid, imgs in zip(_question_ids(batch), batch.get("images") or []) if imgs]
+        if with_images:
+            raise UserError(f"{type(self).__name__}: question {with_images[0]!r} has images, but the rollout "
+                            "engine samples text only (test-time RL on images is not supported yet)")
         votes, views = self.sample_votes(batch["prompt"], self.rollout_seed())
         if self.hparams.perturbation:
             options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
