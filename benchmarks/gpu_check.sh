@@ -121,6 +121,10 @@ launch bench_attention_mass 120 \
   "$PY benchmarks/attention_mass.py --device cuda --dtype bfloat16 --repeats 10 --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T --out $LOGS/attention_mass.json" \
   "$PY benchmarks/attention_mass.py --device cpu --T 128 --heads 2 --d 32 --repeats 1 --candidates sdpa_no_mass,ours_torch --out $LOGS/attention_mass.json"
 finish bench_attention_mass
+launch bench_generate_signals 120 \
+  "$PY benchmarks/generate_signals.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32 --out $LOGS/generate_signals.json" \
+  "$PY benchmarks/generate_signals.py --prompts 1 --n 2 --new-tokens 4 --repeats 1 --out $LOGS/generate_signals.json"
+finish bench_generate_signals
 
 echo
 echo "=== summary ($([ "$DRY" = 1 ] && echo "DRY RUN on CPU" || echo GPU), ${SECONDS}s)"

@@ -84,6 +84,14 @@ def benchmark_rows(log_dir, steps):
                          "vs SDPA without mass"))
     else:
         rows.append(("attention_mass", "-", f"no result ({steps.get('bench_attention_mass', 'missing')})", ""))
+    gen = _load(os.path.join(log_dir, "generate_signals.json"))
+    if gen:
+        for name in ("ours", "eager"):
+            r = gen["candidates"][name]
+            rows.append(("generate_signals", name, f"time {r['paired_ratio_vs_plain']:.3f}x paired",
+                         "vs plain generate"))
+    else:
+        rows.append(("generate_signals", "-", f"no result ({steps.get('bench_generate_signals', 'missing')})", ""))
     return rows
 
 
