@@ -27,7 +27,6 @@ GRPO-style module (``CCRFTModule``) rolls out with it unchanged. Per row (prompt
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.agent_format import final_answer, format_agent_observation, last_call_text
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.hf import cut_at_stop_strings
 from ttrl_lightning.safe_files import atomic_write
 from ttrl_lightning.tools.observation import Observation
@@ -275,26 +274,18 @@ class AgentEngine:
                 rows.append(_Row(AgentToolSession(image=getattr(p, "image", None),
                                                   frames=getattr(p, "frames", None), disabled=self.disabled,
                                                   cache=self.cache, scope=scope)))
-        was_training = model.training
-        model.eval()
-        rng = torch.random.fork_rng(devices=[]) if params.seed is not None else contextlib.nullcontext()
-        try:
-            with rng:
-                if params.seed is not None:
-                    torch.manual_seed(params.seed)
-                limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
-                for turn in range(self.max_steps + 1):
-                    for r, row in enumerate(rows):  # no room for another turn: the row ends unanswered
-                        if limit and len(prompt_ids[r // n]) + len(row.ids) + self.max_turn_tokens > limit:
-                            row.done = row.truncated = True
-                    active = [r for r, row in enumerate(rows) if not row.done]
-                    if not active:
-                        break
-                    new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params)
-                    for r, ids in zip(active, new):
-                        self._advance(rows[r], ids, turn)
-        finally:
-            model.train(was_training)
+        with sampling_mode(model, params.seed):
+            limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+            for turn in range(self.max_steps + 1):
+                for r, row in enumerate(rows):  # no room for another turn: the row ends unanswered
+                    if limit and len(prompt_ids[r // n]) + len(row.ids) + self.max_turn_tokens > limit:
+                        row.done = row.truncated = True
+                active = [r for r, row in enumerate(rows) if not row.done]
+                if not active:
+                    break
+                new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params)
+                for r, ids in zip(active, new):
+                    self._advance(rows[r], ids, turn)
         return self._collect(prompts, prompt_ids, rows, n, device=next(model.parameters()).device)
 
     def _advance(self, row: _Row, ids: list[int], turn: int) -> None:

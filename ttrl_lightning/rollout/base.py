@@ -7,8 +7,9 @@ implements ``sync_weights(model)``, which the training module calls after every 
 """
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -99,3 +100,20 @@ class RolloutEngine(Protocol):
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts: ...
 
     def sync_weights(self, model) -> None: ...
+
+
+@contextlib.contextmanager
+def sampling_mode(model, seed: int | None) -> Iterator[None]:
+    """``model`` in eval mode and, when ``seed`` is given, the CPU RNG forked and seeded with it (the caller's
+    global RNG is untouched); the model's previous train/eval mode is restored on exit. Every engine samples
+    inside it, so a seeded rollout is reproducible."""
+    was_training = model.training
+    model.eval()
+    rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+    try:
+        with rng:
+            if seed is not None:
+                torch.manual_seed(seed)
+            yield
+    finally:
+        model.train(was_training)

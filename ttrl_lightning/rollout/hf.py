@@ -1,13 +1,12 @@
 """Rollouts with Hugging Face ``generate``: batched, KV cache on, N samples per prompt."""
 from __future__ import annotations
 
-import contextlib
 from typing import Sequence
 
 import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
@@ -76,16 +75,8 @@ class HFGenerateEngine:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
-        was_training = model.training
-        model.eval()
-        rng = torch.random.fork_rng(devices=[]) if params.seed is not None else contextlib.nullcontext()
-        try:
-            with rng:
-                if params.seed is not None:
-                    torch.manual_seed(params.seed)
-                out = model.generate(input_ids=input_ids, attention_mask=attn, **kwargs)
-        finally:
-            model.train(was_training)
+        with sampling_mode(model, params.seed):
+            out = model.generate(input_ids=input_ids, attention_mask=attn, **kwargs)
         P = input_ids.shape[1]
         comp = out.sequences[:, P:]
         if comp.shape[1] == 0:
