@@ -52,6 +52,7 @@ from typing import Any, Callable, ClassVar, Sequence
 import torch
 
 from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER, answers_equal
+from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
@@ -443,7 +444,7 @@ class TTRLModule(GRPOModule):
             if gold is None:
                 continue
             correct = _correct_classes(step.answers[q], str(gold), choices[q])
-            majority_right = _majority_answer(step.answers[q][:M]) in correct  # the original view's majority
+            majority_right = aggregate(step.answers[q][:M], "majority").answer in correct  # the original view's majority
             online.append(majority_right)
             label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold), choices[q])
             if lab.abstain:
@@ -523,15 +524,10 @@ _AGREEMENT = {(True, True): "both_right", (True, False): "recovered", (False, Tr
               (False, False): "both_wrong"}
 
 
-def _majority_answer(answers: Sequence[str]) -> str:
-    counts: dict[str, int] = {}
-    for a in answers:
-        counts[a] = counts.get(a, 0) + 1
-    return max(counts, key=lambda a: (counts[a], -answers.index(a)))
-
-
 def _majority_ratio(answers: Sequence[str]) -> float:
-    return max(answers.count(a) for a in set(answers)) / len(answers) if answers else 0.0
+    """The winning answer's share of the votes (``consensus`` majority, its tie rule)."""
+    decision = aggregate(answers, "majority")
+    return decision.support[decision.answer] / len(answers)
 
 
 def _same(answer: str, gold: str, choices) -> bool:
