@@ -20,12 +20,13 @@ from ..registry import Registry
 from .extract import extract_answer
 from .label import NO_ANSWER
 
-__all__ = ["ANSWER_EXTRACTORS", "last_number", "get_extractor"]
+__all__ = ["ANSWER_EXTRACTORS", "NUMBER", "last_number", "get_extractor"]
 
 ANSWER_EXTRACTORS: Registry[Callable[..., str]] = Registry("answer extractor")
 ANSWER_EXTRACTORS.register("final_answer", extract_answer)
 
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+#: an integer or decimal number (optional minus), the unit ``last_number`` reads
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 _DIGIT_GROUP_COMMA = re.compile(r"(?<=\d),(?=\d{3}\b)")
 
 
@@ -36,7 +37,7 @@ def last_number(text: str | None, choices: Mapping[str, str] | Sequence[str] | N
         return NO_ANSWER
     if not isinstance(text, str):
         raise TypeError(f"last_number expects text as str or None, got {type(text).__name__}")
-    found = _NUMBER.findall(_DIGIT_GROUP_COMMA.sub("", text))
+    found = NUMBER.findall(_DIGIT_GROUP_COMMA.sub("", text))
     return found[-1] if found else NO_ANSWER
 
 

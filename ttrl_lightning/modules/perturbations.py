@@ -21,6 +21,7 @@ from typing import Callable
 
 import torch
 
+from ttrl_lightning.answers.extractors import NUMBER
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.base import Rollouts
 from ttrl_lightning.seeding import derived_generator
@@ -30,7 +31,6 @@ __all__ = ["VOTE_PERTURBATIONS", "flip_answers", "rewrite_answer", "wrong_answer
 VOTE_PERTURBATIONS: Registry[Callable[..., Rollouts]] = Registry("vote perturbation")
 
 _BOXED = re.compile(r"\\boxed\{[^{}]*\}")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
 
 def wrong_answer(gold: str, offset: int = 10) -> str:
@@ -49,7 +49,7 @@ def rewrite_answer(text: str, answer: str) -> str:
     if boxes:
         m = boxes[-1]
         return text[: m.start()] + "\\boxed{" + answer + "}" + text[m.end():]
-    nums = list(_NUMBER.finditer(text))
+    nums = list(NUMBER.finditer(text))
     if nums:
         m = nums[-1]
         return text[: m.start()] + answer + text[m.end():]
