@@ -172,3 +172,44 @@ def test_calls_are_found_when_the_tool_call_tags_are_special_tokens(model):
     rows = agent_prompts(0, 1, ["shape"])
     ro = ScriptedAgentEngine(qtok, _prop_script).generate(big, [rows[0]["prompt"]], SamplingParams(n=1))
     assert [s["name"] for s in ro.trajectories[0].steps] == ["PROP"] and ro.trajectories[0].answer == "red"
+
+
+def test_first_per_group_keeps_the_rows_observations_and_trajectories(tok, model):
+    rows = agent_prompts(0, 2, ["shape"])
+    script = lambda prompt, turn: "Answer: red<eos>" if "square" in prompt else _prop_script(prompt, turn)  # noqa: E731
+    ro = ScriptedAgentEngine(tok, script, record_signals=True).generate(
+        model, [r["prompt"] for r in rows], SamplingParams(n=3, seed=0))
+    sub = ro.first_per_group(2)
+    assert isinstance(sub, AgentRollouts) and sub.n == 2 and sub.group.tolist() == [0, 0, 1, 1]
+    for i, r in enumerate([0, 1, 3, 4]):
+        n = int(ro.completion_attention[r].sum())
+        assert sub.trajectories[i] is ro.trajectories[r] and sub.step_spans[i] == ro.step_spans[r]
+        assert sub.texts[i] == ro.texts[r]
+        assert torch.equal(sub.completion_ids[i, :n], ro.completion_ids[r, :n])
+        for name in ("completion_mask", "completion_attention", "observation_mask"):
+            assert torch.equal(getattr(sub, name)[i, :n], getattr(ro, name)[r, :n])
+            assert int(getattr(sub, name)[i, n:].sum()) == 0
+        assert torch.equal(sub.signals["logprob"][i, :n].isnan(), ro.signals["logprob"][r, :n].isnan())
+    assert sub.completion_ids.shape[1] == int(sub.completion_attention.sum(1).max())
+    with pytest.raises(ValueError, match="k must be"):
+        ro.first_per_group(4)
+
+
+def test_recorded_signals_are_the_replay_of_the_model_tokens_with_observations_in_context(tok, model):
+    rows = agent_prompts(0, 1, ["shape"])
+    ro = ScriptedAgentEngine(tok, _prop_script, record_signals=True).generate(
+        model, [rows[0]["prompt"]], SamplingParams(n=1, seed=0))
+    gen = ro.completion_mask.bool()
+    assert bool(ro.observation_mask.any())
+    for name in ("logprob", "entropy"):
+        assert bool(ro.signals[name][gen].isfinite().all()) and bool(ro.signals[name][~gen].isnan().all())
+    # oracle: one full float64 forward over prompt + completion, the observations attended
+    ids, attn = ro.input_ids(), ro.attention_mask()
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=attn, position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits
+    P = ro.prompt_ids.shape[1]
+    logp = torch.log_softmax(logits.double()[:, P - 1:-1], -1)
+    ref_lp = logp.gather(-1, ro.completion_ids[..., None])[..., 0]
+    ref_h = -(logp.exp() * logp).sum(-1)
+    assert torch.allclose(ro.signals["logprob"][gen].double(), ref_lp[gen], atol=1e-4)
+    assert torch.allclose(ro.signals["entropy"][gen].double(), ref_h[gen], atol=1e-4)

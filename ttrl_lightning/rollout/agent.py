@@ -155,6 +155,12 @@ class Trajectory:
         return [json.loads(s["text"]).get("error") if s["text"].startswith('{"error"') else None
                 for s in self.steps]
 
+    @property
+    def evidence(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(tool, artifact)`` of every successful step (what ``fidelity.visfid`` scores)."""
+        return [(tool, json.loads(s["text"])) for tool, s, err in zip(self.tools, self.steps, self.errors)
+                if tool is not None and err is None]
+
     def to_json(self) -> dict[str, Any]:
         return {"prompt": self.prompt, "completion": self.completion, "answer": self.answer,
                 "steps": self.steps, "latencies": self.latencies, "source": self.source,
@@ -190,9 +196,22 @@ class AgentRollouts(Rollouts):
         att = self.completion_attention if self.completion_attention is not None else self.completion_mask
         return torch.cat([self.prompt_mask, att], dim=1)
 
-    def first_per_group(self, k: int) -> Rollouts:
-        raise NotImplementedError("AgentRollouts.first_per_group: subsample the prompts' samples before the "
-                                  "agent loop (SamplingParams.n) instead")
+    def first_per_group(self, k: int) -> "AgentRollouts":
+        """The first ``k`` rows of every group, as ``Rollouts.first_per_group``, with their observation
+        columns, step spans and trajectories (columns cut to the longest kept row, observations included)."""
+        base = super().first_per_group(k)
+        R = self.completion_ids.shape[0]
+        rows = torch.arange(R, device=self.completion_ids.device).view(R // self.n, self.n)[:, :k].reshape(-1)
+        att = self.completion_attention[rows] if self.completion_attention is not None else self.completion_mask[rows]
+        width = max(int(att.sum(1).max()), 1)
+        keep = rows.tolist()
+        return AgentRollouts(
+            prompt_ids=base.prompt_ids, prompt_mask=base.prompt_mask, completion_ids=self.completion_ids[rows, :width],
+            completion_mask=self.completion_mask[rows, :width], texts=base.texts, group=base.group, n=k,
+            signals={name: v[rows, :width] for name, v in self.signals.items()},
+            completion_attention=att[:, :width],
+            observation_mask=self.observation_mask[rows, :width] if self.observation_mask is not None else None,
+            step_spans=[self.step_spans[i] for i in keep], trajectories=[self.trajectories[i] for i in keep])
 
 
 @dataclass
@@ -213,10 +232,13 @@ class AgentEngine:
     ``max_position_embeddings``); ``max_turn_tokens``: new tokens per turn
     (``SamplingParams.max_new_tokens`` is ignored: a turn is a thought and a call, or the answer);
     ``disabled``: tools answering with the ``disabled``
-    error (single-tool ablations); ``cache``: a shared :class:`ToolCache` (a new one when None)."""
+    error (single-tool ablations); ``cache``: a shared :class:`ToolCache` (a new one when None);
+    ``record_signals``: also return the per-token signals (``logprob``, ``entropy``, ``self_certainty``) of
+    the model's own tokens under the raw logits, by the teacher-forced replay
+    (``rollout.signals.replay_token_signals``) of the finished trajectories, observations in context."""
 
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
-                 disabled: Sequence[str] = (), cache: ToolCache | None = None):
+                 disabled: Sequence[str] = (), cache: ToolCache | None = None, record_signals: bool = False):
         if max_steps < 1 or max_turn_tokens < 1:
             raise ValueError(f"max_steps and max_turn_tokens must be >= 1, got {max_steps}, "
                              f"{max_turn_tokens}")
@@ -228,6 +250,7 @@ class AgentEngine:
         self.max_turn_tokens = int(max_turn_tokens)
         self.disabled = tuple(canonical_name(d) for d in disabled)
         self.cache = cache if cache is not None else ToolCache()
+        self.record_signals = bool(record_signals)
 
     def sync_weights(self, model) -> None:
         return None
@@ -286,7 +309,12 @@ class AgentEngine:
                 new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params)
                 for r, ids in zip(active, new):
                     self._advance(rows[r], ids, turn)
-        return self._collect(prompts, prompt_ids, rows, n, device=next(model.parameters()).device)
+        rollouts = self._collect(prompts, prompt_ids, rows, n, device=next(model.parameters()).device)
+        if self.record_signals:
+            from ttrl_lightning.rollout.signals import replay_token_signals
+
+            rollouts.signals = replay_token_signals(model, rollouts, 1.0)
+        return rollouts
 
     def _advance(self, row: _Row, ids: list[int], turn: int) -> None:
         tok = self.tokenizer
