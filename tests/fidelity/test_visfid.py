@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ttrl_lightning.fidelity import STEP_FIDELITY, attribute_f1, step_fidelity, visfid
+from ttrl_lightning.fidelity import STEP_FIDELITY, attribute_f1, group_visfid, step_fidelity, visfid
 from ttrl_lightning.tools.serialise import mask_to_rle
 
 
@@ -73,3 +73,15 @@ def test_visfid_of_tool_outputs_against_truth():
     assert visfid([("SEG", wrong)], [[("SEG", truth)]]) == pytest.approx(
         len(task.truth["masks"]) / wrong["count"], abs=0.05
     )
+
+
+def test_group_visfid_scores_each_rollout_against_the_other_answered_ones():
+    zoom = lambda x1: [("ZOOM", {"box": [0, 0, x1, 1.0]})]  # noqa: E731
+    # rollouts 0, 1 zoom on the same box; 2 on half of it; 3 never answered (not a reference); 4 no step
+    evidence = [zoom(0.5), zoom(0.5), zoom(0.25), zoom(0.25), []]
+    out = group_visfid(evidence, [True, True, True, False, True])
+    assert out[:4] == pytest.approx([(1 + 0.5) / 2, (1 + 0.5) / 2, 0.5, (0.5 + 0.5 + 1.0) / 3])
+    assert out[4] is None
+    assert group_visfid([zoom(0.5)], [True]) == [None]  # no other rollout: nothing to compare with
+    with pytest.raises(ValueError, match="success flags"):
+        group_visfid([[], []], [True])

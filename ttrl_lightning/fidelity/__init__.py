@@ -5,7 +5,8 @@
 * ``tracking``: HOTA and CLEAR-MOT through TrackEval (``tracking_metrics``, ``hota``), ``mean_track_iou``;
 * ``temporal``: temporal IoU and segment F1 (``temporal_iou``, ``frame_segment_iou``, ``segment_f1``);
 * ``attributes``: property F1 (``attribute_f1``);
-* ``visfid``: per-step scores and the trajectory's VisFid (``STEP_FIDELITY``, ``step_fidelity``, ``visfid``).
+* ``visfid``: per-step scores and the trajectory's VisFid (``STEP_FIDELITY``, ``step_fidelity``, ``visfid``,
+  ``group_visfid``: each rollout of a question against the others).
 """
 
 from ttrl_lightning.fidelity.anls import anls, anls_score, levenshtein, normalise_text
@@ -13,7 +14,7 @@ from ttrl_lightning.fidelity.attributes import attribute_f1
 from ttrl_lightning.fidelity.iou import box_iou, box_iou_matrix, greedy_match, mask_iou
 from ttrl_lightning.fidelity.temporal import frame_segment_iou, segment_f1, temporal_iou
 from ttrl_lightning.fidelity.tracking import hota, mean_track_iou, tracking_metrics
-from ttrl_lightning.fidelity.visfid import STEP_FIDELITY, step_fidelity, visfid
+from ttrl_lightning.fidelity.visfid import STEP_FIDELITY, group_visfid, step_fidelity, visfid
 
 __all__ = [
     "STEP_FIDELITY",
@@ -34,4 +35,5 @@ __all__ = [
     "temporal_iou",
     "tracking_metrics",
     "visfid",
+    "group_visfid",
 ]

@@ -121,3 +121,15 @@ def visfid(steps: Sequence[Step], references: Sequence[Sequence[Step]]) -> float
     ``references`` (the steps of other successful trajectories, or the truth); None when nothing is scored."""
     scores = [s for s in (step_fidelity(step, references) for step in steps) if s is not None]
     return sum(scores) / len(scores) if scores else None
+
+
+def group_visfid(evidence: Sequence[Sequence[Step]], successful: Sequence[bool]) -> list[float | None]:
+    """VisFid of each of one question's rollouts against the others: rollout ``j``'s steps
+    ``evidence[j]`` are scored (:func:`visfid`) with the steps of every *other* successful rollout
+    (``successful[k]``: it ended with an answer) as the pseudo-references (Pixelis 3.4: "a pseudo-reference
+    drawn from other successful trajectories"). None where nothing is scored (no decisive step, or no other
+    successful rollout calls its tools)."""
+    if len(evidence) != len(successful):
+        raise ValueError(f"{len(evidence)} rollouts' evidence but {len(successful)} success flags")
+    return [visfid(steps, [evidence[k] for k in range(len(evidence)) if k != j and successful[k]])
+            for j, steps in enumerate(evidence)]
