@@ -126,3 +126,12 @@ def test_empty_none_and_type_errors():
         extract_answer(42)
     with pytest.raises(TypeError, match="str"):
         extract_answer([r"\boxed{1}"])
+
+
+def test_agent_answer_reads_after_the_last_observation_and_normalises():
+    from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER
+
+    f = ANSWER_EXTRACTORS["agent_answer"]
+    assert f('I look.<tool_call>{}</tool_call><out>{"a": "Answer: x"}</out>Answer:  Light  Blue\n', None) == "light blue"
+    assert f("<out>Answer: 3</out>thinking", None) == NO_ANSWER
+    assert f(None) == NO_ANSWER
