@@ -269,3 +269,59 @@ def test_questions_with_images_are_refused_not_sampled_without_them():
     with pytest.raises(UserError, match="'b' has images"):
         m.rollout(dict(BATCH, images=[[], ["scene.png"], []]))
     assert not m.engine.calls
+
+
+def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
+    """TTRL as a tool-using agent: the votes' tool steps are scored against the question's other answered
+    votes (VisFid), the signals replayed over the trajectories, the first N trajectories trained on."""
+    pytest.importorskip("cv2")
+    from tests.rollout._scripted import ScriptedAgentEngine
+    from ttrl_lightning.data.cota import agent_prompts
+    from ttrl_lightning.fidelity import STEP_FIDELITY
+    from ttrl_lightning.rollout.agent import AgentRollouts
+    from ttrl_lightning.tools import format_tool_call, run_tool
+
+    rows = agent_prompts(0, 1, ["count"])
+    batch = collate_prompts(rows)
+    plan = [("red", "2"), ("red", "2"), ("square", "2"), (None, "3")]  # per vote: SEG query, answer
+    seen = {0: 0, 1: 0}
+
+    called = [j for j, (q, _) in enumerate(plan) if q]
+
+    def script(prompt, turn):  # the rows of a turn come in order: turn 0 all votes, turn 1 those that called
+        k = seen[turn]
+        seen[turn] += 1
+        if turn == 0:
+            query, answer = plan[k]
+            return format_tool_call("SEG", {"query": query}) if query else f"Answer: {answer}<eos>"
+        return f"Answer: {plan[called[k]][1]}<eos>"
+
+    policy = PolicySpec(model="tiny:qwen2", lr=1e-2, tiny_kwargs={"max_pos": 1024})  # room for observations
+    m = TTRLModule(policy=policy, pseudo_labeler="pixel", num_votes=4, num_generations=2,
+                   answer_extractor="agent_answer", agent={"max_steps": 2, "max_turn_tokens": 16},
+                   labeler_kwargs={"delta": 0.0, "duplicate_threshold": None})
+    assert m.engine.record_signals
+    m.engine = ScriptedAgentEngine(m.tokenizer, script, max_steps=2, record_signals=True)
+    m.configure_model()
+    trained = m.rollout(batch)
+    assert isinstance(trained, AgentRollouts) and trained.n == 2 and len(trained.trajectories) == 2
+    assert [t.tools for t in trained.trajectories] == [["SEG"], ["SEG"]]
+    image = rows[0]["prompt"].image
+    red, square = (run_tool("SEG", {"query": q}, image=image).artifact for q in ("red", "square"))
+    a = STEP_FIDELITY["SEG"](red, square)
+    assert 0 < a < 1  # the two queries found partly different objects
+    lab = m._step_labels.labels[0]
+    # vote 0: references votes 1 (same objects: 1) and 2 (a); vote 3 called nothing: neutral
+    assert lab.info["visual_fidelity"] == pytest.approx([(1 + a) / 2, (1 + a) / 2, a, 1.0])
+    assert lab.label == "2" and m._step_labels.rewards.tolist() == [1.0, 1.0]
+    # the signals were replayed over the model's own tokens, observations in context
+    assert set(trained.signals) >= {"entropy", "logprob"}
+    assert bool(torch.isfinite(trained.signals["entropy"][trained.completion_mask.bool()]).all())
+    assert bool(torch.isnan(trained.signals["entropy"][trained.observation_mask.bool()]).all())
+
+
+def test_agent_option_is_checked():
+    with pytest.raises(UserError, match="agent: .*max_steps"):
+        TTRLModule(policy=TINY, agent={"max_steps": 0})
+    with pytest.raises(UserError, match="no fused view"):
+        TTRLModule(policy=TINY, pseudo_labeler="self_harmony", fused_prompt_template=FUSED, agent={})

@@ -141,7 +141,11 @@ class TTRLModule(GRPOModule):
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
       eval_k, eval_temperature, eval_top_p: validation samples per question and their decoding (avg@k, maj@k,
-        pass@k; TTRL evaluates avg@16 at T 0.6, top-p 0.95).
+        pass@k; TTRL evaluates avg@16 at T 0.6, top-p 0.95);
+      agent: roll out as a tool-using agent (``rollout.agent.AgentEngine``): its options, e.g.
+        ``{"max_steps": 4, "max_turn_tokens": 160}``; the prompts are ``AgentPrompt`` s carrying their pixels
+        (``data.cota.AgentPromptDataModule``), the labeler's signals are replayed over the trajectories and
+        ``pixel`` scores each vote's tool steps (VisFid); use ``answer_extractor: agent_answer``.
     Batch: ``{"prompt": [...], "id"?: [...], "gold"?: [...] (monitoring only), "choices"?: [...]}``.
     """
 
@@ -165,6 +169,7 @@ class TTRLModule(GRPOModule):
         eval_k: int = 4,
         eval_temperature: float = 0.6,
         eval_top_p: float = 0.95,
+        agent: dict[str, Any] | None = None,
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
@@ -201,6 +206,9 @@ class TTRLModule(GRPOModule):
                                          or perturbation.get("name") not in VOTE_PERTURBATIONS):
             raise UserError(f"{where}perturbation must be {{'name': one of "
                             f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
+        if agent is not None and (engine is not None or pseudo_labeler in FUSED_LABELERS):
+            raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
+                            f"{pseudo_labeler}")
         if warmup_majority_steps and pseudo_labeler != "self_harmony":
             raise UserError(f"{where}warmup_majority_steps is an option of self_harmony, not {pseudo_labeler}")
         advantage = advantage or DEFAULT_ADVANTAGE.get(pseudo_labeler, "group")
@@ -218,6 +226,13 @@ class TTRLModule(GRPOModule):
             loss_aggregation=loss_aggregation, num_iterations=num_iterations, max_grad_norm=max_grad_norm,
             record_signals=bool(signals), engine=engine, logprob_impl=logprob_impl)
         self.save_hyperparameters({"advantage": advantage})
+        if agent is not None:
+            from ttrl_lightning.rollout.agent import AgentEngine
+
+            try:
+                self.engine = AgentEngine(self.tokenizer, record_signals=bool(signals), **dict(agent))
+            except (TypeError, ValueError) as err:
+                raise UserError(f"{where}agent: {err}") from None
         self.labeler_kwargs = dict(labeler_kwargs or {})
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
@@ -413,7 +428,8 @@ class TTRLModule(GRPOModule):
         return loss
 
     def monitor(self, step: StepLabels, batch: dict[str, list]) -> dict[str, float]:
-        """This step's TTRL metrics (module docstring); gold from ``batch["gold"]`` where present."""
+        """This step's TTRL metrics (module docstring); gold from ``batch["gold"]`` (or ``"answer"``) where
+        present."""
         Q = len(step.labels)
         self.questions_seen += Q
         accepted = [not lab.abstain for lab in step.labels]
@@ -432,7 +448,7 @@ class TTRLModule(GRPOModule):
             if vals.numel():
                 out["kl_p50"] = float(torch.quantile(vals, 0.5))
                 out["kl_p95"] = float(torch.quantile(vals, 0.95))
-        golds = batch.get("gold")
+        golds = batch.get("gold") or batch.get("answer")  # the agent tasks' batches name it "answer"
         if not golds or all(g is None for g in golds):
             return out
         choices = batch.get("choices") or [None] * Q
@@ -542,7 +558,9 @@ def _correct_classes(answers: Sequence[str], gold: str, choices) -> set[str]:
 # ---------------------------------------------------------------------- pixel: inputs and calibration
 @LABELER_INPUTS.register("pixel")
 def _pixel_inputs(module: TTRLModule, votes: Rollouts, records: list[dict]) -> list[dict]:
-    """Decisive-token masks (from the completion ids) and Dawid-Skene slot reliabilities over the batch."""
+    """Decisive-token masks (from the completion ids), Dawid-Skene slot reliabilities over the batch and,
+    for agent rollouts with tool steps, each rollout's VisFid against the question's other answered rollouts
+    (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question with none as neutral)."""
     from ttrl_lightning.pseudo_labels.pixel import batch_reliability, decisive_token_mask
     from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
 
@@ -557,8 +575,19 @@ def _pixel_inputs(module: TTRLModule, votes: Rollouts, records: list[dict]) -> l
     per_q = len(votes.texts) // len(records)
     answers = [canonical_answers(rec["rollouts"]) for rec in records]
     reliability = batch_reliability([[None if a == NO_ANSWER else a for a in row] for row in answers])
-    return [{"decisive_masks": masks[q * per_q:(q + 1) * per_q], "reliability": reliability[q]}
-            for q in range(len(records))]
+    out = [{"decisive_masks": masks[q * per_q:(q + 1) * per_q], "reliability": reliability[q]}
+           for q in range(len(records))]
+    trajectories = getattr(votes, "trajectories", None)
+    if trajectories:
+        from ttrl_lightning.fidelity import group_visfid
+
+        for q, extra in enumerate(out):
+            group = trajectories[q * per_q:(q + 1) * per_q]
+            vis = group_visfid([t.evidence for t in group],
+                               [t.answer is not None and not t.truncated for t in group])
+            if any(v is not None for v in vis):
+                extra["visual_fidelity"] = [1.0 if v is None else v for v in vis]
+    return out
 
 
 @LABELER_CALIBRATIONS.register("pixel")
