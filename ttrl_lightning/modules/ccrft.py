@@ -28,7 +28,6 @@ from typing import ClassVar, Sequence
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.masking import position_ids_from_mask
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
@@ -167,10 +166,7 @@ class CCRFTModule(GRPOModule):
         """Per step of every row (tool steps, then the answer when there is one): ``v`` [S, d], ``x`` [S, d],
         ``action`` (its tool) and ``prev_action`` one-hots [S, A], ``row`` [S] and ``next`` [S] (index of the
         following step of the same row, -1 for the last)."""
-        ids, attn = rollouts.input_ids(), rollouts.attention_mask()
-        model = self.policy
-        out = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn),
-                    output_hidden_states=True)
+        out = self.policy(**rollouts.forward_inputs(), output_hidden_states=True)
         hidden = out.hidden_states[-1].float()[:, rollouts.prompt_ids.shape[1]:]  # [R, C, d]
         v, x, rows, actions, prev = [], [], [], [], []
         lengths = rollouts.completion_attention.sum(1).tolist()

@@ -26,7 +26,7 @@ import torch
 from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.masking import masked_token_mean, position_ids_from_mask
+from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import (
@@ -282,16 +282,14 @@ class GRPOModule(PolicyModule):
 
         Fused (``modules.logprobs``: final hidden states, then ``ops.linear_logprobs`` on the LM head, no
         [R, C, V] logits) when ``logprob_impl`` allows it and the head is a plain linear layer; otherwise the
-        logits of the last C + 1 positions, divided by the temperature, through ``completion_logprobs``."""
-        ids, attn = rollouts.input_ids(), rollouts.attention_mask()
+        logits of the last C + 1 positions, divided by the temperature, through ``completion_logprobs``. The
+        inputs are ``rollouts.forward_inputs()`` (with the pixel inputs of a vision-language agent rollout)."""
+        inputs = rollouts.forward_inputs()
         C = rollouts.completion_ids.shape[1]
-        pos = position_ids_from_mask(attn)
         t = self.hparams.temperature
         if self.logprob_path.fused(model):
-            return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, input_ids=ids,
-                                  attention_mask=attn, position_ids=pos)
-        logits = model(input_ids=ids, attention_mask=attn, position_ids=pos,
-                       logits_to_keep=C + 1).logits[:, :-1]
+            return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, **inputs)
+        logits = model(**inputs, logits_to_keep=C + 1).logits[:, :-1]
         if t > 0:
             logits = logits / t
         return completion_logprobs(logits, rollouts.completion_ids)

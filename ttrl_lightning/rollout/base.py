@@ -13,6 +13,8 @@ from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from ttrl_lightning.masking import position_ids_from_mask
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -72,6 +74,14 @@ class Rollouts:
 
     def attention_mask(self) -> torch.Tensor:
         return torch.cat([self.prompt_mask, self.completion_mask], dim=1)
+
+    def forward_inputs(self) -> dict[str, torch.Tensor]:
+        """The model inputs of a teacher-forced pass over prompt + completion: ``input_ids``,
+        ``attention_mask`` and ``position_ids`` from the mask (left padding does not shift positions). The
+        one place the training and replay passes take their inputs from (a rollout with images adds its
+        pixel inputs: ``rollout.agent.AgentRollouts``)."""
+        attn = self.attention_mask()
+        return {"input_ids": self.input_ids(), "attention_mask": attn, "position_ids": position_ids_from_mask(attn)}
 
     def first_per_group(self, k: int) -> Rollouts:
         """The first ``k`` rows of every group (``1 <= k <= n``), as a ``Rollouts`` with ``n = k``: the

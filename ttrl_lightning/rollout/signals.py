@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from ttrl_lightning.masking import position_ids_from_mask
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.signals import token_signals
 
@@ -36,8 +35,8 @@ def mask_signals(signals: dict[str, torch.Tensor], completion_mask: torch.Tensor
 def replay_token_signals(model, rollouts, temperature: float = 1.0, backend: str | None = None) -> dict:
     """Per-token signals of a finished rollout batch by a teacher-forced replay (no [R, C, V] logits).
 
-    Builds the [R, P + C] batch (prompt then completion, position ids from the attention mask, so left
-    padding does not shift positions) and runs ``integrations.score_rollouts`` without attention
+    Builds the [R, P + C] batch (``rollouts.forward_inputs()``: prompt then completion, position ids from
+    the attention mask, so left padding does not shift positions, or a VLM rollout's pixel inputs) and runs ``integrations.score_rollouts`` without attention
     recording: one forward of the decoder, then ``ttrl_lightning.ops.token_stats`` on the final hidden
     states of the positions that predict each completion token and the LM head. Returns ``logprob``,
     ``entropy``, ``self_certainty`` as [R, C] float32 tensors, NaN where completion_mask is 0.
@@ -45,10 +44,8 @@ def replay_token_signals(model, rollouts, temperature: float = 1.0, backend: str
     """
     from ttrl_lightning.integrations.scoring import score_rollouts
 
-    attn = rollouts.attention_mask()
     P = rollouts.prompt_ids.shape[1]
-    batch = {"input_ids": rollouts.input_ids(), "attention_mask": attn,
-             "completion_mask": torch.cat([torch.zeros_like(rollouts.prompt_mask), rollouts.completion_mask], 1),
-             "position_ids": position_ids_from_mask(attn)}
+    batch = {**rollouts.forward_inputs(),
+             "completion_mask": torch.cat([torch.zeros_like(rollouts.prompt_mask), rollouts.completion_mask], 1)}
     sig = score_rollouts(model, batch, temperature, record_attention=False, backend=backend)
     return {name: getattr(sig, name)[:, P:] for name in REPLAY_SIGNALS}
