@@ -15,7 +15,7 @@ class ScriptedAgentEngine(AgentEngine):
         self.script = script
         self.context_lengths: list[int] = []
 
-    def _turn(self, model, contexts, params):
+    def _turn(self, model, contexts, params, images=None):
         out = []
         for ctx in contexts:
             self.context_lengths.append(len(ctx))

@@ -1,7 +1,9 @@
 """``CCRFTModule``: Curiosity-Coherence RFT (Pixelis 3.2.2, appendix 1), a ``GRPOModule`` with hooks only.
 
     rollout    : the agent engine (``rollout.agent.AgentEngine``): tool calls run as they are written,
-                 observations appended and left out of the loss (``AgentRollouts.completion_mask``)
+                 observations appended and left out of the loss (``AgentRollouts.completion_mask``); a
+                 vision-language policy (``models.load_processor`` finds its processor) is shown the image
+                 and each ZOOM crop as vision tokens
     rewards    : R(tau) = w_correct [answer right] + w_curiosity Cur(tau) + w_coherence Coh(tau)
                           - efficiency_penalty * max(0, calls - 1)
     advantages : group-relative over the top-K trajectories of each prompt (K = 8); the others get 0
@@ -28,6 +30,7 @@ from typing import ClassVar, Sequence
 import torch
 
 from ttrl_lightning.errors import UserError
+from ttrl_lightning.models import load_processor
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
@@ -131,7 +134,8 @@ class CCRFTModule(GRPOModule):
         if engine is None:
             try:
                 self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
-                                          max_turn_tokens=max_turn_tokens, disabled=tuple(disabled))
+                                          max_turn_tokens=max_turn_tokens, disabled=tuple(disabled),
+                                          processor=load_processor(self.policy_spec.model))
             except ValueError as err:
                 raise UserError(f"{type(self).__name__}: {err}") from None
         self.encoder: StepEncoder | None = None
@@ -143,7 +147,7 @@ class CCRFTModule(GRPOModule):
     def configure_model(self) -> None:
         super().configure_model()
         if self.encoder is None:
-            self.build_heads(int(self.policy.config.hidden_size))
+            self.build_heads(int(self.policy.config.get_text_config().hidden_size))
 
     def build_heads(self, d: int) -> None:
         """g_phi and h_psi for policy width ``d`` (called by ``configure_model``)."""

@@ -227,10 +227,12 @@ class TTRLModule(GRPOModule):
             record_signals=bool(signals), engine=engine, logprob_impl=logprob_impl)
         self.save_hyperparameters({"advantage": advantage})
         if agent is not None:
+            from ttrl_lightning.models import load_processor
             from ttrl_lightning.rollout.agent import AgentEngine
 
             try:
-                self.engine = AgentEngine(self.tokenizer, record_signals=bool(signals), **dict(agent))
+                self.engine = AgentEngine(self.tokenizer, record_signals=bool(signals),
+                                          processor=load_processor(self.policy_spec.model), **dict(agent))
             except (TypeError, ValueError) as err:
                 raise UserError(f"{where}agent: {err}") from None
         self.labeler_kwargs = dict(labeler_kwargs or {})

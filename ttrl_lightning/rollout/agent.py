@@ -173,6 +173,31 @@ class Trajectory:
                    bool(record.get("truncated", False)))
 
 
+@dataclass(frozen=True)
+class VisionBlock:
+    """One image shown to a vision-language agent: its ``ids`` in the context (``<|vision_start|>``, one
+    ``token_id`` per merged patch, ``<|vision_end|>``), and the processor's ``pixel_values`` / ``grid_thw``."""
+
+    ids: tuple[int, ...]
+    pixel_values: torch.Tensor
+    grid_thw: torch.Tensor
+    token_id: int
+
+
+def vision_block(processor, image) -> VisionBlock:
+    """``image`` (PIL / HxWx3 uint8) as a :class:`VisionBlock` of ``processor`` (a Qwen2-VL processor or
+    ``models.TinyVLProcessor``): the processor expands Qwen's ``<|vision_start|><|image_pad|><|vision_end|>``."""
+    from PIL import Image
+
+    from ttrl_lightning.tools.base import as_rgb
+
+    pil = image if isinstance(image, Image.Image) else Image.fromarray(as_rgb(image))
+    token = processor.image_token
+    enc = processor(text=[f"<|vision_start|>{token}<|vision_end|>"], images=[pil], return_tensors="pt")
+    token_id = processor.tokenizer.convert_tokens_to_ids(token)
+    return VisionBlock(tuple(enc["input_ids"][0].tolist()), enc["pixel_values"], enc["image_grid_thw"], token_id)
+
+
 @dataclass
 class AgentRollouts(Rollouts):
     """``Rollouts`` of the agent engine. The completion holds the model's tokens *and* the observation
@@ -186,6 +211,7 @@ class AgentRollouts(Rollouts):
     observation_mask: torch.Tensor | None = None
     step_spans: list[list[tuple[int, int, int, int]]] = field(default_factory=list)
     trajectories: list[Trajectory] = field(default_factory=list)
+    images: list[list[VisionBlock]] = field(default_factory=list)
 
     @property
     def loss_mask(self) -> torch.Tensor:
@@ -195,6 +221,21 @@ class AgentRollouts(Rollouts):
     def attention_mask(self) -> torch.Tensor:
         att = self.completion_attention if self.completion_attention is not None else self.completion_mask
         return torch.cat([self.prompt_mask, att], dim=1)
+
+    def forward_inputs(self) -> dict[str, torch.Tensor]:
+        """``Rollouts.forward_inputs``; with images (a VLM agent: ``images[r]`` the row's vision blocks in
+        the order of their tokens), the pixel inputs instead of position ids: ``pixel_values`` and
+        ``image_grid_thw`` of every row's images in row order and ``mm_token_type_ids`` (1 at image tokens),
+        from which the model computes its multimodal (M-RoPE) positions."""
+        blocks = [b for row in self.images for b in row]
+        if not blocks:
+            return super().forward_inputs()
+        ids, attn = self.input_ids(), self.attention_mask()
+        image_token = blocks[0].token_id
+        return {"input_ids": ids, "attention_mask": attn,
+                "pixel_values": torch.cat([b.pixel_values for b in blocks]).to(ids.device),
+                "image_grid_thw": torch.cat([b.grid_thw for b in blocks]).to(ids.device),
+                "mm_token_type_ids": (ids == image_token).long()}
 
     def first_per_group(self, k: int) -> "AgentRollouts":
         """The first ``k`` rows of every group, as ``Rollouts.first_per_group``, with their observation
@@ -211,7 +252,8 @@ class AgentRollouts(Rollouts):
             signals={name: v[rows, :width] for name, v in self.signals.items()},
             completion_attention=att[:, :width],
             observation_mask=self.observation_mask[rows, :width] if self.observation_mask is not None else None,
-            step_spans=[self.step_spans[i] for i in keep], trajectories=[self.trajectories[i] for i in keep])
+            step_spans=[self.step_spans[i] for i in keep], trajectories=[self.trajectories[i] for i in keep],
+            images=[self.images[i] for i in keep] if self.images else [])
 
 
 @dataclass
@@ -221,8 +263,19 @@ class _Row:
     gen: list[int] = field(default_factory=list)  # 1: the model wrote the token
     text: str = ""
     spans: list[tuple[int, int, int, int]] = field(default_factory=list)
+    images: list[VisionBlock] = field(default_factory=list)  # the ZOOM views shown (VLM)
     done: bool = False
     truncated: bool = False
+
+
+def _context_limit(config) -> int | None:
+    """``max_position_embeddings`` of a model config, or of its text config (a VLM's); None when absent."""
+    get_text = getattr(config, "get_text_config", None)
+    for cfg in (config, get_text() if callable(get_text) else None):
+        limit = getattr(cfg, "max_position_embeddings", None)
+        if limit:
+            return int(limit)
+    return None
 
 
 class AgentEngine:
@@ -235,10 +288,18 @@ class AgentEngine:
     error (single-tool ablations); ``cache``: a shared :class:`ToolCache` (a new one when None);
     ``record_signals``: also return the per-token signals (``logprob``, ``entropy``, ``self_certainty``) of
     the model's own tokens under the raw logits, by the teacher-forced replay
-    (``rollout.signals.replay_token_signals``) of the finished trajectories, observations in context."""
+    (``rollout.signals.replay_token_signals``) of the finished trajectories, observations in context.
+
+    ``processor`` (a vision-language model's: ``models.load_processor``): the VLM path. The prompt shows the
+    task's image (a clip: its first frame; the tools read every frame) as vision tokens before the question,
+    and every successful call that hands back pixels (ZOOM's crop, ``Observation.view``) appends the crop as
+    new vision tokens right after its observation, so the model sees what it zoomed on. Vision tokens are
+    observation tokens (attended, never trained on); ``AgentRollouts.images`` keeps each row's images for
+    the training pass (``forward_inputs``)."""
 
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
-                 disabled: Sequence[str] = (), cache: ToolCache | None = None, record_signals: bool = False):
+                 disabled: Sequence[str] = (), cache: ToolCache | None = None, record_signals: bool = False,
+                 processor=None):
         if max_steps < 1 or max_turn_tokens < 1:
             raise ValueError(f"max_steps and max_turn_tokens must be >= 1, got {max_steps}, "
                              f"{max_turn_tokens}")
@@ -251,6 +312,7 @@ class AgentEngine:
         self.disabled = tuple(canonical_name(d) for d in disabled)
         self.cache = cache if cache is not None else ToolCache()
         self.record_signals = bool(record_signals)
+        self.processor = processor
 
     def sync_weights(self, model) -> None:
         return None
@@ -258,8 +320,21 @@ class AgentEngine:
     def _encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
 
-    def _turn(self, model, contexts: list[list[int]], params: SamplingParams) -> list[list[int]]:
-        """One turn for each context: the new tokens up to and including EOS or ``</tool_call>``."""
+    def _prompt_blocks(self, prompt) -> list[VisionBlock]:
+        """The images a VLM is shown with ``prompt``: its image, or its clip's first frame (none without a
+        processor)."""
+        if self.processor is None:
+            return []
+        image = getattr(prompt, "image", None)
+        frames = getattr(prompt, "frames", None)
+        if image is None and frames:
+            image = frames[0]
+        return [vision_block(self.processor, image)] if image is not None else []
+
+    def _turn(self, model, contexts: list[list[int]], params: SamplingParams,
+              images: list[list[VisionBlock]] | None = None) -> list[list[int]]:
+        """One turn for each context: the new tokens up to and including EOS or ``</tool_call>``; ``images``:
+        each context's vision blocks, in the order of their tokens (VLM)."""
         tok = self.tokenizer
         width = max(len(c) for c in contexts)
         device = next(model.parameters()).device
@@ -274,6 +349,11 @@ class AgentEngine:
                       stop_strings=[TOOL_CALL_END], tokenizer=tok)
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        blocks = [b for row in (images or []) for b in row]
+        if blocks:
+            kwargs.update(pixel_values=torch.cat([b.pixel_values for b in blocks]).to(device),
+                          image_grid_thw=torch.cat([b.grid_thw for b in blocks]).to(device),
+                          mm_token_type_ids=(ids == blocks[0].token_id).long().to(device))
         out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), **kwargs)
         new = out[:, width:].cpu()
         if new.shape[1] == 0:
@@ -288,7 +368,9 @@ class AgentEngine:
             raise ValueError("no prompts")
         tok = self.tokenizer
         n = params.n
-        prompt_ids = [self._encode(str(p)) for p in prompts]
+        prompt_blocks = [self._prompt_blocks(p) for p in prompts]
+        prompt_ids = [[t for b in blocks for t in b.ids] + self._encode(str(p))
+                      for p, blocks in zip(prompts, prompt_blocks)]
         rows: list[_Row] = []
         for i, p in enumerate(prompts):
             source = getattr(p, "source", None)
@@ -298,7 +380,7 @@ class AgentEngine:
                                                   frames=getattr(p, "frames", None), disabled=self.disabled,
                                                   cache=self.cache, scope=scope)))
         with sampling_mode(model, params.seed):
-            limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+            limit = _context_limit(getattr(model, "config", None))
             for turn in range(self.max_steps + 1):
                 for r, row in enumerate(rows):  # no room for another turn: the row ends unanswered
                     if limit and len(prompt_ids[r // n]) + len(row.ids) + self.max_turn_tokens > limit:
@@ -306,10 +388,13 @@ class AgentEngine:
                 active = [r for r, row in enumerate(rows) if not row.done]
                 if not active:
                     break
-                new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params)
+                images = [prompt_blocks[r // n] + rows[r].images for r in active] if self.processor else None
+                new = self._turn(model, [prompt_ids[r // n] + rows[r].ids for r in active], params, images)
                 for r, ids in zip(active, new):
                     self._advance(rows[r], ids, turn)
         rollouts = self._collect(prompts, prompt_ids, rows, n, device=next(model.parameters()).device)
+        if self.processor is not None:
+            rollouts.images = [prompt_blocks[r // n] + row.images for r, row in enumerate(rows)]
         if self.record_signals:
             from ttrl_lightning.rollout.signals import replay_token_signals
 
@@ -336,6 +421,10 @@ class AgentEngine:
         obs = row.session.call(last_call_text(piece))
         obs_text = format_agent_observation(obs)
         obs_ids = self._encode(obs_text)
+        if self.processor is not None and obs.ok and obs.view is not None:  # the crop, shown as vision tokens
+            block = vision_block(self.processor, obs.view)
+            row.images.append(block)
+            obs_ids = obs_ids + list(block.ids)
         row.spans.append((start, len(row.ids), len(row.ids), len(row.ids) + len(obs_ids)))
         row.ids += obs_ids
         row.gen += [0] * len(obs_ids)
