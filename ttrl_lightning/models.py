@@ -17,8 +17,10 @@ LoRA (PEFT) is optional: ``lora={"r": 8, "lora_alpha": 16, "target_modules": ["q
 from __future__ import annotations
 
 import string
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -194,6 +196,47 @@ class TinyVLProcessor:
         out.update(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                    mm_token_type_ids=(enc["input_ids"] == self.image_token_id).long())
         return out
+
+
+@dataclass(frozen=True)
+class VisionBlock:
+    """One image shown to a vision-language agent: its ``ids`` in the context (``<|vision_start|>``, one
+    ``token_id`` per merged patch, ``<|vision_end|>``), and the processor's ``pixel_values`` / ``grid_thw``."""
+
+    ids: tuple[int, ...]
+    pixel_values: torch.Tensor
+    grid_thw: torch.Tensor
+    token_id: int
+
+
+def vision_block(processor, image) -> VisionBlock:
+    """``image`` (PIL / HxWx3 uint8) as a :class:`VisionBlock` of ``processor`` (a Qwen2-VL processor or
+    ``models.TinyVLProcessor``): the processor expands Qwen's ``<|vision_start|><|image_pad|><|vision_end|>``."""
+    from PIL import Image
+
+    pil = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image, dtype=np.uint8))
+    token = processor.image_token
+    enc = processor(text=[f"<|vision_start|>{token}<|vision_end|>"], images=[pil], return_tensors="pt")
+    token_id = processor.tokenizer.convert_tokens_to_ids(token)
+    return VisionBlock(tuple(enc["input_ids"][0].tolist()), enc["pixel_values"], enc["image_grid_thw"], token_id)
+
+
+#: the pixel inputs of a vision-language batch (``vision_inputs``), passed to the model beside the ids
+VISION_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
+
+
+def vision_inputs(blocks, input_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The pixel inputs of a batch whose rows show ``blocks`` (every row's :class:`VisionBlock` s, rows in
+    order, each row's in the order of its tokens): ``pixel_values`` and ``image_grid_thw`` concatenated, and
+    ``mm_token_type_ids`` (1 at the image tokens of ``input_ids``), from which Qwen2-VL computes its M-RoPE
+    positions. Empty without blocks."""
+    blocks = list(blocks)
+    if not blocks:
+        return {}
+    device = input_ids.device
+    return {"pixel_values": torch.cat([b.pixel_values for b in blocks]).to(device),
+            "image_grid_thw": torch.cat([b.grid_thw for b in blocks]).to(device),
+            "mm_token_type_ids": (input_ids == blocks[0].token_id).long()}
 
 
 def is_vision_config(config) -> bool:

@@ -2,6 +2,7 @@
 import json
 
 import pytest
+import torch
 
 from ttrl_lightning.data.cota import (
     CoTADataModule,
@@ -24,14 +25,15 @@ pytest.importorskip("cv2")
 def test_trace_steps_are_thought_call_observation_and_the_answer():
     task = SCENE_TASKS["count"](0, 2)
     segs = cota_trace(task)
-    assert [s.kind for s in segs] == ["prompt", "text", "action", "observation", "text"]
-    name, args = parse_tool_call(segs[2].text)
+    assert [s.kind for s in segs] == ["image", "prompt", "text", "action", "observation", "text"]
+    assert segs[0].image is task.image  # shown to a VLM before the question
+    name, args = parse_tool_call(segs[3].text)
     assert (name, args) == task.chain[0]
-    obs = json.loads(segs[3].text[len(OBSERVATION_START):-len(OBSERVATION_END)])
+    obs = json.loads(segs[4].text[len(OBSERVATION_START):-len(OBSERVATION_END)])
     truth = run_tool(name, args, image=task.image).artifact
     assert obs["count"] == truth["count"] == int(task.answer)
     assert all("mask" not in o for o in obs["objects"]) and all("mask" in o for o in truth["objects"])
-    assert final_answer("".join(s.text for s in segs[1:]).replace("<eos>", "")) == task.answer
+    assert final_answer("".join(s.text for s in segs[2:]).replace("<eos>", "")) == task.answer
 
 
 def test_observation_tokens_carry_no_loss_and_calls_are_actions():
@@ -39,11 +41,12 @@ def test_observation_tokens_carry_no_loss_and_calls_are_actions():
     segs = cota_trace(SCENE_TASKS["colour"](0, 1))
     enc = encode_trace(tok, segs)
     ids, labels, act, span = enc["input_ids"], enc["labels"], enc["action_mask"], enc["observation_span"]
-    obs_text = segs[3].text[len(OBSERVATION_START):-len(OBSERVATION_END)]
+    obs_text = segs[4].text[len(OBSERVATION_START):-len(OBSERVATION_END)]
     in_obs = [i for i, s in enumerate(span) if s == 1]
     assert tok.decode([ids[i] for i in in_obs]) == obs_text
     assert all(labels[i] == IGNORE_INDEX for i in in_obs)
-    assert tok.decode([ids[i] for i, a in enumerate(act) if a]) == segs[2].text
+    assert tok.decode([ids[i] for i, a in enumerate(act) if a]) == segs[3].text
+    assert "images" not in enc and tok.decode(ids).startswith("Q:")  # a text model does not see the image
     trained = sum(len(tok(s.text, add_special_tokens=False)["input_ids"]) for s in segs
                   if s.kind in ("text", "action"))
     assert sum(label != IGNORE_INDEX for label in labels) == trained
@@ -54,7 +57,7 @@ def test_read_small_for_a_text_agent_zooms_on_the_span_ocr_found():
     assert [n for n, _ in text_chain(task)] == ["OCR", "ZOOM", "OCR"]
     segs = cota_trace(task)
     calls = [parse_tool_call(s.text) for s in segs if s.kind == "action"]
-    first_obs = json.loads(segs[3].text[len(OBSERVATION_START):-len(OBSERVATION_END)])
+    first_obs = json.loads(segs[4].text[len(OBSERVATION_START):-len(OBSERVATION_END)])
     assert calls[1][1]["box"] == first_obs["spans"][0]["box"]
     assert calls[2] == ("OCR", {"view": 0})
     assert segs[-1].text == f"Answer: {task.answer}<eos>"
@@ -80,3 +83,35 @@ def test_datamodule_and_prompts():
     assert rows[0]["prompt"].frames is not None and rows[0]["answer"] == SCENE_TASKS["when"](5, 0).answer
     with pytest.raises(KeyError, match="nope"):
         agent_prompts(0, 1, ["nope"])
+
+
+def test_vlm_traces_show_the_image_and_the_zoom_crop_where_the_agent_engine_does():
+    """A VLM's CoTA trace and the agent engine's rollout of the same calls are the same token sequence:
+    the task image before the question, the crop after ZOOM's observation."""
+    from tests.rollout._scripted import ScriptedAgentEngine
+    from ttrl_lightning.data.datamodules import collate_traces
+    from ttrl_lightning.models import load_model, load_processor
+    from ttrl_lightning.rollout.base import SamplingParams
+
+    tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
+    task = SCENE_TASKS["read_small"](0, 4)
+    segs = cota_trace(task, tok.eos_token)
+    assert [s.kind for s in segs].count("image") == 2  # the scene and the crop
+    enc = encode_trace(tok, segs, proc)
+    assert len(enc["images"]) == 2
+    pad = tok.convert_tokens_to_ids("<|image_pad|>")
+    assert all(label == IGNORE_INDEX for i, label in zip(enc["input_ids"], enc["labels"]) if i == pad)
+    turns = ["".join(s.text for s in segs[i:i + 2]) for i, s in enumerate(segs) if s.kind == "text"]
+    rows = agent_prompts(0, 5, ["read_small"])[4:]
+    model = load_model("tiny:qwen2_vl", tok, tiny_kwargs={"max_pos": 2048})
+    ro = ScriptedAgentEngine(tok, lambda prompt, turn: turns[turn], processor=proc).generate(
+        model, [rows[0]["prompt"]], SamplingParams(n=1))
+    rolled = ro.input_ids()[0][ro.attention_mask()[0].bool()].tolist()
+    assert rolled == enc["input_ids"]
+    for got, want in zip(ro.images[0], enc["images"]):
+        assert torch.equal(got.pixel_values, want.pixel_values)
+    batch = collate_traces([enc, enc], tok.pad_token_id, max_length=4096)
+    assert batch["pixel_values"].shape[0] == 2 * sum(int(b.grid_thw.prod()) for b in enc["images"])
+    assert torch.equal(batch["mm_token_type_ids"].bool(), batch["input_ids"] == pad)
+    with pytest.raises(ValueError, match="max_length"):
+        collate_traces([enc], tok.pad_token_id, max_length=64)

@@ -143,3 +143,33 @@ def test_feedback_dropout_differs_across_micro_batches_and_is_a_pure_function(mo
     masks = [feedback_dropout(ids, span, 0.5, module.hide_id, derived_generator(3, "feedback_dropout", m, 0))
              for m in (0, 1)]
     assert not torch.equal(masks[0], masks[1])
+
+
+def test_sft_of_a_vlm_on_cota_traces_sees_the_images():
+    """CoTA SFT of a tiny Qwen2-VL: the datamodule finds the policy's processor, the batches carry the scene
+    and crop pixels, and the loss is the plain CE of a forward with those pixels (w_act = 1)."""
+    pytest.importorskip("cv2")
+    import torch.nn.functional as F
+
+    from ttrl_lightning.data.cota import CoTADataModule
+
+    m = SFTModule(policy=PolicySpec(model="tiny:qwen2_vl", tiny_kwargs={"max_pos": 2048}, lr=1e-3), w_act=1.0,
+                  feedback_dropout=0.0)
+    dm = CoTADataModule(kinds=["read_small", "colour"], n_train=2, n_val=2, batch_size=2, max_length=2048)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0)
+    trainer.fit(m, dm)
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["image_grid_thw"].shape[0] == 3  # two scenes and read_small's crop
+    loss, _ = m.loss(batch, train=False)
+    vision = {k: batch[k] for k in ("pixel_values", "image_grid_thw", "mm_token_type_ids")}
+    with torch.no_grad():
+        logits = m.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **vision).logits
+    ref = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), batch["labels"][:, 1:].flatten(),
+                          ignore_index=IGNORE_INDEX)
+    assert torch.allclose(loss, ref, atol=1e-5)
+    other = dict(vision, pixel_values=torch.rand_like(vision["pixel_values"]))  # other pixels: another loss
+    with torch.no_grad():
+        moved = m.policy(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **other).logits
+    assert not torch.allclose(moved, logits)

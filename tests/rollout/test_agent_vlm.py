@@ -7,8 +7,8 @@ import torch
 
 from tests.rollout._scripted import ScriptedAgentEngine
 from ttrl_lightning.data.cota import AgentPromptDataModule, agent_prompts
-from ttrl_lightning.models import load_model, load_processor, load_tokenizer
-from ttrl_lightning.rollout.agent import AgentEngine, vision_block
+from ttrl_lightning.models import load_model, load_processor, load_tokenizer, vision_block
+from ttrl_lightning.rollout.agent import AgentEngine
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call, run_tool
 

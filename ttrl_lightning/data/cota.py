@@ -5,6 +5,7 @@ A CoTA trace (Pixelis 3.2.1) interleaves a thought, a tool call in the Qwen conv
 observations are produced by running the task's tool chain for real (``tools.ToolSession``), so the trace
 shows exactly what the agent will be shown at rollout time (``rollout.agent_format.observation_view``)::
 
+    Segment("<|vision_start|><|image_pad|><|vision_end|>", "image", <the scene>)  # a VLM's view only
     Segment("Q: What colour is the triangle?\\n", "prompt")
     Segment("I look up the triangle with PROP.\\n", "text")                    # thought
     Segment('<tool_call>{"arguments":{"query":"triangle"},"name":"PROP"}</tool_call>', "action")
@@ -77,13 +78,21 @@ def _direction_note(artifact: dict[str, Any] | None) -> str:
     return f"It starts at x {boxes[0][0]} and ends at x {boxes[-1][0]}.\n"
 
 
+#: the placeholder text of an image segment (Qwen's layout; a VLM's processor expands it)
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
 def cota_trace(task: SceneTask, eos: str = "<eos>") -> list[Segment]:
-    """The CoTA trace of ``task``: prompt, then per step of :func:`text_chain` a thought (text), the call
-    (action) and its observation, then ``Answer: <answer>`` + ``eos`` (text). The direction task adds a line
-    reading the first and last x of the track before answering."""
+    """The CoTA trace of ``task``: the task's image (an ``image`` segment: a clip's first frame), the
+    prompt, then per step of :func:`text_chain` a thought (text), the call (action), its observation and,
+    when the call handed back pixels (ZOOM's crop), that crop (``image``), then ``Answer: <answer>`` +
+    ``eos`` (text). The direction task adds a line reading the first and last x of the track before
+    answering. A text model's encoding leaves the image segments out; a VLM's shows them as vision tokens
+    where ``rollout.agent.AgentEngine`` shows them at rollout time."""
     frames = list(task.frames) if task.frames is not None else None
     session = ToolSession(image=task.image, frames=frames)
-    segments = [Segment(agent_prompt(task.question), "prompt")]
+    shown = task.image if task.image is not None else frames[0]
+    segments = [Segment(IMAGE_PLACEHOLDER, "image", shown), Segment(agent_prompt(task.question), "prompt")]
     last = None
     for name, args in text_chain(task):
         if name == "ZOOM" and args.get("box") is None:
@@ -95,6 +104,8 @@ def cota_trace(task: SceneTask, eos: str = "<eos>") -> list[Segment]:
         segments.append(Segment(format_tool_call(name, args), "action"))
         last = session.run(name, args)
         segments.append(Segment(format_agent_observation(last), "observation"))
+        if last.ok and last.view is not None:
+            segments.append(Segment(IMAGE_PLACEHOLDER, "image", last.view))
     note = _direction_note(last.artifact if last is not None else None) if task.kind == "direction" else ""
     segments.append(Segment(f"{note}{ANSWER_PREFIX}{task.answer}{eos}", "text"))
     return segments
@@ -141,21 +152,37 @@ def agent_prompts(seed: int, n: int, kinds: Sequence[str] | None = None) -> list
 
 class CoTADataModule(SFTDataModule):
     """SFT on CoTA traces of the generated visual tasks: ``n_train`` traces from ``seed``, ``n_val`` from
-    ``seed + 1`` (other scenes), task ``kinds`` (all by default); batches as ``SFTDataModule``'s."""
+    ``seed + 1`` (other scenes), task ``kinds`` (all by default); batches as ``SFTDataModule``'s.
+    ``processor``: a vision-language model's (the traces then show the task image and the ZOOM crops as
+    vision tokens and the batches carry their pixel inputs); None: the trained module's policy's
+    (``models.load_processor`` of its ``policy_spec.model``), which is None for a text model."""
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 280, n_val: int = 28,
                  batch_size: int = 16, max_length: int | None = 1024, seed: int = 0, num_workers: int = 0,
-                 tokenizer: Any = None):
+                 tokenizer: Any = None, processor: Any = None):
         super().__init__(task="cota", n_train=n_train, n_val=n_val, batch_size=batch_size,
                          max_length=max_length, seed=seed, num_workers=num_workers, tokenizer=tokenizer)
         self.kinds = list(kinds) if kinds else None
+        self.processor = processor
+
+    def _get_processor(self):
+        if self.processor is not None:
+            return self.processor
+        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
+        spec = getattr(module, "policy_spec", None)
+        if spec is None:
+            return None
+        from ttrl_lightning.models import load_processor
+
+        return load_processor(spec.model)
 
     def setup(self, stage: str | None = None) -> None:
         tok = self._get_tokenizer()
+        proc = self._get_processor()
         h = self.hparams
         eos = tok.eos_token
-        self._train = [encode_trace(tok, t) for t in generate_cota_traces(h.seed, h.n_train, self.kinds, eos)]
-        self._val = [encode_trace(tok, t) for t in generate_cota_traces(h.seed + 1, h.n_val, self.kinds, eos)]
+        self._train = [encode_trace(tok, t, proc) for t in generate_cota_traces(h.seed, h.n_train, self.kinds, eos)]
+        self._val = [encode_trace(tok, t, proc) for t in generate_cota_traces(h.seed + 1, h.n_val, self.kinds, eos)]
         self._pad = tok.pad_token_id
 
 

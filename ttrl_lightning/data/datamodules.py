@@ -28,10 +28,11 @@ SEGMENT_ROLES: dict[str, tuple[bool, bool]] = {
     "text": (True, False),
     "action": (True, True),
     "observation": (False, False),
+    "image": (False, False),
 }
 
 
-def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]:
+def encode_trace(tokenizer, segments: Sequence[Segment], processor=None) -> dict[str, list]:
     """Token ids, labels and per-token masks of one trace, tokenising segment by segment.
 
     Returns lists of equal length T:
@@ -42,6 +43,9 @@ def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]
       ``observation_span``: k >= 1 on the content tokens of the k-th observation (tool output), 0
       elsewhere; the observation delimiters stay visible (``tools.protocol.split_observation``), so the
       model still sees that a call returned.
+    ``image`` segments: with a vision-language ``processor``, the image's vision tokens
+    (``models.vision_block``: no loss, not an action, not dropped) and ``images`` (the blocks, in order);
+    without one they are left out (a text model does not see the pixels).
     """
     ids: list[int] = []
     labels: list[int] = []
@@ -58,11 +62,22 @@ def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]
         act.extend([int(action)] * len(t))
         span.extend([span_id] * len(t))
 
+    images = []
     for seg in segments:
         if seg.kind not in SEGMENT_ROLES:
             raise ValueError(f"unknown segment kind {seg.kind!r}")
         labelled, action = SEGMENT_ROLES[seg.kind]
-        if seg.kind == "observation":
+        if seg.kind == "image":
+            if processor is not None:
+                from ttrl_lightning.models import vision_block
+
+                block = vision_block(processor, seg.image)
+                images.append(block)
+                ids.extend(block.ids)
+                labels.extend([IGNORE_INDEX] * len(block.ids))
+                act.extend([0] * len(block.ids))
+                span.extend([0] * len(block.ids))
+        elif seg.kind == "observation":
             n_obs += 1
             start, content, end = split_observation(seg.text)
             add(start, False, False, 0)
@@ -72,14 +87,19 @@ def encode_trace(tokenizer, segments: Sequence[Segment]) -> dict[str, list[int]]
             add(seg.text, labelled, action, 0)
     if not ids:
         raise ValueError("empty trace")
-    return {"input_ids": ids, "labels": labels, "action_mask": act, "observation_span": span}
+    out = {"input_ids": ids, "labels": labels, "action_mask": act, "observation_span": span}
+    if images:
+        out["images"] = images
+    return out
 
 
 def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: int | None = None) -> dict:
     """Right-pad encoded traces into a batch (cut at ``max_length``).
 
     Returns ``input_ids, attention_mask, labels, action_mask, observation_span``: all ``[B, T]``; padding
-    gets ``pad_id`` / 0 / ``IGNORE_INDEX`` / False / 0 (the module shifts the labels by one).
+    gets ``pad_id`` / 0 / ``IGNORE_INDEX`` / False / 0 (the module shifts the labels by one). Traces with
+    ``images`` (``encode_trace`` with a processor) add their pixel inputs (``models.vision_inputs``); such a
+    trace longer than ``max_length`` is an error (cutting it would cut its images' tokens).
     """
     if not items:
         raise ValueError("empty batch")
@@ -101,6 +121,15 @@ def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: i
         out["labels"][i, :n] = torch.tensor(x["labels"][:n])
         out["action_mask"][i, :n] = torch.tensor(x["action_mask"][:n], dtype=torch.bool)
         out["observation_span"][i, :n] = torch.tensor(x["observation_span"][:n])
+    blocks = [b for x in items for b in x.get("images", ())]
+    if blocks:
+        too_long = [len(x["input_ids"]) for x in items if x.get("images") and len(x["input_ids"]) > T]
+        if too_long:
+            raise ValueError(f"a trace with images has {too_long[0]} tokens, more than max_length={max_length}: "
+                             "raise max_length (cutting it would cut its vision tokens)")
+        from ttrl_lightning.models import vision_inputs
+
+        out.update(vision_inputs(blocks, out["input_ids"]))
     return out
 
 

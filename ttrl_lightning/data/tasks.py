@@ -15,22 +15,25 @@ settings that draw a shifted, unlabeled test split (``add2_carry``).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 from ttrl_lightning.pseudo_labels.fused_format import fused_template
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import format_call, format_observation
 
-SegmentKind = Literal["prompt", "text", "action", "observation"]
+SegmentKind = Literal["prompt", "text", "action", "observation", "image"]
 
 
 @dataclass(frozen=True)
 class Segment:
-    """A piece of an SFT trace. ``kind`` decides its loss weight: prompt 0, text 1, action w_act, observation 0."""
+    """A piece of an SFT trace. ``kind`` decides its loss weight: prompt 0, text 1, action w_act, observation 0,
+    image 0. An ``image`` segment carries its pixels in ``image`` (its ``text`` is Qwen's placeholder): a
+    vision-language model sees it as vision tokens, a text model not at all (``encode_trace``)."""
 
     text: str
     kind: SegmentKind
+    image: Any = field(default=None, compare=False, repr=False)
 
 
 TASKS: Registry = Registry("task")

@@ -5,6 +5,7 @@ import torch
 from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import UserError
+from ttrl_lightning.models import VISION_INPUTS
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import action_weighted_ce, action_weighted_nll, feedback_dropout
@@ -77,11 +78,12 @@ class SFTModule(PolicyModule):
             ids = feedback_dropout(ids, batch["observation_span"], self.hparams.feedback_dropout,
                                    self.hide_id, self._dropout_generator(batch_idx))
         labels, action_mask, w_act = batch["labels"], batch["action_mask"], self.hparams.w_act
+        vision = {k: batch[k] for k in VISION_INPUTS if k in batch}  # a VLM's traces with images
         if self.logprob_path.fused(self.policy):
             logprobs = fused_logprobs(self.policy, labels[:, 1:], input_ids=ids,
-                                      attention_mask=batch["attention_mask"])
+                                      attention_mask=batch["attention_mask"], **vision)
             return action_weighted_nll(logprobs, labels, action_mask, w_act)
-        logits = self.policy(input_ids=ids, attention_mask=batch["attention_mask"]).logits
+        logits = self.policy(input_ids=ids, attention_mask=batch["attention_mask"], **vision).logits
         return action_weighted_ce(logits, labels, action_mask, w_act)
 
     def training_step(self, batch, batch_idx):

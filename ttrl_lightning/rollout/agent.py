@@ -35,6 +35,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
+from ttrl_lightning.models import VisionBlock, vision_block, vision_inputs
 from ttrl_lightning.rollout.agent_format import final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.hf import cut_at_stop_strings
@@ -173,31 +174,6 @@ class Trajectory:
                    bool(record.get("truncated", False)))
 
 
-@dataclass(frozen=True)
-class VisionBlock:
-    """One image shown to a vision-language agent: its ``ids`` in the context (``<|vision_start|>``, one
-    ``token_id`` per merged patch, ``<|vision_end|>``), and the processor's ``pixel_values`` / ``grid_thw``."""
-
-    ids: tuple[int, ...]
-    pixel_values: torch.Tensor
-    grid_thw: torch.Tensor
-    token_id: int
-
-
-def vision_block(processor, image) -> VisionBlock:
-    """``image`` (PIL / HxWx3 uint8) as a :class:`VisionBlock` of ``processor`` (a Qwen2-VL processor or
-    ``models.TinyVLProcessor``): the processor expands Qwen's ``<|vision_start|><|image_pad|><|vision_end|>``."""
-    from PIL import Image
-
-    from ttrl_lightning.tools.base import as_rgb
-
-    pil = image if isinstance(image, Image.Image) else Image.fromarray(as_rgb(image))
-    token = processor.image_token
-    enc = processor(text=[f"<|vision_start|>{token}<|vision_end|>"], images=[pil], return_tensors="pt")
-    token_id = processor.tokenizer.convert_tokens_to_ids(token)
-    return VisionBlock(tuple(enc["input_ids"][0].tolist()), enc["pixel_values"], enc["image_grid_thw"], token_id)
-
-
 @dataclass
 class AgentRollouts(Rollouts):
     """``Rollouts`` of the agent engine. The completion holds the model's tokens *and* the observation
@@ -230,12 +206,8 @@ class AgentRollouts(Rollouts):
         blocks = [b for row in self.images for b in row]
         if not blocks:
             return super().forward_inputs()
-        ids, attn = self.input_ids(), self.attention_mask()
-        image_token = blocks[0].token_id
-        return {"input_ids": ids, "attention_mask": attn,
-                "pixel_values": torch.cat([b.pixel_values for b in blocks]).to(ids.device),
-                "image_grid_thw": torch.cat([b.grid_thw for b in blocks]).to(ids.device),
-                "mm_token_type_ids": (ids == image_token).long()}
+        ids = self.input_ids()
+        return {"input_ids": ids, "attention_mask": self.attention_mask(), **vision_inputs(blocks, ids)}
 
     def first_per_group(self, k: int) -> "AgentRollouts":
         """The first ``k`` rows of every group, as ``Rollouts.first_per_group``, with their observation
@@ -349,12 +321,9 @@ class AgentEngine:
                       stop_strings=[TOOL_CALL_END], tokenizer=tok)
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-        blocks = [b for row in (images or []) for b in row]
-        if blocks:
-            kwargs.update(pixel_values=torch.cat([b.pixel_values for b in blocks]).to(device),
-                          image_grid_thw=torch.cat([b.grid_thw for b in blocks]).to(device),
-                          mm_token_type_ids=(ids == blocks[0].token_id).long().to(device))
-        out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), **kwargs)
+        ids = ids.to(device)
+        kwargs.update(vision_inputs([b for row in (images or []) for b in row], ids))
+        out = model.generate(input_ids=ids, attention_mask=attn.to(device), **kwargs)
         new = out[:, width:].cpu()
         if new.shape[1] == 0:
             return [[] for _ in contexts]
