@@ -99,3 +99,22 @@ def test_ccrft_trains_a_vlm_agent_one_step(tmp_path):
     trainer.fit(m, AgentPromptDataModule(kinds=["read_small"], n_train=2, n_val=1, batch_size=2))
     assert "train/curiosity" in trainer.callback_metrics
     assert any(not torch.equal(before[k], v) for k, v in m.policy.state_dict().items())
+
+
+def test_a_vlm_never_writes_vision_tokens_itself(vl):
+    tok, proc, model = vl
+    eng = AgentEngine(tok, max_steps=1, max_turn_tokens=48, processor=proc)
+    vision = [tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>")]
+    assert set(vision) <= set(eng.suppressed)
+    with torch.no_grad():  # make the untrained model prefer the image token everywhere
+        saved = model.get_output_embeddings().weight.clone()
+        model.get_output_embeddings().weight[vision[2]] += 50.0
+    try:
+        rows = agent_prompts(0, 1, ["shape"])
+        ro = eng.generate(model, [rows[0]["prompt"]], SamplingParams(n=2, seed=0))
+    finally:
+        with torch.no_grad():
+            model.get_output_embeddings().weight.copy_(saved)
+    written = ro.completion_ids[ro.completion_mask.bool()]
+    assert written.numel() and not bool(torch.isin(written, torch.tensor(vision)).any())
+    model(**ro.forward_inputs())  # image tokens and features agree

@@ -240,6 +240,15 @@ class _Row:
     truncated: bool = False
 
 
+#: Qwen's vision markers: a VLM agent's sampled text never contains them (the engine alone places images)
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+
+
+def _vision_token_ids(tokenizer) -> list[int]:
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in VISION_TOKENS]
+    return sorted({i for i in ids if i is not None and i != tokenizer.unk_token_id})
+
+
 def _context_limit(config) -> int | None:
     """``max_position_embeddings`` of a model config, or of its text config (a VLM's); None when absent."""
     get_text = getattr(config, "get_text_config", None)
@@ -267,7 +276,8 @@ class AgentEngine:
     and every successful call that hands back pixels (ZOOM's crop, ``Observation.view``) appends the crop as
     new vision tokens right after its observation, so the model sees what it zoomed on. Vision tokens are
     observation tokens (attended, never trained on); ``AgentRollouts.images`` keeps each row's images for
-    the training pass (``forward_inputs``)."""
+    the training pass (``forward_inputs``). The model is kept from writing vision tokens itself
+    (``suppress_tokens``: an image token it wrote would have no pixels behind it)."""
 
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
                  disabled: Sequence[str] = (), cache: ToolCache | None = None, record_signals: bool = False,
@@ -285,6 +295,8 @@ class AgentEngine:
         self.cache = cache if cache is not None else ToolCache()
         self.record_signals = bool(record_signals)
         self.processor = processor
+        # the model never writes vision tokens itself: only the engine places images
+        self.suppressed = _vision_token_ids(tokenizer) if processor is not None else []
 
     def sync_weights(self, model) -> None:
         return None
@@ -321,6 +333,8 @@ class AgentEngine:
                       stop_strings=[TOOL_CALL_END], tokenizer=tok)
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+        if self.suppressed:
+            kwargs["suppress_tokens"] = self.suppressed
         ids = ids.to(device)
         kwargs.update(vision_inputs([b for row in (images or []) for b in row], ids))
         out = model.generate(input_ids=ids, attention_mask=attn.to(device), **kwargs)
