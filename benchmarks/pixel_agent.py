@@ -44,6 +44,11 @@ def _config(path: Path, seed: int) -> dict:
     return yaml.safe_load(text)
 
 
+def _rft_batch() -> int:
+    """Prompts per CC-RFT step (configs/rft/tiny_ccrft.yaml)."""
+    return int(_config(ROOT / "configs/rft/tiny_ccrft.yaml", 0)["data"]["init_args"]["batch_size"])
+
+
 def _trainer(max_epochs=None, max_steps=-1, callbacks=()):
     import lightning.pytorch as pl
 
@@ -53,7 +58,8 @@ def _trainer(max_epochs=None, max_steps=-1, callbacks=()):
 
 
 def evaluate(policy, tokenizer, rows, chains, cache, *, disabled=(), max_steps=4, max_turn_tokens=160):
-    """Greedy agent rollouts on ``rows`` -> ``ProcessReport`` (accuracy, RaPR, RaCPR, ...)."""
+    """Greedy agent rollouts on ``rows`` -> (``ProcessReport`` (accuracy, RaPR, RaCPR, ...), trajectories,
+    accuracy per task family)."""
     from ttrl_lightning.eval.process_metrics import process_report
     from ttrl_lightning.rollout.agent import AgentEngine
     from ttrl_lightning.rollout.agent_format import answers_match
@@ -67,7 +73,13 @@ def evaluate(policy, tokenizer, rows, chains, cache, *, disabled=(), max_steps=4
         greedy = SamplingParams(n=1, temperature=0.0)
         trajs += engine.generate(policy, [r["prompt"] for r in part], greedy).trajectories
     correct = [answers_match(t.answer, r["answer"]) for t, r in zip(trajs, rows)]
-    return process_report(trajs, chains, correct), trajs
+    kinds = sorted({r["kind"] for r in rows})
+    per_kind = {k: statistics.fmean(c for c, r in zip(correct, rows) if r["kind"] == k) for k in kinds}
+    return process_report(trajs, chains, correct), trajs, per_kind
+
+
+def _report(rep, per_kind) -> dict:
+    return {**rep.as_dict(), "per_kind": per_kind}
 
 
 def run_seed(seed: int, args, eval_rows, chains, cache) -> dict:
@@ -83,13 +95,26 @@ def run_seed(seed: int, args, eval_rows, chains, cache) -> dict:
     kw["policy"]["tiny_kwargs"]["hidden"] = args.hidden
     sft = SFTModule(**kw)
     data = dict(sft_cfg["data"]["init_args"], n_train=args.sft_traces)
+    cached = (args.sft_dir / f"sft_seed{seed}_h{args.hidden}_e{args.sft_epochs}_n{args.sft_traces}.pt"
+              if args.sft_dir else None)
     t0 = time.perf_counter()
-    torch.manual_seed(seed)
-    _trainer(max_epochs=args.sft_epochs).fit(sft, CoTADataModule(**data))
+    if cached is not None and cached.exists():  # the same SFT run, saved by an earlier call
+        sft.configure_model()
+        sft.policy.load_state_dict(torch.load(cached))
+        print(f"  seed {seed} sft: weights from {cached}", flush=True)
+    else:
+        torch.manual_seed(seed)
+        _trainer(max_epochs=args.sft_epochs).fit(sft, CoTADataModule(**data))
+        if cached is not None:
+            from ttrl_lightning.safe_files import atomic_write
+
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_write(cached, "wb") as f:
+                torch.save(sft.policy.state_dict(), f)
     out["sft_seconds"] = time.perf_counter() - t0
-    rep, _ = evaluate(sft.policy, sft.tokenizer, eval_rows, chains, cache)
-    out["sft"] = rep.as_dict()
-    print(f"  seed {seed} sft ({out['sft_seconds']:.0f} s): {_line(rep.as_dict())}", flush=True)
+    rep, _, per_kind = evaluate(sft.policy, sft.tokenizer, eval_rows, chains, cache)
+    out["sft"] = _report(rep, per_kind)
+    print(f"  seed {seed} sft ({out['sft_seconds']:.0f} s): {_line(out['sft'])}", flush=True)
     rft_cfg = _config(ROOT / "configs/rft/tiny_ccrft.yaml", seed)
     for name, change in VARIANTS.items():
         if name != "ccrft" and not args.variants:
@@ -101,21 +126,22 @@ def run_seed(seed: int, args, eval_rows, chains, cache) -> dict:
         rft.configure_model()
         rft.policy.load_state_dict(sft.policy.state_dict())
         rft.engine.cache = cache
-        dm = AgentPromptDataModule(**dict(rft_cfg["data"]["init_args"], n_train=args.rft_steps * 4))
+        dm_kw = rft_cfg["data"]["init_args"]
+        dm = AgentPromptDataModule(**dict(dm_kw, n_train=args.rft_steps * dm_kw["batch_size"]))
         cbs = [EMAAnchor(rho=0.99), PIDKLController(target=0.15, corridor=(0.10, 0.20))]
         t0 = time.perf_counter()
         torch.manual_seed(seed)
         _trainer(max_steps=args.rft_steps, callbacks=cbs).fit(rft, dm)
         out[f"{name}_seconds"] = time.perf_counter() - t0
-        rep, _ = evaluate(rft.policy, rft.tokenizer, eval_rows, chains, cache)
-        out[name] = rep.as_dict()
-        print(f"  seed {seed} {name} ({out[f'{name}_seconds']:.0f} s): {_line(rep.as_dict())}", flush=True)
+        rep, _, per_kind = evaluate(rft.policy, rft.tokenizer, eval_rows, chains, cache)
+        out[name] = _report(rep, per_kind)
+        print(f"  seed {seed} {name} ({out[f'{name}_seconds']:.0f} s): {_line(out[name])}", flush=True)
         if name == "ccrft" and args.ablation:
             from ttrl_lightning.tools import TOOLS
 
             out["ablation"] = {}
             for tool in TOOLS.names():
-                rep_t, _ = evaluate(rft.policy, rft.tokenizer, eval_rows, chains, cache, disabled=(tool,))
+                rep_t = evaluate(rft.policy, rft.tokenizer, eval_rows, chains, cache, disabled=(tool,))[0]
                 out["ablation"][tool] = {"accuracy": rep_t.accuracy - rep.accuracy,
                                          "racpr": rep_t.racpr - rep.racpr}
     return out
@@ -156,12 +182,24 @@ def summarise(results: dict[int, dict]) -> dict:
         print(f"\nacceptance: tool error rate after SFT {err:.1f}% over {calls:.2f} calls per task "
               f"(target < 10%, with calls): {'PASS' if ok else 'FAIL'}")
     if "sft" in table and "ccrft" in table:
+        # paired by seed (each CC-RFT run starts from its seed's SFT weights): the mean gain against the spread
+        # of the per-seed gains; and, stricter, against the larger of the two stages' spreads
         for m in ("accuracy", "racpr"):
-            delta = table["ccrft"][m][0] - table["sft"][m][0]
+            gains = [100 * (r["ccrft"][m] - r["sft"][m]) for r in results.values()]
+            delta, paired = _stats(gains)
             spread = max(table["ccrft"][m][1], table["sft"][m][1])
-            verdict[f"ccrft_{m}_gain_exceeds_spread"] = delta > spread
-            print(f"acceptance: CC-RFT - SFT {m}: {delta:+.2f} (x100) vs spread {spread:.2f}: "
+            verdict[f"ccrft_{m}_gain_exceeds_paired_spread"] = delta > paired
+            verdict[f"ccrft_{m}_gain_exceeds_stage_spread"] = delta > spread
+            print(f"acceptance: CC-RFT - SFT {m}: {delta:+.2f} (x100; per seed "
+                  f"{', '.join(f'{g:+.1f}' for g in gains)}) vs the spread of the per-seed gains {paired:.2f}: "
+                  f"{'PASS' if delta > paired else 'FAIL'}; vs the stages' spread {spread:.2f}: "
                   f"{'PASS' if delta > spread else 'FAIL'}")
+    for stage in stages:
+        kinds = sorted(next(iter(results.values()))[stage].get("per_kind", {}))
+        if kinds:
+            print(f"accuracy per task family, {stage}: " + ", ".join(
+                f"{k} {100 * statistics.fmean(r[stage]['per_kind'][k] for r in results.values()):.0f}"
+                for k in kinds))
     abl = [r["ablation"] for r in results.values() if "ablation" in r]
     if abl:
         print("\nsingle-tool ablation of CC-RFT (change vs all tools, x100): tool  accuracy  RaCPR")
@@ -176,10 +214,12 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--sft-epochs", type=int, default=36)
     p.add_argument("--sft-traces", type=int, default=280)
-    p.add_argument("--rft-steps", type=int, default=12)
+    p.add_argument("--rft-steps", type=int, default=20)
     p.add_argument("--n", type=int, default=8, help="trajectories per prompt (= top-K)")
     p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--n-eval", type=int, default=56, help="held-out tasks (cycling through the 7 families)")
+    p.add_argument("--n-eval", type=int, default=140, help="held-out tasks (cycling through the 7 families)")
+    p.add_argument("--sft-dir", type=Path, help="keep each seed's SFT weights here and reuse them on a rerun "
+                   "with the same SFT settings")
     p.add_argument("--eval-seed", type=int, default=1000)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-variants", dest="variants", action="store_false",
@@ -202,7 +242,7 @@ def main(argv=None) -> int:
     chains = [[name for name, _ in text_chain(t)] for t in make_tasks(args.eval_seed, args.n_eval)]
     cache = ToolCache()
     print(f"pixel agent: seeds {args.seeds}, SFT {args.sft_epochs} epochs on {args.sft_traces} traces, "
-          f"CC-RFT {args.rft_steps} steps x 4 prompts x {args.n}, {args.n_eval} held-out tasks, "
+          f"CC-RFT {args.rft_steps} steps x {_rft_batch()} prompts x {args.n}, {args.n_eval} held-out tasks, "
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     results = {s: run_seed(s, args, eval_rows, chains, cache) for s in args.seeds}
     summary = summarise(results)
