@@ -1,4 +1,4 @@
-"""The pixel agent benchmark end to end at smoke size (slow: SFT, CC-RFT and evaluations on CPU)."""
+"""The pixel agent benchmark end to end at smoke size (SFT, CC-RFT and evaluations on CPU, ~20 s)."""
 import json
 
 import pytest
@@ -6,12 +6,12 @@ import pytest
 pytest.importorskip("cv2")
 
 
-@pytest.mark.slow
 def test_pixel_agent_quick_run_writes_the_table(tmp_path, capsys):
     from benchmarks.pixel_agent import main
 
     out = tmp_path / "agent.json"
-    assert main(["--quick", "--out", str(out)]) == 0
+    assert main(["--quick", "--out", str(out), "--sft-dir", str(tmp_path / "sft")]) == 0
+    assert len(list((tmp_path / "sft").glob("sft_seed0_*.pt"))) == 1  # kept for a rerun
     printed = capsys.readouterr().out
     assert "acceptance: tool error rate after SFT" in printed and "CC-RFT - SFT accuracy" in printed
     report = json.loads(out.read_text())
@@ -19,3 +19,7 @@ def test_pixel_agent_quick_run_writes_the_table(tmp_path, capsys):
     for stage in ("sft", "ccrft"):
         acc = report["results"]["0"][stage]["accuracy"]
         assert 0.0 <= acc <= 1.0
+    assert set(report["results"]["0"]["sft"]["per_kind"]) == {"colour", "count", "direction", "read", "read_small",
+                                                              "shape", "when"}
+    assert {"ccrft_accuracy_gain_exceeds_paired_spread", "ccrft_accuracy_gain_exceeds_stage_spread"} <= \
+        set(report["verdict"])
