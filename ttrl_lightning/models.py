@@ -198,6 +198,12 @@ class TinyVLProcessor:
         return out
 
 
+#: Qwen's vision markers; an image in a text is ``IMAGE_PLACEHOLDER``, which a processor expands to one
+#: ``<|image_pad|>`` per merged patch. A VLM agent never samples them (only the engine places images).
+VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
+
+
 @dataclass(frozen=True)
 class VisionBlock:
     """One image shown to a vision-language agent: its ``ids`` in the context (``<|vision_start|>``, one
@@ -215,9 +221,8 @@ def vision_block(processor, image) -> VisionBlock:
     from PIL import Image
 
     pil = image if isinstance(image, Image.Image) else Image.fromarray(np.asarray(image, dtype=np.uint8))
-    token = processor.image_token
-    enc = processor(text=[f"<|vision_start|>{token}<|vision_end|>"], images=[pil], return_tensors="pt")
-    token_id = processor.tokenizer.convert_tokens_to_ids(token)
+    enc = processor(text=[IMAGE_PLACEHOLDER], images=[pil], return_tensors="pt")
+    token_id = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
     return VisionBlock(tuple(enc["input_ids"][0].tolist()), enc["pixel_values"], enc["image_grid_thw"], token_id)
 
 

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader
 from ttrl_lightning.data.datamodules import ResumableDataLoader, SFTDataModule, collate_prompts, encode_trace
 from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks
 from ttrl_lightning.data.tasks import Segment
+from ttrl_lightning.models import IMAGE_PLACEHOLDER
 from ttrl_lightning.rollout.agent import AgentPrompt
 from ttrl_lightning.rollout.agent_format import ANSWER_PREFIX, agent_prompt, format_agent_observation
 from ttrl_lightning.tools.protocol import format_tool_call
@@ -76,10 +77,6 @@ def _direction_note(artifact: dict[str, Any] | None) -> str:
         return ""
     boxes = tracks[0]["boxes"]
     return f"It starts at x {boxes[0][0]} and ends at x {boxes[-1][0]}.\n"
-
-
-#: the placeholder text of an image segment (Qwen's layout; a VLM's processor expands it)
-IMAGE_PLACEHOLDER = "<|vision_start|><|image_pad|><|vision_end|>"
 
 
 def cota_trace(task: SceneTask, eos: str = "<eos>") -> list[Segment]:

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
-from ttrl_lightning.models import VisionBlock, vision_block, vision_inputs
+from ttrl_lightning.models import VISION_TOKENS, VisionBlock, vision_block, vision_inputs
 from ttrl_lightning.rollout.agent_format import final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.hf import cut_at_stop_strings
@@ -212,15 +212,14 @@ class AgentRollouts(Rollouts):
     def first_per_group(self, k: int) -> "AgentRollouts":
         """The first ``k`` rows of every group, as ``Rollouts.first_per_group``, with their observation
         columns, step spans and trajectories (columns cut to the longest kept row, observations included)."""
-        base = super().first_per_group(k)
-        R = self.completion_ids.shape[0]
-        rows = torch.arange(R, device=self.completion_ids.device).view(R // self.n, self.n)[:, :k].reshape(-1)
+        rows = self.first_rows(k)
         att = self.completion_attention[rows] if self.completion_attention is not None else self.completion_mask[rows]
         width = max(int(att.sum(1).max()), 1)
         keep = rows.tolist()
         return AgentRollouts(
-            prompt_ids=base.prompt_ids, prompt_mask=base.prompt_mask, completion_ids=self.completion_ids[rows, :width],
-            completion_mask=self.completion_mask[rows, :width], texts=base.texts, group=base.group, n=k,
+            prompt_ids=self.prompt_ids[rows], prompt_mask=self.prompt_mask[rows],
+            completion_ids=self.completion_ids[rows, :width], completion_mask=self.completion_mask[rows, :width],
+            texts=[self.texts[i] for i in keep], group=self.group[rows], n=k,
             signals={name: v[rows, :width] for name, v in self.signals.items()},
             completion_attention=att[:, :width],
             observation_mask=self.observation_mask[rows, :width] if self.observation_mask is not None else None,
@@ -238,10 +237,6 @@ class _Row:
     images: list[VisionBlock] = field(default_factory=list)  # the ZOOM views shown (VLM)
     done: bool = False
     truncated: bool = False
-
-
-#: Qwen's vision markers: a VLM agent's sampled text never contains them (the engine alone places images)
-VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 
 def _vision_token_ids(tokenizer) -> list[int]:

@@ -83,14 +83,18 @@ class Rollouts:
         attn = self.attention_mask()
         return {"input_ids": self.input_ids(), "attention_mask": attn, "position_ids": position_ids_from_mask(attn)}
 
+    def first_rows(self, k: int) -> torch.Tensor:
+        """Indices of the first ``k`` rows of every group (``1 <= k <= n``), prompt-major."""
+        if not 1 <= k <= self.n:
+            raise ValueError(f"k must be in [1, n={self.n}], got {k}")
+        R = self.completion_ids.shape[0]
+        return torch.arange(R, device=self.completion_ids.device).view(R // self.n, self.n)[:, :k].reshape(-1)
+
     def first_per_group(self, k: int) -> Rollouts:
         """The first ``k`` rows of every group (``1 <= k <= n``), as a ``Rollouts`` with ``n = k``: the
         samples are i.i.d., so the first k are a uniform draw of k of them (TTRL trains on N of M votes).
         Completion columns are cut to the longest kept row."""
-        if not 1 <= k <= self.n:
-            raise ValueError(f"k must be in [1, n={self.n}], got {k}")
-        R = self.completion_ids.shape[0]
-        rows = torch.arange(R, device=self.completion_ids.device).view(R // self.n, self.n)[:, :k].reshape(-1)
+        rows = self.first_rows(k)
         keep = self.completion_mask[rows]
         width = max(int(keep.sum(1).max()), 1)
         return Rollouts(
