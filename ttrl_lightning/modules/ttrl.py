@@ -183,8 +183,9 @@ class TTRLModule(GRPOModule):
         loss_aggregation: str = "seq_mean",
         num_iterations: int = 1,
         max_grad_norm: float | None = 1.0,
-        engine=None,
+        engine: str | dict[str, Any] | None = None,
         logprob_impl: str = "auto",
+        tis_cap: float | None = 2.0,
     ):
         where = f"{type(self).__name__} argument "
         check_arguments(locals(), TTRL_RULES, where)
@@ -224,7 +225,7 @@ class TTRLModule(GRPOModule):
             max_new_tokens=max_new_tokens, stop=stop, rewards=("exact_answer",), scale_rewards=scale_rewards,
             eps_low=eps_low, eps_high=eps_high, kl_coef=kl_coef, reference=reference,
             loss_aggregation=loss_aggregation, num_iterations=num_iterations, max_grad_norm=max_grad_norm,
-            record_signals=bool(signals), engine=engine, logprob_impl=logprob_impl)
+            record_signals=bool(signals), engine=engine, logprob_impl=logprob_impl, tis_cap=tis_cap)
         self.save_hyperparameters({"advantage": advantage})
         if agent is not None:
             from ttrl_lightning.models import load_processor

@@ -1,7 +1,10 @@
-"""Rollout engines: the ``RolloutEngine`` interface, the Hugging Face ``generate`` engine and the rollout
-record (``Rollouts``), which ``records_from_rollouts`` turns into rollout-pool records."""
-from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams
+"""Rollout engines: the ``RolloutEngine`` interface, the engine registry ``ROLLOUT_ENGINES`` (``"hf"``: Hugging
+Face ``generate``; ``"vllm"``: a colocated vLLM engine) and the rollout record (``Rollouts``), which
+``records_from_rollouts`` turns into rollout-pool records."""
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, RolloutEngine, Rollouts, SamplingParams, build_engine
 from ttrl_lightning.rollout.hf import HFGenerateEngine
 from ttrl_lightning.rollout.records import records_from_rollouts
+from ttrl_lightning.rollout.vllm_engine import VLLMEngine
 
-__all__ = ["RolloutEngine", "Rollouts", "SamplingParams", "HFGenerateEngine", "records_from_rollouts"]
+__all__ = ["ROLLOUT_ENGINES", "RolloutEngine", "Rollouts", "SamplingParams", "build_engine", "HFGenerateEngine",
+           "VLLMEngine", "records_from_rollouts"]

@@ -1,9 +1,14 @@
 """The rollout-engine interface: prompts in, N sampled completions per prompt out (token ids + masks).
 
 An engine implements ``generate(model, prompts, params) -> Rollouts``. The HF engine (``hf.py``) samples
-with the policy being trained; an engine that owns its own copy of the weights (vLLM, SGLang) also
-implements ``sync_weights(model)``, which the training module calls after every optimizer step. Rows of a
-``Rollouts`` are prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
+with the policy being trained; an engine that owns its own copy of the weights (vLLM: ``vllm_engine.py``)
+also implements ``sync_weights(model)``, which the training module calls after every optimizer step, and sets
+``owns_weights = True`` (its ``signals["logprob"]`` are then the sampler's, which the trainer compares with
+its own). Rows of a ``Rollouts`` are prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
+
+Engines are registered by name in ``ROLLOUT_ENGINES`` (``"hf"``, ``"vllm"``) and built as
+``ROLLOUT_ENGINES[name](tokenizer, **options)``; ``build_engine`` turns a config's ``engine:`` value (a name,
+``{name: ..., <options>}`` or an engine object) into an engine.
 """
 from __future__ import annotations
 
@@ -13,7 +18,12 @@ from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import position_ids_from_mask
+from ttrl_lightning.registry import Registry
+
+#: rollout engines by name: ``ROLLOUT_ENGINES[name](tokenizer, **options)`` (``hf.py``, ``vllm_engine.py``)
+ROLLOUT_ENGINES: Registry = Registry("rollout engine")
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,31 @@ class RolloutEngine(Protocol):
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts: ...
 
     def sync_weights(self, model) -> None: ...
+
+
+def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
+    """The engine a config names: ``spec`` is a ``ROLLOUT_ENGINES`` name (``"hf"``, ``"vllm"``), a mapping
+    ``{"name": <name>, <options>}`` or an engine object (returned as it is); None is ``"hf"``. ``defaults``
+    (e.g. ``record_signals``) are passed unless the spec sets them. A bad spec is a ``UserError`` naming the
+    known engines, an unknown option one naming the option."""
+    if spec is None:
+        spec = "hf"
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, dict):
+        if isinstance(spec, RolloutEngine):
+            return spec
+        raise UserError(f"engine must be a name ({', '.join(ROLLOUT_ENGINES.names())}), a mapping "
+                        f"{{name: ..., <options>}} or an engine object, got {type(spec).__name__}")
+    options = dict(spec)
+    name = options.pop("name", None)
+    if name not in ROLLOUT_ENGINES:
+        raise UserError(f"engine name must be one of {', '.join(ROLLOUT_ENGINES.names())}, got {name!r}")
+    options = {**defaults, **options}
+    try:
+        return ROLLOUT_ENGINES[name](tokenizer, **options)
+    except TypeError as err:  # an option the engine does not take
+        raise UserError(f"engine {name}: {err}") from None
 
 
 @contextlib.contextmanager

