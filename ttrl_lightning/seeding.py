@@ -22,6 +22,8 @@ STREAM_STRIDES: dict[str, int] = {
     "calibration": 997,        # TTRLModule: sampling on the labelled dev-cal split (step 0)
     "perturbation": 7919,      # TTRLModule vote perturbations (robustness studies): rows of step `global_step`
     "generate": 2,             # ttrl generate: question `step` (its row in the file), view `rank` (0 / 1)
+    "generate_batch": 1009,    # ttrl generate --batch-size B > 1: the batch whose first question is row `step`,
+                               # `rank` = B (the batch's questions and views share one engine call)
 }
 
 

@@ -38,7 +38,7 @@ def test_tiny_model_end_to_end(tmp_path, capsys):
     assert rc == 0
     lines = printed.splitlines()
     assert lines[0] == ("sampling: k=2 temperature=1.0 top_p=0.95 top_k=0 max_new_tokens=6 seed=3 "
-                        "batch_size=2 answer_extractor=final_answer")
+                        "batch_size=2 answer_extractor=final_answer engine=hf")
     assert [line.split()[0] for line in lines[1:4]] == ["avg@2", "maj@2", "pass@2"]
     report = json.load(open(out))
     assert set(report["metrics"]) == {"k", "num_questions", "avg@2", "maj@2", "pass@2"}

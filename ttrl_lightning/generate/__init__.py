@@ -4,10 +4,10 @@ merge of shards."""
 from .merge import merge_pool_files, merge_records
 from .prompts import FUSED_REFRAME_INSTRUCTION, PROMPT_FORMATS, PromptBuilder, view_prompt
 from .recorder import StepLogitsSignalRecorder
-from .sampler import sample_sequences, sample_view
+from .sampler import sample_batch, sample_sequences, sample_view
 from .sharding import DataParallel, rank_indices
 from .store import ShardStore
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt", "sample_sequences",
-           "sample_view", "StepLogitsSignalRecorder",
+           "sample_view", "sample_batch", "StepLogitsSignalRecorder",
            "DataParallel", "rank_indices", "ShardStore", "merge_pool_files", "merge_records"]

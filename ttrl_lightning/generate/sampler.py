@@ -1,6 +1,6 @@
 """Sample the rollouts of one view of a question, with the per-token signals recorded while sampling.
 
-One ``generate`` call per (question, view): the prompt repeated ``n`` times (``num_return_sequences``),
+``sample_view``: one ``generate`` call per (question, view): the prompt repeated ``n`` times (``num_return_sequences``),
 under ``torch.manual_seed(seed)`` in a forked RNG, so the rollouts of a question depend on the model, the
 settings and its seed only -- not on which other questions run, in which order, on which rank, or whether
 the run was resumed. The signals come from ``integrations.GenerationSignalRecorder``
@@ -13,6 +13,7 @@ logits") whatever the sampling temperature. They equal a teacher-forced replay w
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -23,7 +24,7 @@ from ..rollout.base import Rollouts, SamplingParams
 from ..rollout.records import records_from_rollouts
 from .recorder import StepLogitsSignalRecorder
 
-__all__ = ["sample_sequences", "sample_view"]
+__all__ = ["sample_sequences", "sample_view", "sample_batch"]
 
 
 def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int):
@@ -82,3 +83,27 @@ def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParam
         for ro in record["rollouts"]:
             ro["answer"] = extract(ro["text"], choices)
     return record["rollouts"], int(mask.sum())
+
+
+def sample_batch(engine, model, prompts: list[str], questions: list[dict], views: list[str], params: SamplingParams,
+                 seed: int, extract: Callable[[str, object], str] | None = None) -> tuple[list[dict], int]:
+    """The pool records of several questions from ONE ``engine.generate`` call, and the tokens generated.
+
+    prompts: the prompt text of every (question, view), question-major (``PromptBuilder.text``); questions:
+    the questions of the batch, in order; views: the views of each question's prompts. The engine records the
+    per-token signals (``record_signals=True``: the HF engine's or vLLM's replay through the fused op; vLLM's
+    ``logprob`` is its sampler's). The rollouts of a question depend on the batch it is in and ``seed``
+    (``ttrl generate`` forms its batches from fixed positions of the question list, so a re-run or a resume
+    gives the same ones)."""
+    if len(prompts) != len(questions) * len(views):
+        raise ValueError(f"{len(prompts)} prompts for {len(questions)} questions x {len(views)} views")
+    rollouts = engine.generate(model, prompts, replace(params, seed=seed))
+    ids = [q["id"] for q in questions for _ in views]
+    records = records_from_rollouts(rollouts, ids, golds=[q["gold"] for q in questions for _ in views],
+                                    choices=[q["choices"] for q in questions for _ in views],
+                                    views=list(views) * len(questions))
+    if extract is not None:
+        for rec in records:
+            for ro in rec["rollouts"]:
+                ro["answer"] = extract(ro["text"], rec["choices"])
+    return records, rollouts.num_completion_tokens

@@ -155,6 +155,7 @@ class VLLMEngine:
             raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
         if cpu_kv_cache_gib <= 0:
             raise ValueError(f"cpu_kv_cache_gib must be > 0, got {cpu_kv_cache_gib}")
+        import_vllm()  # a missing extra is one line now, not at the first step
         self.tokenizer = tokenizer
         self.record_signals = record_signals
         self.signal_backend = signal_backend
