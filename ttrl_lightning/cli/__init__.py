@@ -58,6 +58,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
     "index": ("ttrl_lightning.cli.index:index_main",
               "exemplar index files: `ttrl index audit|info` (leakage audit of the retrieval index)"),
+    "model": ("ttrl_lightning.cli.model:model_main",
+              "real checkpoints: `ttrl model import --out DIR` (the packaged SmolLM2, or --gguf FILE)"),
 }
 
 

