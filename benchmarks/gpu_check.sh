@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check of the signal kernels as one safe call on one H100/H200 (budget: under 8 minutes, 460 s of steps).
+# GPU check of the signal kernels and the vLLM engine as one safe call on one H100/H200 (budget: under 10
+# minutes, 560 s of steps).
 # Needs only what a CUDA image with torch, triton and nvcc has, plus the wheels in .whl/ if any
 # (benchmarks/gpu_wheels.txt, fetched here by benchmarks/gpu_wheels.sh; installed under /tmp, never into the
 # image's environment). Steps, each with its own timeout, log and exit code:
@@ -7,7 +8,9 @@
 #                   check_triton / check_torch: benchmarks/gpu_kernel_check.py (head dims 64-256, fp32/bf16/fp16,
 #                   token_stats, linear_logprobs) plus tests/ops/_backend_check.py (odd small shapes);
 #   B check_cuda:   the same checks for the extension built in A;
-#   C bench_token_stats, bench_attention_mass (bf16, one at a time: they time things).
+#   C bench_token_stats, bench_attention_mass, bench_generate_signals (bf16, one at a time: they time things);
+#   D bench_vllm:   benchmarks/rollout_engines.py on a random Llama (hidden 1024 x 8 layers), HF generate vs the
+#                   colocated vLLM engine (needs the `vllm` package on the machine; bf16).
 # A step that would end past the budget is skipped and reported. Then one summary table (correctness per
 # backend and dtype, the benchmarks' ratios: benchmarks/gpu_check_summary.py). Everything goes under $OUT
 # (default outputs/gpu_check): summary.md, summary.json and logs.tar.gz (every step's log, rc and JSON); the
@@ -26,7 +29,7 @@ ROOT=$PWD
 PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
 DRY=${GPU_CHECK_DRY_RUN:-0}
 OUT=${OUT:-outputs/gpu_check}
-BUDGET_S=${GPU_CHECK_BUDGET_S:-460}
+BUDGET_S=${GPU_CHECK_BUDGET_S:-560}
 LOGS="$OUT/logs"
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
@@ -125,6 +128,10 @@ launch bench_generate_signals 120 \
   "$PY benchmarks/generate_signals.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32 --out $LOGS/generate_signals.json" \
   "$PY benchmarks/generate_signals.py --prompts 1 --n 2 --new-tokens 4 --repeats 1 --out $LOGS/generate_signals.json"
 finish bench_generate_signals
+launch bench_vllm 100 \
+  "$PY benchmarks/rollout_engines.py --device cuda --dtype bfloat16 --random-model 1024:8 --prompts 64 --n 16 --new-tokens 128 --rounds 2 --ttrl-steps 1 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json" \
+  "$PY benchmarks/rollout_engines.py --random-model 128:2 --prompts 2 --n 2 --new-tokens 4 --rounds 1 --ttrl-steps 1 --ttrl-questions 2 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json"
+finish bench_vllm
 
 echo
 echo "=== summary ($([ "$DRY" = 1 ] && echo "DRY RUN on CPU" || echo GPU), ${SECONDS}s)"

@@ -92,6 +92,13 @@ def benchmark_rows(log_dir, steps):
                          "vs plain generate"))
     else:
         rows.append(("generate_signals", "-", f"no result ({steps.get('bench_generate_signals', 'missing')})", ""))
+    engines = _load(os.path.join(log_dir, "rollout_engines.json"))
+    if engines:
+        ratios = engines["sampling"]["ratios"]
+        rows.append(("rollout_engines", "vllm", f"tokens/s {min(ratios):.2f}-{max(ratios):.2f}x paired",
+                     "hf generate"))
+    else:
+        rows.append(("rollout_engines", "-", f"no result ({steps.get('bench_vllm', 'missing')})", ""))
     return rows
 
 

@@ -13,6 +13,7 @@ and a re-run on another file into the same folder is refused.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.util
 import json
@@ -119,12 +120,18 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     say(f"reading {name} (dequantised to float32) ...")
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    model = AutoModelForCausalLM.from_config(source.config, dtype=torch.float32)
+    config = copy.deepcopy(source.config)
+    if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is a plain float32 one
+        del config.quantization_config
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(source.state_dict(), strict=True)
     model.generation_config = source.generation_config
     parent = os.path.dirname(os.path.abspath(out)) or "."
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".import-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # a folder like any other (mkdtemp makes it 0700)
     try:
         say(f"writing the checkpoint folder {out} ...")
         model.save_pretrained(tmp)

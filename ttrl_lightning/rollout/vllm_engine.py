@@ -172,8 +172,9 @@ class VLLMEngine:
     # ------------------------------------------------------------------ the engine
     def _build(self, model) -> None:
         vllm = import_vllm()
-        base = _base_model(model)
-        config = base.config
+        config = copy.deepcopy(_base_model(model).config)
+        if hasattr(config, "quantization_config"):  # the pushed weights are the module's own, dense ones
+            del config.quantization_config
         device = next(model.parameters()).device
         dtype = self.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
         self.max_model_len = int(self.max_model_len or getattr(config, "max_position_embeddings", 0) or 2048)

