@@ -14,7 +14,6 @@ and a re-run on another file into the same folder is refused.
 from __future__ import annotations
 
 import copy
-import hashlib
 import importlib.util
 import json
 import os
@@ -23,6 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from ttrl_lightning.errors import UserError
+from ttrl_lightning.safe_files import file_sha256
 
 __all__ = ["PACKAGED_GGUF", "ImportReport", "packaged_gguf", "import_gguf", "MARKER"]
 
@@ -62,14 +62,6 @@ def packaged_gguf() -> str:
     return path
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _require(*modules: str) -> None:
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
@@ -98,7 +90,7 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     if not path.endswith(".gguf"):
         raise UserError(f"--gguf: {gguf} is not a .gguf file")
     _require("gguf", "accelerate")
-    sha = _sha256(path)
+    sha = file_sha256(path)
     marker = os.path.join(out, MARKER)
     if os.path.isfile(marker):
         try:

@@ -77,3 +77,14 @@ def partial_path(path: str | os.PathLike) -> str:
     """``dir/report.json`` -> ``dir/report.partial.json``: where an interrupted run writes its partial result."""
     base, ext = os.path.splitext(os.fspath(path))
     return f"{base}.partial{ext}"
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The SHA-256 of a file's bytes (hex), read in 1 MiB blocks."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

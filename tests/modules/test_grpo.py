@@ -314,3 +314,19 @@ def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
     assert float(ref_delta[head].abs().max()) > 1e-3
     for k in ref_delta:
         torch.testing.assert_close(delta[k], ref_delta[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+@pytest.mark.parametrize("impl", ["fused", "materialized"])
+def test_raw_logprobs_come_from_the_same_forward_as_the_tempered_ones(impl):
+    """``sequence_logprobs(raw=True)``: the tempered log-probs (with gradient) and the raw ones (temperature 1, no
+    gradient, what the TIS weight compares with the sampler's) equal two separate passes."""
+    m = GRPOModule(policy=TINY, temperature=0.7, logprob_impl=impl)
+    m.configure_model()
+    r = HFGenerateEngine(m.tokenizer).generate(m.policy, ["1+2=", "9-3="], SamplingParams(n=2, max_new_tokens=5,
+                                                                                            seed=0))
+    logp, raw = m.sequence_logprobs(m.policy, r, raw=True)
+    assert logp.requires_grad and not raw.requires_grad
+    torch.testing.assert_close(logp, m.sequence_logprobs(m.policy, r), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(raw, m.sequence_logprobs(m.policy, r, temperature=1.0), rtol=1e-5, atol=1e-5)
+    keep = r.completion_mask.bool()
+    assert (raw[keep] - logp[keep]).abs().max() > 1e-3  # T 0.7 is not T 1

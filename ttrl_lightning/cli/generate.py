@@ -14,7 +14,6 @@ merge`` does), without one run ``ttrl pool merge`` yourself.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import sys
 import time
@@ -22,7 +21,7 @@ import time
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
-from ..safe_files import same_file
+from ..safe_files import file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
                    metrics_lines, top_p)
@@ -117,17 +116,9 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
         args.batch_size = 16 if args.engine == "vllm" else 1
 
 
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _settings(args: argparse.Namespace, max_new: int) -> dict:
     """What decides the rollouts (the shards' manifest): a re-run must match it."""
-    return {"model": args.model, "data": os.path.abspath(args.data), "data_sha256": _sha256(args.data),
+    return {"model": args.model, "data": os.path.abspath(args.data), "data_sha256": file_sha256(args.data),
             "n": args.n, "views": list(args.views), "max_new_tokens": max_new,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
             "prompt_format": args.prompt_format, "answer_extractor": args.answer_extractor,

@@ -19,9 +19,8 @@ policy's own log-probs stay PPO's "old" log-probs, and the sampler's give the tr
 ``w_tis = min(exp(logp_policy - logp_sampler), tis_cap)`` per token (TIS; verl's and TRL's rollout
 importance-sampling correction), and ``train/sampler_logprob_gap = mean |logp_policy - logp_sampler|`` is
 logged every step (stale weights show up there). Both compare the two models under the raw logits (the
-pool's ``logprob``); at a sampling temperature T != 1 the policy's raw log-probs cost one more forward
-without gradient, and the ratio is that of the raw distributions, which the tempered ones are the same
-function of.
+pool's ``logprob``; the policy's come from the training forward itself, no second pass), so the ratio is that
+of the raw distributions, which the tempered ones are the same function of (exact at T = 1).
 
 CC-RFT and TTRL subclass it and override ``rewards`` (curiosity/coherence rewards, pseudo-labels; a group
 without a pseudo-label abstains through ``group_mask``) or ``compute_advantages`` (value-weighted
@@ -313,10 +312,11 @@ class GRPOModule(PolicyModule):
         return k3_kl(logp, ref_logp)
 
     # ------------------------------------------------------------------ log-probs
-    def sequence_logprobs(self, model: torch.nn.Module, rollouts: Rollouts,
-                          temperature: float | None = None) -> torch.Tensor:
+    def sequence_logprobs(self, model: torch.nn.Module, rollouts: Rollouts, temperature: float | None = None,
+                          raw: bool = False):
         """log pi(completion token | prefix) [R, C] float32 under ``model`` (sampling temperature applied, or
-        ``temperature`` when given: 1 for the raw logits).
+        ``temperature`` when given: 1 for the raw logits). ``raw``: also the log-probs under the raw logits,
+        without gradient, from the same forward: ``(logp, raw_logp)``.
 
         Fused (``modules.logprobs``: final hidden states, then ``ops.linear_logprobs`` on the LM head, no
         [R, C, V] logits) when ``logprob_impl`` allows it and the head is a plain linear layer; otherwise the
@@ -326,11 +326,13 @@ class GRPOModule(PolicyModule):
         C = rollouts.completion_ids.shape[1]
         t = self.hparams.temperature if temperature is None else temperature
         if self.logprob_path.fused(model):
-            return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, **inputs)
+            return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, raw=raw, **inputs)
         logits = model(**inputs, logits_to_keep=C + 1).logits[:, :-1]
-        if t > 0:
-            logits = logits / t
-        return completion_logprobs(logits, rollouts.completion_ids)
+        out = completion_logprobs(logits / t if t > 0 else logits, rollouts.completion_ids)
+        if not raw:
+            return out
+        with torch.no_grad():
+            return out, completion_logprobs(logits.detach(), rollouts.completion_ids)
 
     # ------------------------------------------------------------------ the step
     def training_step(self, batch, batch_idx):
@@ -352,9 +354,11 @@ class GRPOModule(PolicyModule):
         agg = LOSS_AGGREGATIONS[self.hparams.loss_aggregation]
         opt = self.optimizers()
         for it in range(self.hparams.num_iterations):
-            logp = self.sequence_logprobs(self.policy, rollouts)
             if it == 0 and sampler_logp is not None:  # the policy before this batch's updates vs the sampler
-                tis = self.sampler_correction(logp.detach(), sampler_logp.to(logp.device), rollouts)
+                logp, raw = self.sequence_logprobs(self.policy, rollouts, raw=True)
+                tis = self.sampler_correction(raw, sampler_logp.to(logp.device), rollouts)
+            else:
+                logp = self.sequence_logprobs(self.policy, rollouts)
             parts = self.policy_loss(logp, logp.detach() if old_logp is None else old_logp, advantages)
             token_loss = parts["pg"] if tis is None or tis.weights is None else parts["pg"] * tis.weights
             if use_kl:
@@ -392,16 +396,10 @@ class GRPOModule(PolicyModule):
                 self.log_dict(tis.metrics(kept_tokens))
         return loss.detach()
 
-    def sampler_correction(self, logp: torch.Tensor, sampler_logp: torch.Tensor,
+    def sampler_correction(self, raw: torch.Tensor, sampler_logp: torch.Tensor,
                            rollouts: Rollouts) -> "SamplerCorrection":
-        """TIS weights and the log-prob gap of this batch (module docstring): ``logp`` is the policy's [R, C]
-        at the sampling temperature before any update; compared under the raw logits (one more forward without
-        gradient when that temperature is not 1)."""
-        t = self.hparams.temperature
-        raw = logp if t in (0, 1) else None
-        if raw is None:
-            with torch.no_grad():
-                raw = self.sequence_logprobs(self.policy, rollouts, temperature=1.0)
+        """TIS weights and the log-prob gap of this batch (module docstring): ``raw`` is the policy's [R, C]
+        log-probs under the raw logits before any update (from the training forward itself)."""
         mask = rollouts.completion_mask.to(raw.device).bool()
         weights, gap = truncated_importance_weights(raw, sampler_logp, mask, self.hparams.tis_cap)
         return SamplerCorrection(weights, gap, raw, sampler_logp)

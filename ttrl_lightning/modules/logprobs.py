@@ -59,17 +59,23 @@ def fused_unsupported_reason(model: nn.Module) -> str | None:
     return None
 
 
-def fused_logprobs(model: nn.Module, targets: torch.Tensor, temperature: float = 1.0,
-                   **inputs: torch.Tensor) -> torch.Tensor:
+def fused_logprobs(model: nn.Module, targets: torch.Tensor, temperature: float = 1.0, raw: bool = False,
+                   **inputs: torch.Tensor):
     """``log p(targets)`` [B, K] float32 from the base model's final hidden states and ``linear_logprobs``;
     ``targets[:, t]`` is predicted by position ``T - K - 1 + t`` of the inputs (``input_ids`` [B, T],
     ``attention_mask``, ``position_ids``, ...). Negative targets give 0 and no gradient. Assumes
-    ``fused_unsupported_reason(model) is None``."""
+    ``fused_unsupported_reason(model) is None``. ``raw``: return ``(log p at temperature, log p at 1 without
+    gradient)`` from the same hidden states (one decoder pass)."""
     K = targets.shape[1]
     hidden = base_model(model)(**inputs, use_cache=False)[0]
     head = model.get_output_embeddings()
     h = hidden[:, hidden.shape[1] - K - 1:-1]  # the positions that predict the targets
-    return linear_logprobs(h, head.weight, targets, temperature, head.bias)
+    out = linear_logprobs(h, head.weight, targets, temperature, head.bias)
+    if not raw:
+        return out
+    with torch.no_grad():
+        bias = None if head.bias is None else head.bias.detach()
+        return out, linear_logprobs(h.detach(), head.weight.detach(), targets, 1.0, bias)
 
 
 class LogprobPath:
