@@ -175,6 +175,20 @@ def ttrl_steps(args, engine_name: str) -> dict:
     return {"steps": steps.rows, "mean": mean}
 
 
+def _StepTimes(clock: list):
+    """A transformers ``TrainerCallback`` appending each step's wall time to ``clock``."""
+    from transformers import TrainerCallback
+
+    class StepTimes(TrainerCallback):
+        def on_step_begin(self, *a, **k):
+            self.t = time.perf_counter()
+
+        def on_step_end(self, *a, **k):
+            clock.append(time.perf_counter() - self.t)
+
+    return StepTimes()
+
+
 def trl_grpo(args) -> dict:
     """TRL's GRPOTrainer at the same settings, with and without its vLLM colocate mode; a refusal recorded."""
     out = {}
@@ -183,26 +197,30 @@ def trl_grpo(args) -> dict:
         from trl import GRPOConfig, GRPOTrainer
     except Exception as err:  # noqa: BLE001 - report whatever stops it
         return {"refused": f"{type(err).__name__}: {str(err).splitlines()[0][:200]}"}
-    qs = questions(args.ttrl_questions * 2, args.seed + 1)
+    qs = questions(args.ttrl_questions * 3, args.seed + 1)
 
     def reward(completions, **kw):
         return [0.0 for _ in completions]
 
     for mode in ("hf", "vllm_colocate"):
         try:
-            cfg = GRPOConfig(output_dir=os.path.join(args.workdir, f"trl_{mode}"), per_device_train_batch_size=args.n,
-                             num_generations=args.n, max_completion_length=args.new_tokens, max_steps=2,
+            # the same questions x votes per step as our TTRL step (TRL trains on all of them, ours on half)
+            cfg = GRPOConfig(output_dir=os.path.join(args.workdir, f"trl_{mode}"),
+                             per_device_train_batch_size=args.ttrl_questions * args.n,
+                             num_generations=args.n, max_completion_length=args.new_tokens,
                              temperature=args.temperature, logging_steps=1, report_to=[], use_cpu=args.device == "cpu",
-                             use_vllm=mode != "hf", vllm_mode="colocate", save_strategy="no", beta=0.0,
+                             use_vllm=mode != "hf", vllm_mode="colocate", save_strategy="no", beta=0.0, max_steps=3,
                              bf16=args.dtype == "bfloat16")
             trainer = GRPOTrainer(model=args.model, reward_funcs=reward, args=cfg,
                                   train_dataset=Dataset.from_list([{"prompt": [{"role": "user",
                                                                                  "content": q["question"]}]}
                                                                    for q in qs]))
-            t = time.perf_counter()
+            clock = []
+            trainer.add_callback(_StepTimes(clock))
             trainer.train()
-            out[mode] = {"seconds_per_step": (time.perf_counter() - t) / 2}
-            print(f"  trl {mode:<14} {out[mode]['seconds_per_step']:.1f} s per step", flush=True)
+            out[mode] = {"seconds_per_step": statistics.mean(clock[1:]), "steps_s": clock}
+            print(f"  trl {mode:<14} {out[mode]['seconds_per_step']:.1f} s per step after a warm-up step "
+                  f"({args.ttrl_questions} questions x {args.n} generations, all trained on)", flush=True)
         except Exception as err:  # noqa: BLE001 - report whatever stops it
             out[mode] = {"refused": f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"}
             print(f"  trl {mode:<14} refused: {out[mode]['refused']}", flush=True)
@@ -238,6 +256,8 @@ def main(argv=None) -> int:
     p.add_argument("--ttrl-steps", type=int, default=2, help="measured TTRL steps per engine (after one warm-up)")
     p.add_argument("--ttrl-questions", type=int, default=4, help="questions per TTRL step")
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer with and without vLLM")
+    p.add_argument("--parts", nargs="+", choices=("sampling", "ttrl", "none"), default=["sampling", "ttrl"],
+                   help="which comparisons to run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="outputs/bench_rollout_engines")
     p.add_argument("--out", default="outputs/rollout_engines.json")
@@ -269,32 +289,36 @@ def main(argv=None) -> int:
     print(f"{args.model}: {sum(p.numel() for p in model.parameters()):,} parameters, {args.dtype}, "
           f"{torch.get_num_threads()} threads; {args.prompts} prompts x {args.n} samples x <= {args.new_tokens} "
           f"new tokens, T {args.temperature}", flush=True)
-    report = {"settings": vars(args)}
-    print("sampling (rounds in turns):", flush=True)
-    report["sampling"] = s = sampling(args, model, tokenizer)
+    report = {"settings": vars(args), "verdicts": {}}
+    if "sampling" in args.parts:
+        print("sampling (rounds in turns):", flush=True)
+        report["sampling"] = sampling(args, model, tokenizer)
     del model
-    print("TTRL steps:", flush=True)
-    report["ttrl"] = {name: ttrl_steps(args, name) for name in ("hf", "vllm")}
+    if "ttrl" in args.parts:
+        print("TTRL steps:", flush=True)
+        report["ttrl"] = {name: ttrl_steps(args, name) for name in ("hf", "vllm")}
     if args.trl:
         print("TRL GRPOTrainer:", flush=True)
         report["trl"] = trl_grpo(args)
 
-    h, v = s["rows"]["hf"], s["rows"]["vllm"]
-    step_ratios = [a["total_s"] / b["total_s"] for a, b in zip(report["ttrl"]["hf"]["steps"][1:],
-                                                              report["ttrl"]["vllm"]["steps"][1:])]
-    report["verdicts"] = {"sampling": paired_verdict(s["ratios"], args.margin),
-                          "ttrl_step": paired_verdict(step_ratios, args.step_margin)}
-    report["ttrl_step_ratios"] = step_ratios
-    print("\nengine      tokens/s (median)   avg@n (rounds)        maj@n (rounds)")
-    for name, rows in (("hf", h), ("vllm", v)):
-        avg = " ".join(f"{r['avg']:5.1f}" for r in rows)
-        maj = " ".join(f"{r['maj']:5.1f}" for r in rows)
-        print(f"{name:<10} {statistics.median(r['tokens_per_s'] for r in rows):10.1f}         {avg:<20}  {maj}")
-    print(f"vLLM / HF tokens/s per round: {' '.join(f'{r:.2f}' for r in s['ratios'])} "
-          f"(median {statistics.median(s['ratios']):.2f}) -> {report['verdicts']['sampling']}")
-    print(f"vLLM engine start-up: {s['vllm_startup_s']:.1f} s")
-    print(f"TTRL step HF / vLLM per step: {' '.join(f'{r:.2f}' for r in step_ratios)} -> "
-          f"{report['verdicts']['ttrl_step']}")
+    if "sampling" in report:
+        s = report["sampling"]
+        report["verdicts"]["sampling"] = paired_verdict(s["ratios"], args.margin)
+        print("\nengine      tokens/s (median)   avg@n (rounds)        maj@n (rounds)")
+        for name, rows in s["rows"].items():
+            avg = " ".join(f"{r['avg']:5.1f}" for r in rows)
+            maj = " ".join(f"{r['maj']:5.1f}" for r in rows)
+            print(f"{name:<10} {statistics.median(r['tokens_per_s'] for r in rows):10.1f}         {avg:<20}  {maj}")
+        print(f"vLLM / HF tokens/s per round: {' '.join(f'{r:.2f}' for r in s['ratios'])} "
+              f"(median {statistics.median(s['ratios']):.2f}) -> {report['verdicts']['sampling']}")
+        print(f"vLLM engine start-up: {s['vllm_startup_s']:.1f} s")
+    if "ttrl" in report:
+        step_ratios = [a["total_s"] / b["total_s"] for a, b in zip(report["ttrl"]["hf"]["steps"][1:],
+                                                                  report["ttrl"]["vllm"]["steps"][1:])]
+        report["ttrl_step_ratios"] = step_ratios
+        report["verdicts"]["ttrl_step"] = paired_verdict(step_ratios, args.step_margin)
+        print(f"TTRL step HF / vLLM per step: {' '.join(f'{r:.2f}' for r in step_ratios)} -> "
+              f"{report['verdicts']['ttrl_step']}")
     print("prompt-shared HF prefill: not measured (not built yet)")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:
