@@ -152,10 +152,8 @@ def ttrl_steps(args, engine_name: str) -> dict:
     clock = StepClock(module.engine)
     module.engine = clock
     steps = Steps()
-    rows = [{"prompt": p, "gold": q["gold"], "id": q["id"]}
-            for q, p in zip(questions(args.ttrl_questions * (args.ttrl_steps + 1), args.seed + 1),
-                            chat_prompts(module.tokenizer, questions(args.ttrl_questions * (args.ttrl_steps + 1),
-                                                                     args.seed + 1)))]
+    qs = questions(args.ttrl_questions * (args.ttrl_steps + 1), args.seed + 1)
+    rows = [{"prompt": p, "gold": q["gold"], "id": q["id"]} for q, p in zip(qs, chat_prompts(module.tokenizer, qs))]
     path = os.path.join(args.workdir, f"ttrl_questions_{engine_name}.jsonl")
     with open(path, "w", encoding="utf-8") as fh:
         fh.writelines(json.dumps(r) + "\n" for r in rows)

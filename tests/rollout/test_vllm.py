@@ -166,7 +166,9 @@ def test_building_the_engine_leaves_the_callers_random_streams_alone(tok):
 
 
 def test_the_engine_registry_and_build_engine(tok):
-    assert ROLLOUT_ENGINES.names() == ["hf", "vllm"]
+    from ttrl_lightning.cli.eval import ENGINES
+
+    assert ROLLOUT_ENGINES.names() == ["hf", "vllm"] == list(ENGINES)  # the CLI's choices, kept without torch
     hf = build_engine("hf", tok, record_signals=True)
     assert isinstance(hf, HFGenerateEngine) and hf.record_signals
     assert build_engine(None, tok).__class__ is HFGenerateEngine

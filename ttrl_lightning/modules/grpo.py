@@ -115,12 +115,10 @@ class RolloutRewards:
 class SamplerCorrection:
     """The trainer-vs-sampler comparison of one step (engines with their own weights): ``weights`` [R, C] the
     truncated importance weights (None without a cap), ``gap`` the mean |logp_policy - logp_sampler| over the
-    completion tokens, ``policy_logp`` and ``sampler_logp`` [R, C] under the raw logits."""
+    completion tokens (both under the raw logits)."""
 
     weights: torch.Tensor | None
     gap: torch.Tensor
-    policy_logp: torch.Tensor
-    sampler_logp: torch.Tensor
 
     def metrics(self, kept_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
         out = {"train/sampler_logprob_gap": self.gap}
@@ -402,7 +400,7 @@ class GRPOModule(PolicyModule):
         log-probs under the raw logits before any update (from the training forward itself)."""
         mask = rollouts.completion_mask.to(raw.device).bool()
         weights, gap = truncated_importance_weights(raw, sampler_logp, mask, self.hparams.tis_cap)
-        return SamplerCorrection(weights, gap, raw, sampler_logp)
+        return SamplerCorrection(weights, gap)
 
     def validation_step(self, batch, batch_idx):
         h = self.hparams

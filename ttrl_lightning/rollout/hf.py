@@ -26,6 +26,27 @@ def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: 
     return mask
 
 
+def finish_rollouts(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                    params: SamplingParams, lengths: torch.Tensor | None = None) -> Rollouts:
+    """The ``Rollouts`` of sampled rows, the one set of rules every engine applies: the completion mask runs up
+    to and including EOS (``completion_mask_at_eos``) and is cut at the token that completes the first stop
+    string (``cut_at_stop_strings``), tokens outside it become padding, the texts are the tokenizer's decoding
+    of the kept tokens, rows are prompt-major (``params.n`` per prompt). prompt_ids / prompt_mask: [R, P];
+    completion_ids: [R, C]; ``lengths`` [R]: how many tokens of each row were sampled (None: all C)."""
+    tok = tokenizer
+    mask = completion_mask_at_eos(completion_ids, tok.eos_token_id)
+    if lengths is not None:
+        mask = mask * (torch.arange(completion_ids.shape[1], device=mask.device)[None, :]
+                       < lengths.to(mask.device)[:, None])
+    mask = cut_at_stop_strings(tok, completion_ids, mask, params.stop)
+    comp = torch.where(mask.bool(), completion_ids, torch.full_like(completion_ids, tok.pad_token_id))
+    texts = [tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)]
+    groups = comp.shape[0] // params.n
+    return Rollouts(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=comp,
+                    completion_mask=mask.to(prompt_mask.dtype), texts=texts,
+                    group=torch.arange(groups, device=comp.device).repeat_interleave(params.n), n=params.n)
+
+
 @ROLLOUT_ENGINES.register("hf")
 class HFGenerateEngine:
     """Samples with ``model.generate`` (the policy itself, so no weight sync is needed).
@@ -85,24 +106,11 @@ class HFGenerateEngine:
         comp = out.sequences[:, P:]
         if comp.shape[1] == 0:
             raise RuntimeError("generate returned no new tokens")
-        mask = completion_mask_at_eos(comp, tok.eos_token_id)
-        mask = cut_at_stop_strings(tok, comp, mask, params.stop)
-        comp = torch.where(mask.bool(), comp, torch.full_like(comp, tok.pad_token_id))
-        texts = [
-            tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)
-        ]
-        rollouts = Rollouts(
-            prompt_ids=input_ids,
-            prompt_mask=attn,
-            completion_ids=comp,
-            completion_mask=mask.to(attn.dtype),
-            texts=texts,
-            group=torch.arange(len(prompts), device=device).repeat_interleave(params.n),
-            n=params.n,
-        )
+        rollouts = finish_rollouts(tok, input_ids, attn, comp, params)
         if self.record_signals and self.signal_source == "generate":
             logits = torch.stack(out.logits, dim=1)  # [R, C, V]
-            rollouts.signals = mask_signals(TOKEN_SIGNALS[self.signal_backend](logits, comp), mask)
+            rollouts.signals = mask_signals(TOKEN_SIGNALS[self.signal_backend](logits, rollouts.completion_ids),
+                                            rollouts.completion_mask)
         elif self.record_signals:
             backend = None if self.signal_backend == "auto" else self.signal_backend
             rollouts.signals = replay_token_signals(model, rollouts, 1.0, backend)

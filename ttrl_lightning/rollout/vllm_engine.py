@@ -10,10 +10,9 @@ the module it was handed at its last sync.
 
 Rows, masks, texts and stop rules are the HF engine's (``hf.py``): the prompts are tokenized by the same
 tokenizer (left-padded, no special tokens added) and passed as token ids, each prompt's ``n`` samples are
-prompt-major rows, the completion mask runs up to and including EOS (``masking.completion_mask_at_eos``)
-and is cut at the token that completes a stop string (``hf.cut_at_stop_strings``), and the texts are the
-tokenizer's decoding of the kept tokens. vLLM stops a row at EOS or a stop string itself, so nothing past
-them is decoded.
+prompt-major rows, and the completion mask, padding and texts come from the same function as the HF
+engine's (``hf.finish_rollouts``: up to and including EOS, cut at the token that completes a stop string).
+vLLM stops a row at EOS or a stop string itself, so nothing past them is decoded.
 
 Signals: ``signals["logprob"]`` is always the sampler's log-prob of each sampled token under the raw logits
 (vLLM's ``logprobs_mode="raw_logprobs"``), which the trainer compares with its own (``GRPOModule``: truncated
@@ -42,9 +41,8 @@ from typing import Any, Sequence
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
-from ttrl_lightning.rollout.hf import cut_at_stop_strings
+from ttrl_lightning.rollout.hf import finish_rollouts
 from ttrl_lightning.rollout.signals import REPLAY_SIGNALS, replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
@@ -270,22 +268,9 @@ class VLLMEngine:
         for r, (ids, lps) in enumerate(samples):
             comp[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
             logprob[r, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
-        lengths = torch.tensor([len(ids) for ids, _ in samples])
-        within = torch.arange(width)[None, :] < lengths[:, None]
-        mask = completion_mask_at_eos(comp, tok.eos_token_id) * within
-        mask = cut_at_stop_strings(tok, comp, mask, params.stop)
-        comp = torch.where(mask.bool(), comp, torch.full_like(comp, tok.pad_token_id))
-        texts = [tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)]
-        attn = enc["attention_mask"]
-        rollouts = Rollouts(
-            prompt_ids=enc["input_ids"].repeat_interleave(params.n, dim=0).to(device),
-            prompt_mask=attn.repeat_interleave(params.n, dim=0).to(device),
-            completion_ids=comp.to(device),
-            completion_mask=mask.to(attn.dtype).to(device),
-            texts=texts,
-            group=torch.arange(len(prompts), device=device).repeat_interleave(params.n),
-            n=params.n,
-        )
+        rollouts = finish_rollouts(tok, enc["input_ids"].repeat_interleave(params.n, dim=0).to(device),
+                                   enc["attention_mask"].repeat_interleave(params.n, dim=0).to(device),
+                                   comp.to(device), params, torch.tensor([len(ids) for ids, _ in samples]))
         keep = rollouts.completion_mask.bool()
         rollouts.signals = {"logprob": torch.where(keep, logprob.to(device), float("nan"))}
         if self.record_signals:
