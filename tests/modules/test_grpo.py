@@ -312,8 +312,8 @@ def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
     assert float(logs["train/kl"]) > 1e-4  # the reference differs: the KL term takes part
     head = "lm_head.weight" if untied else "model.embed_tokens.weight"
     assert float(ref_delta[head].abs().max()) > 1e-3
-    for k in ref_delta:
-        torch.testing.assert_close(delta[k], ref_delta[k], rtol=1e-4, atol=1e-6, msg=k)
+    for k in ref_delta:  # updates reach ~1; fp32 summation order leaves a few 1e-6 apart
+        torch.testing.assert_close(delta[k], ref_delta[k], rtol=1e-4, atol=1e-5, msg=k)
 
 
 @pytest.mark.parametrize("impl", ["fused", "materialized"])

@@ -68,3 +68,84 @@ def test_signals_are_nan_exactly_outside_the_completion_mask(source):
     for name, v in ro.signals.items():
         assert v.dtype == torch.float32 and v.shape == mask.shape
         assert torch.isfinite(v[mask]).all() and torch.isnan(v[~mask]).all(), name
+
+
+def _count_prefill_tokens(model):
+    """A counter of the tokens that go through ``model``'s input embedding (each forward's ``input_ids``)."""
+    seen = []
+    model.get_input_embeddings().register_forward_hook(lambda mod, args, out: seen.append(args[0].numel()))
+    return seen
+
+
+def test_prompt_shared_sampling_draws_generates_tokens_until_a_row_finishes(tok):
+    """Prompt sharing (the default) against ``model.generate`` on repeated prompts, same seed: the same tokens
+    and the same raw-logit signals at every step up to the first step where a row finishes (the RNG is consumed
+    identically until then); greedy rows are equal throughout."""
+    model = load_model("tiny:qwen2", tok, seed=0)
+    prompts = ["12+7=", "3-1=", "9+9=111"]
+    p = SamplingParams(n=4, temperature=0.9, top_k=20, top_p=0.9, max_new_tokens=12, seed=11)
+    plain = HFGenerateEngine(tok, record_signals=True, share_prompt=False).generate(model, prompts, p)
+    shared = HFGenerateEngine(tok, record_signals=True).generate(model, prompts, p)
+    first = int(min(plain.completion_mask.sum(1).min(), shared.completion_mask.sum(1).min()))
+    assert 1 <= first < p.max_new_tokens  # some row finished early, so the comparison below is partial
+    assert torch.equal(plain.completion_ids[:, :first], shared.completion_ids[:, :first])
+    for k in ("logprob", "entropy", "self_certainty"):
+        torch.testing.assert_close(shared.signals[k][:, :first], plain.signals[k][:, :first], rtol=0, atol=1e-5)
+        assert torch.equal(shared.signals[k].isnan(), ~shared.completion_mask.bool())
+    assert not torch.equal(plain.completion_ids, shared.completion_ids)  # after it the batch is smaller
+    greedy = SamplingParams(n=2, temperature=0.0, max_new_tokens=12)
+    g_plain = HFGenerateEngine(tok, share_prompt=False).generate(model, prompts, greedy)
+    g_shared = HFGenerateEngine(tok).generate(model, prompts, greedy)
+    assert torch.equal(g_plain.completion_ids, g_shared.completion_ids) and g_plain.texts == g_shared.texts
+
+
+def test_prompt_shared_prefill_is_once_per_prompt_and_finished_rows_leave(tok):
+    """The prefill runs each prompt once, not n times; every later forward is one token per row still active."""
+    model = load_model("tiny:llama", tok, seed=0)
+    seen = _count_prefill_tokens(model)
+    prompts, n = ["12+7=" * 6, "3-1=" * 5], 8
+    p = SamplingParams(n=n, max_new_tokens=10, stop=("5", "7", "a", "e"), seed=2)
+    eng = HFGenerateEngine(tok)
+    ro = eng.generate(model, prompts, p)
+    B, P = len(prompts), ro.prompt_ids.shape[1]
+    R, row_steps = B * n, eng.last_timing["row_steps"]
+    assert seen[0] == B * P and sum(seen) == B * P + row_steps - R
+    assert row_steps == int(ro.completion_mask.sum()) < R * p.max_new_tokens  # no padding decoded
+    seen.clear()
+    HFGenerateEngine(tok, share_prompt=False).generate(model, prompts, p)
+    assert seen[0] == R * P  # generate prefills every repeated row
+
+
+def _length_and_last_token_tables(ro, tok):
+    lengths = ro.completion_mask.sum(1)
+    last = ro.completion_ids.gather(1, (lengths - 1).clamp(min=0)[:, None]).squeeze(1)
+    return lengths.tolist(), [tok.decode([int(t)]) for t in last]
+
+
+def test_prompt_shared_samples_have_generates_distribution(tok):
+    """After rows finish the two paths draw differently, so compare distributions: the completion length and
+    the final token over 600 samples each, a chi-square test of homogeneity. The same test tells a sampler at
+    another temperature (0.14 for 0.1) apart: it can fail."""
+    from scipy.stats import chi2_contingency
+
+    model = load_model("tiny:qwen2", tok, seed=0)
+
+    def tables(engine, temperature, seed):
+        p = SamplingParams(n=600, temperature=temperature, max_new_tokens=6, stop=tuple("aeiou123"), seed=seed)
+        return _length_and_last_token_tables(engine.generate(model, ["1+1="], p), tok)
+
+    def p_value(x, y):
+        keys = sorted(set(x) | set(y), key=str)
+        counts = [[x.count(k) for k in keys], [y.count(k) for k in keys]]
+        keep = [i for i in range(len(keys)) if counts[0][i] + counts[1][i] >= 10]  # chi-square needs counts
+        other = [sum(c) - sum(c[i] for i in keep) for c in counts]
+        table = [[c[i] for i in keep] + ([o] if sum(other) else []) for c, o in zip(counts, other)]
+        return chi2_contingency(table).pvalue
+
+    # the tiny random model's logits are nearly flat (std ~0.1): a low temperature gives them a shape
+    plain = tables(HFGenerateEngine(tok, share_prompt=False), 0.1, 5)
+    shared = tables(HFGenerateEngine(tok), 0.1, 6)
+    hot = tables(HFGenerateEngine(tok), 0.14, 6)
+    for i in range(2):  # lengths, final tokens
+        assert p_value(plain[i], shared[i]) > 1e-3
+    assert min(p_value(plain[i], hot[i]) for i in range(2)) < 1e-3

@@ -7,6 +7,7 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
 from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
@@ -57,16 +58,26 @@ class HFGenerateEngine:
     ``TOKEN_SIGNALS[signal_backend]`` (plain PyTorch). ``signal_source="replay"``: ``replay_token_signals``,
     the teacher-forced replay through the fused signal op ``ttrl_lightning.ops.token_stats`` (no [R, C, V]
     logits kept; ``signal_backend`` is then the ops backend, ``"auto"`` for its own choice).
+
+    ``share_prompt`` (default on): prompt-shared sampling (``rollout.shared_prefill``): each prompt is
+    prefilled once and its KV cache repeated ``n`` ways, and finished rows leave the batch; the same
+    warpers and draws as ``generate`` (the same tokens for a fixed seed until the first row finishes, the
+    same distribution after it). Off, or for a model it does not support (a vision-language model, a model
+    without a row-wise cache), the prompts are repeated and passed to ``model.generate``, which also applies
+    the model's own ``generation_config`` (a repetition penalty, say); the shared path applies only
+    ``SamplingParams``. ``last_timing`` holds the shared path's prefill / decode seconds of the last call.
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
-                 signal_source: str = "generate"):
+                 signal_source: str = "generate", share_prompt: bool = True):
         if signal_source not in ("generate", "replay"):
             raise ValueError(f"signal_source must be 'generate' or 'replay', got {signal_source!r}")
         self.tokenizer = tokenizer
         self.record_signals = record_signals
         self.signal_backend = signal_backend
         self.signal_source = signal_source
+        self.share_prompt = bool(share_prompt)
+        self.last_timing: dict = {}
 
     #: samples with the trained module itself: nothing to sync, its log-probs are the trainer's
     owns_weights = False
@@ -83,6 +94,9 @@ class HFGenerateEngine:
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         device = next(model.parameters()).device
+        if self.share_prompt and supports_prompt_sharing(model):
+            return self._generate_shared(model, enc["input_ids"].to(device), enc["attention_mask"].to(device),
+                                         params)
         # each prompt repeated n times (prompt-major rows); also covers greedy decoding with n > 1
         input_ids = enc["input_ids"].to(device).repeat_interleave(params.n, dim=0)
         attn = enc["attention_mask"].to(device).repeat_interleave(params.n, dim=0)
@@ -112,6 +126,38 @@ class HFGenerateEngine:
             rollouts.signals = mask_signals(TOKEN_SIGNALS[self.signal_backend](logits, rollouts.completion_ids),
                                             rollouts.completion_mask)
         elif self.record_signals:
-            backend = None if self.signal_backend == "auto" else self.signal_backend
-            rollouts.signals = replay_token_signals(model, rollouts, 1.0, backend)
+            rollouts.signals = self._replay(model, rollouts)
+        return rollouts
+
+    def _replay(self, model, rollouts: Rollouts) -> dict:
+        backend = None if self.signal_backend == "auto" else self.signal_backend
+        return replay_token_signals(model, rollouts, 1.0, backend)
+
+    def _generate_shared(self, model, input_ids: torch.Tensor, attn: torch.Tensor, params: SamplingParams
+                         ) -> Rollouts:
+        tok = self.tokenizer
+        stop = None
+        if params.stop:
+            from transformers import StopStringCriteria
+
+            criteria = StopStringCriteria(tokenizer=tok, stop_strings=list(params.stop))
+            stop = lambda ids: criteria(ids, None).to(ids.device)  # noqa: E731
+        on_step, per_step = None, []
+        if self.record_signals and self.signal_source == "generate":
+            backend = TOKEN_SIGNALS[self.signal_backend]
+            on_step = lambda rows, tokens, logits, t: per_step.append((rows, t, backend(logits, tokens)))  # noqa: E731
+        with sampling_mode(model, params.seed):
+            comp, lengths, self.last_timing = prompt_shared_sample(
+                model, input_ids, attn, params, tok.eos_token_id, tok.pad_token_id, stop=stop, on_step=on_step)
+        n = params.n
+        rollouts = finish_rollouts(tok, input_ids.repeat_interleave(n, 0), attn.repeat_interleave(n, 0), comp,
+                                   params, lengths=lengths)
+        if per_step:
+            signals = {k: torch.zeros(comp.shape, dtype=torch.float32, device=comp.device) for k in per_step[0][2]}
+            for rows, t, values in per_step:
+                for k, v in values.items():
+                    signals[k][rows, t] = v.float()
+            rollouts.signals = mask_signals(signals, rollouts.completion_mask)
+        elif self.record_signals:
+            rollouts.signals = self._replay(model, rollouts)
         return rollouts
