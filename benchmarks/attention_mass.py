@@ -23,6 +23,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _verdict import paired_ratios, paired_verdict  # noqa: E402
 from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
                      protocol_argv, time_interleaved, write_json)
 
@@ -164,10 +165,12 @@ def main():
     flash = [results[n] for n in ("sdpa_flash_no_mass", "flash_attn2_no_mass") if n in results]
     for n in ours:
         r = results[n]
-        line = f"target {n}: within 1.25x of SDPA: {'PASS' if r['paired_ratio_vs_sdpa'] <= 1.25 else 'FAIL'} " \
-               f"({r['paired_ratio_vs_sdpa']:.3f}x paired, {r['time_ratio_vs_sdpa']:.3f}x of medians)"
+        line = f"target {n}: within 1.25x of SDPA: " \
+               f"{paired_verdict(paired_ratios(r['times_s'], base['times_s']), 1.25, at_least=False)} " \
+               f"({r['paired_ratio_vs_sdpa']:.3f}x paired median, {r['time_ratio_vs_sdpa']:.3f}x of medians)"
         if eager:
-            line += f"; faster than eager: {'PASS' if r['median_s'] < eager['median_s'] else 'FAIL'} " \
+            line += f"; faster than eager: " \
+                    f"{paired_verdict(paired_ratios(r['times_s'], eager['times_s']), 1.0, at_least=False)} " \
                     f"({eager['median_s'] / r['median_s']:.2f}x faster)"
         for f in flash:
             line += f"; vs flash {f['median_s']:.4f}s: {r['median_s'] / f['median_s']:.3f}x (target 1.05x)"

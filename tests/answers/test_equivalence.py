@@ -5,6 +5,7 @@ import threading
 import pytest
 
 from ttrl_lightning.answers import NO_ANSWER, answers_equal, equivalence_stats
+from ttrl_lightning.answers.equivalence import COMPARISON_BUDGET_S
 
 
 @pytest.mark.parametrize(
@@ -92,22 +93,156 @@ def test_answers_equal_type_errors():
         answers_equal("3", None)
 
 
-def test_answers_equal_slow_input_times_out_not_hangs(caplog):
-    # deeply nested parentheses make the LaTeX parser slow; the 2 s math-verify timeout is caught,
-    # counted, logged, and the answer then compares by string only
-    before = equivalence_stats()["parse_failures"]
-    nested = "(" * 80 + "1" + ")" * 80  # ~40 s to parse here without the timeout
-    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.answers"):
-        assert not answers_equal(nested, "1")
-    assert equivalence_stats()["parse_failures"] == before + 1
-    assert any("Timeout" in r.getMessage() for r in caplog.records)
-    assert answers_equal(nested, nested)  # identical strings need no parse
+def _clear_caches():
+    from ttrl_lightning.answers import equivalence
+
+    for fn in (equivalence._equal_cached, equivalence._parse_math, equivalence._finite_value):
+        fn.cache_clear()
 
 
-def test_answers_equal_in_thread():
-    # math-verify's signal-based timeout only works in the main thread; other threads run without it
+def _timed(a, b):
+    """(result, seconds, whether it was undecidable: screened or timed out) of one uncached comparison."""
+    import time
+
+    before = equivalence_stats()
+    t = time.perf_counter()
+    result = answers_equal(a, b)
+    after = equivalence_stats()
+    undecided = after["screened"] + after["timeouts"] > before["screened"] + before["timeouts"]
+    return result, time.perf_counter() - t, undecided
+
+
+#: a comparison returns within the budget, plus what delivering the stop costs on a loaded machine
+BOUND_S = COMPARISON_BUDGET_S + 2.0
+
+NESTED_FRACS = "1"
+for _ in range(25):
+    NESTED_FRACS = r"\frac{1}{" + NESTED_FRACS + "}"
+
+HOSTILE = [(r"10^{10^{10^{10}}}", "5"), (NESTED_FRACS, "1"), ("(x+1)^{100000}", "(1+x)^{100000}"), ("1000000!", "3"),
+           ("(" * 80 + "1" + ")" * 80, "1"), (r"\sum_{k=1}^{9999} k^{9999}", "7"), ("2**3**4**5", "8")]
+
+
+@pytest.mark.parametrize("a, b", HOSTILE, ids=["tower", "fracs", "expansion", "factorial", "parens", "sum", "pow"])
+def test_hostile_answers_are_undecided_within_the_bound_in_the_main_thread_and_a_thread(a, b, caplog):
+    """Short model-writable answers that made sympy hang (no limit in the main thread for evalf, none at all
+    in other threads): each is refused by the screen or stopped by the time limit, counted, logged, and
+    compares as different, in the main thread and in a ``threading.Thread`` alike."""
     out = {}
-    t = threading.Thread(target=lambda: out.setdefault("r", answers_equal("0.125", r"\frac{1}{8}")))
+    for where in ("main", "thread"):
+        _clear_caches()
+        with caplog.at_level(logging.WARNING, logger="ttrl_lightning.answers"):
+            if where == "main":
+                out[where] = _timed(a, b)
+            else:
+                t = threading.Thread(target=lambda: out.setdefault(where, _timed(a, b)))
+                t.start()
+                t.join(timeout=30)
+                assert not t.is_alive()
+        result, seconds, undecided = out[where]
+        assert result is False and undecided and seconds < BOUND_S, (where, out[where])
+        assert any("counted as different" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+    assert answers_equal(a, a)  # identical strings need no symbolic work
+
+
+def test_the_time_limit_stops_python_work_in_any_thread():
+    import time
+
+    from ttrl_lightning.answers.budget import ComparisonTimeout, time_limit
+
+    def spin(out):
+        t = time.perf_counter()
+        try:
+            with time_limit(0.3):
+                while True:
+                    pass
+        except ComparisonTimeout:
+            out.append(time.perf_counter() - t)
+
+    out = []
+    spin(out)
+    t = threading.Thread(target=spin, args=(out,))
     t.start()
-    t.join()
-    assert out["r"] is True
+    t.join(timeout=10)
+    assert len(out) == 2 and all(0.3 <= s < 2.0 for s in out)
+    with time_limit(0.05):
+        pass
+    time.sleep(0.2)  # a block left in time is never interrupted afterwards
+
+
+def _random_expression(rng, depth=0):
+    """A random nested LaTeX expression: numbers, x, fractions, powers (towers included), roots, sums,
+    products, factorials."""
+    if depth > 3 or rng.random() < 0.25:
+        return rng.choice([str(rng.randint(0, 12)), str(rng.randint(0, 10 ** rng.randint(1, 6))), "x",
+                           f"{rng.randint(0, 9)}.{rng.randint(0, 99)}", r"\pi"])
+    sub = lambda: _random_expression(rng, depth + 1)  # noqa: E731
+    form = rng.randrange(7)
+    if form == 0:
+        return rf"\frac{{{sub()}}}{{{sub()}}}"
+    if form == 1:
+        return f"{{{sub()}}}^{{{rng.choice([sub(), str(rng.randint(0, 20000))])}}}"
+    if form == 2:
+        return rf"\sqrt{{{sub()}}}"
+    if form == 3:
+        return f"({sub()}+{sub()})"
+    if form == 4:
+        return rf"{sub()} \cdot {sub()}"
+    if form == 5:
+        return f"{rng.randint(0, 2000)}!"
+    return f"({sub()})^{{{rng.randint(2, 40)}}}"
+
+
+def _fuzz_pairs(count=24, seed=0):
+    import random
+
+    rng = random.Random(seed)
+    pairs = []
+    for _ in range(count):
+        a = _random_expression(rng)
+        b = rng.choice([a.replace(r"\cdot", "*"), _random_expression(rng), "1", r"\frac{1}{2}"])
+        pairs.append((a, b))
+    return pairs
+
+
+def _compare_all(pairs):
+    _clear_caches()
+    return [_timed(a, b) for a, b in pairs]
+
+
+class _FuzzDataset:
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return 1
+
+    def __getitem__(self, i):
+        return _compare_all(self.pairs)
+
+
+def test_fuzzed_comparisons_are_bounded_and_agree_in_main_thread_thread_and_dataloader_worker():
+    """Generated nested expressions compared in the main thread, a ``threading.Thread`` and a DataLoader
+    worker process: every call returns within ``BOUND_S``, and wherever two contexts both decided a
+    comparison (neither screened nor timed out) they give the same result."""
+    from torch.utils.data import DataLoader
+
+    pairs = _fuzz_pairs()
+    runs = {"main": _compare_all(pairs)}
+    t = threading.Thread(target=lambda: runs.setdefault("thread", _compare_all(pairs)))
+    t.start()
+    t.join(timeout=len(pairs) * BOUND_S + 30)
+    assert not t.is_alive()
+    loader = DataLoader(_FuzzDataset(pairs), batch_size=None, num_workers=1)
+    runs["worker"] = next(iter(loader))
+    decided = 0
+    for i, (a, b) in enumerate(pairs):
+        main_result, _, main_undecided = runs["main"][i]
+        for where, results in runs.items():
+            result, seconds, undecided = results[i]
+            assert seconds < BOUND_S, (where, a, b, seconds)
+            if not (undecided or main_undecided):
+                assert result == main_result, (where, a, b)
+        decided += not main_undecided
+    assert decided >= len(pairs) // 3  # the fuzz also exercises comparisons that finish

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from fractions import Fraction
 from functools import lru_cache
 
+from .budget import ComparisonTimeout, time_limit, too_costly
 from .label import NO_ANSWER
 from .latex import strip_math_delimiters, unwrap_text_macros
 
@@ -29,11 +29,24 @@ _LATEX_CMD = re.compile(r"\\[A-Za-z]+")
 _MATH_WORDS = re.compile(r"sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|pi|inf|infty|deg|mod|frac|dfrac")
 _MAX_MATH_CHARS = 300
 
-_STATS = {"math_verify_calls": 0, "parse_failures": 0, "verify_failures": 0}
+def _drop_timeout_notice(record: logging.LogRecord) -> bool:
+    # math-verify warns once that its own timeouts are off; ``budget.time_limit`` bounds every call instead
+    return not record.getMessage().startswith("Timeout is disabled")
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_drop_timeout_notice)
+
+#: wall-clock budget of one symbolic comparison (parse, evaluation and verify of both answers), any thread
+COMPARISON_BUDGET_S = 2.0
+
+_STATS = {"math_verify_calls": 0, "parse_failures": 0, "verify_failures": 0, "screened": 0, "timeouts": 0}
 
 
 def equivalence_stats() -> dict[str, int]:
-    """Counters of math-verify use since import: calls and caught parse / verify failures (timeouts)."""
+    """Counters since import (per process): math-verify calls, caught parse / verify failures, and the
+    undecidable comparisons counted as "not equal": ``screened`` (refused by ``budget.too_costly`` before any
+    symbolic work) and ``timeouts`` (stopped after ``COMPARISON_BUDGET_S``)."""
     return dict(_STATS)
 
 
@@ -63,18 +76,14 @@ def _looks_mathematical(norm: str) -> bool:
     return not (re.search(r"[a-z]{2}", rest) and not re.search(r"[\d\\^_=+\-*/()\[\]{}]", norm))
 
 
-def _timeout_seconds() -> int | None:
-    # math_verify's timeouts use signal.alarm, which only works in the main thread.
-    return 2 if threading.current_thread() is threading.main_thread() else None
-
-
 @lru_cache(maxsize=65536)
 def _parse_math(s: str):
     """``math_verify.parse`` of one answer (wrapped in ``$..$``), or None when nothing symbolic came out.
 
     Only math-verify's own failures are caught: the LaTeX parser raises plain ``Exception`` on
-    malformed input and ``TimeoutException`` (a ``BaseException``) on slow input; both are counted in
-    :func:`equivalence_stats` and logged, and the answer then compares by string only.
+    malformed input; it is counted in :func:`equivalence_stats` and logged, and the answer then compares
+    by string only. Time is bounded by the caller (``budget.time_limit``; math-verify's own ``signal.alarm``
+    timeouts are off, as they work in the main thread only).
     """
     import sympy
     from math_verify import parse
@@ -83,7 +92,7 @@ def _parse_math(s: str):
     _STATS["math_verify_calls"] += 1
     body = strip_math_delimiters(s)
     try:
-        parsed = parse("$" + body + "$", parsing_timeout=_timeout_seconds(), raise_on_error=True)
+        parsed = parse("$" + body + "$", parsing_timeout=None, raise_on_error=True)
     except (Exception, TimeoutException) as err:  # noqa: BLE001 - latex2sympy raises bare Exception
         _STATS["parse_failures"] += 1
         level = logging.WARNING if isinstance(err, TimeoutException) else logging.DEBUG
@@ -132,9 +141,8 @@ def _verify(pa, pb) -> bool:
     from math_verify.errors import TimeoutException
 
     try:
-        t = _timeout_seconds()
-        return bool(verify(pa, pb, timeout_seconds=t, raise_on_error=True)
-                    or verify(pb, pa, timeout_seconds=t, raise_on_error=True))
+        return bool(verify(pa, pb, timeout_seconds=None, raise_on_error=True)
+                    or verify(pb, pa, timeout_seconds=None, raise_on_error=True))
     except (Exception, TimeoutException) as err:  # noqa: BLE001 - sympy raises a zoo of types here
         _STATS["verify_failures"] += 1
         logger.debug("math_verify could not compare: %s: %s", type(err).__name__, err)
@@ -181,10 +189,23 @@ def _equal_cached(a: str, b: str) -> bool:
             return False  # different integers, or clearly different numbers
     if not (_looks_mathematical(na) and _looks_mathematical(nb)):
         return False
-    pa, pb = _parse_math(a), _parse_math(b)
-    if pa is None or pb is None or _clearly_different_numbers(a, b):
+    reason = too_costly(na) or too_costly(nb)
+    if reason is not None:
+        _STATS["screened"] += 1
+        logger.warning("answers %r and %r not compared symbolically (%s): counted as different", a[:60], b[:60],
+                       reason)
         return False
-    return _verify(pa, pb)
+    try:
+        with time_limit(COMPARISON_BUDGET_S):
+            pa, pb = _parse_math(a), _parse_math(b)
+            if pa is None or pb is None or _clearly_different_numbers(a, b):
+                return False
+            return _verify(pa, pb)
+    except ComparisonTimeout:
+        _STATS["timeouts"] += 1
+        logger.warning("comparing %r and %r took over %g s: counted as different", a[:60], b[:60],
+                       COMPARISON_BUDGET_S)
+        return False
 
 
 def answers_equal(a: str, b: str) -> bool:
@@ -205,7 +226,11 @@ def answers_equal(a: str, b: str) -> bool:
         negative fast path; math-verify could not equate them either; percentages excluded);
       * otherwise ``math_verify.verify`` on ``math_verify.parse`` of both (either direction):
         ``0.5 == \\frac{1}{2} == 1/2``, ``\\dfrac{3}{4} == 0.75``, ``x=3 == 3``, ``10^{2} == 100``,
-        ``50\\% == 0.5`` and ``50\\% == 50`` (math-verify's percentage rule), floats rounded to 6 places.
+        ``50\\% == 0.5`` and ``50\\% == 50`` (math-verify's percentage rule), floats rounded to 6 places;
+      * bounded: an answer whose symbolic work could be unbounded (a power tower, a huge exponent or
+        factorial, deep nesting: ``budget.too_costly``) and a comparison still running after
+        ``COMPARISON_BUDGET_S`` seconds (in any thread: ``budget.time_limit``) count as different, and in
+        :func:`equivalence_stats`.
     Results are memoised on the (unordered) pair; parses are memoised per string.
 
     Raises:

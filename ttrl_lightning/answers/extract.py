@@ -12,11 +12,20 @@ from typing import Mapping, Sequence
 
 from .choices import canonical_choice, normalise_choices
 from .label import NO_ANSWER
-from .latex import matching_brace, strip_math_delimiters, unwrap_text_macros
+from .latex import brace_pairs, strip_math_delimiters, unwrap_text_macros
 
 __all__ = ["extract_answer"]
 
 _BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+
+
+def _strip_span(text: str, lo: int, hi: int) -> tuple[int, int]:
+    """``text[lo:hi].strip()`` as indices."""
+    while lo < hi and text[lo].isspace():
+        lo += 1
+    while hi > lo and text[hi - 1].isspace():
+        hi -= 1
+    return lo, hi
 
 
 def _last_boxed(text: str) -> str | None:
@@ -24,32 +33,33 @@ def _last_boxed(text: str) -> str | None:
 
     Scans left to right; a box whose brace is never closed is skipped (scanning resumes right after its
     opening brace, so a later well-formed box still counts). A box nested in another box is part of the
-    outer one; ``\\boxed{\\boxed{5}}`` unwraps to ``5``.
+    outer one; ``\\boxed{\\boxed{5}}`` unwraps to ``5``. Linear in ``len(text)``: the brace pairs are found in
+    one pass (``latex.brace_pairs``), so unclosed or deeply nested boxes cost no rescans.
     """
-    last = None
-    pos = 0
-    while True:
-        m = _BOX_OPEN.search(text, pos)
-        if m is None:
-            break
-        brace = m.end() - 1
-        close = matching_brace(text, brace)
-        if close < 0:  # malformed: unclosed brace
-            pos = m.end()
+    closes = brace_pairs(text)
+    last, pos = None, 0
+    for m in _BOX_OPEN.finditer(text):
+        if m.start() < pos:  # inside the box taken last
             continue
-        content = text[brace + 1 : close].strip()
-        if content:
-            last = content
+        close = closes.get(m.end() - 1, -1)
+        if close < 0:  # malformed: unclosed brace
+            continue
+        lo, hi = _strip_span(text, m.end(), close)
+        if hi > lo:
+            last = (lo, hi)
         pos = close + 1
-    while last is not None:  # unwrap \boxed{\boxed{x}}
-        m = _BOX_OPEN.match(last)
-        if m is None or matching_brace(last, m.end() - 1) != len(last) - 1:
+    if last is None:
+        return None
+    lo, hi = last
+    while True:  # unwrap \boxed{\boxed{x}}
+        m = _BOX_OPEN.match(text, lo, hi)
+        if m is None or closes.get(m.end() - 1, -1) != hi - 1:
             break
-        inner = last[m.end() : -1].strip()
-        if not inner:
+        inner = _strip_span(text, m.end(), hi - 1)
+        if inner[1] <= inner[0]:
             break
-        last = inner
-    return last
+        lo, hi = inner
+    return text[lo:hi]
 
 
 def _clean_candidate(s: str) -> str:

@@ -1,6 +1,7 @@
 """Brace-aware LaTeX scanning shared by extraction and equivalence (VisConf appendix A).
 
 * :func:`matching_brace` -- the ``}`` closing a ``{`` (escaped ``\\{`` / ``\\}`` are literal characters);
+  :func:`brace_pairs` -- all of them in one pass;
 * :func:`unwrap_text_macros` -- ``\\text{X}``, ``\\mathrm{X}``, ... -> ``X``;
 * :func:`strip_math_delimiters` -- ``$..$``, ``$$..$$``, ``\\(..\\)``, ``\\[..\\]`` removed (repeatedly).
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["matching_brace", "unwrap_text_macros", "strip_math_delimiters"]
+__all__ = ["brace_pairs", "matching_brace", "unwrap_text_macros", "strip_math_delimiters"]
 
 _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mathit", "mbox", "operatorname")
 _WRAPPER_OPEN = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{")
@@ -35,6 +36,24 @@ def matching_brace(text: str, open_idx: int) -> int:
                 return i
         i += 1
     return -1
+
+
+def brace_pairs(text: str) -> dict[int, int]:
+    """``{open index: close index}`` of every grouping brace pair of ``text`` in one pass (a stack; escaped
+    ``\\{`` / ``\\}`` are characters): what :func:`matching_brace` gives one brace at a time, for all of
+    them in O(len(text))."""
+    closes, stack, i, n = {}, [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n and text[i + 1] in "{}":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            closes[stack.pop()] = i
+        i += 1
+    return closes
 
 
 def unwrap_text_macros(s: str) -> str:
