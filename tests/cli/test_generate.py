@@ -94,7 +94,13 @@ def test_signals_equal_a_teacher_forced_replay(vl_pool, scenes):
     assert checked == 3 * 2 * 5 * 2
 
 
-def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("stop", ["ctrl_c", "sigterm"])
+def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_path, monkeypatch, capsys, stop):
+    """Ctrl-C, or SIGTERM (SLURM preemption, ``kill``; it used to exit 143 at once and drop the finished
+    questions not yet in a shard), mid-question: the finished question is kept, the re-run completes the
+    uninterrupted pool."""
+    import signal
+
     out = str(tmp_path / "pool.parquet")
     real = generate_pkg.sample_view
     calls = []
@@ -102,14 +108,18 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
     def stop_at_the_fourth_view(*args, **kwargs):
         calls.append(1)
         if len(calls) == 4:  # question 2's reframed view: question 1 is finished, question 2 is not
-            raise KeyboardInterrupt
+            if stop == "ctrl_c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode, here
         return real(*args, **kwargs)
 
     monkeypatch.setattr(generate_pkg, "sample_view", stop_at_the_fourth_view)
     argv = ["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", out, "--views", "original",
             "reframed", "--shard-size", "2", *SETTINGS]
-    assert main(argv) == 130
-    assert "interrupted: 1 of 3 questions" in capsys.readouterr().err
+    assert main(argv) == (130 if stop == "ctrl_c" else 143)
+    word = "interrupted" if stop == "ctrl_c" else "terminated (SIGTERM)"
+    assert f"{word}: 1 of 3 questions" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the dispatcher put the handler back
     assert not os.path.exists(out)
     shards = sorted(os.listdir(out + ".parts"))
     assert shards == ["manifest.json", "rank0-of-1.00000.jsonl"]
@@ -211,6 +221,10 @@ def test_pool_merge_checks_ids(vl_pool, tmp_path, capsys):
     assert f"the pools lack 1 of the 3 questions: {records[2]['id']!r}" in capsys.readouterr().err
     assert main(["pool", "merge", a, "--out", a]) == 1
     assert "is also an input" in capsys.readouterr().err
+    before = open(data, "rb").read()
+    assert main(["pool", "merge", a, b, "--out", data, "--data", data]) == 1  # it was overwritten, exit 0
+    assert "is the question file --data" in capsys.readouterr().err
+    assert open(data, "rb").read() == before
 
 
 @pytest.mark.subprocess

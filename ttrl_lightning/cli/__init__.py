@@ -28,7 +28,9 @@ Errors and exit codes, the same for every command (:func:`main`):
   ``PermissionError``): one line ``ttrl <command>: <message>`` on stderr, no traceback; an unknown command
   is one line too;
 * 130: interrupted (Ctrl-C): one line ``ttrl <command>: interrupted`` (``ttrl bon`` reports what it
-  finished first and returns 130 itself).
+  finished first and returns 130 itself);
+* 143: terminated (SIGTERM: SLURM preemption, ``kill``, ``timeout``): handled as Ctrl-C
+  (:mod:`.termination`: the same cleanup, ``ttrl generate`` keeps every finished question), then 143.
 
 ``--debug`` anywhere on the command line (removed before the command parses its options, and set as
 ``TTRL_DEBUG=1`` while it runs) or ``TTRL_DEBUG=1`` lets these errors propagate with their traceback.
@@ -41,6 +43,7 @@ import os
 import sys
 
 from ..errors import UserError
+from .termination import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     target, _ = SUBCOMMANDS[name]
     module_name, fn_name = target.split(":")
     try:
-        with _debug_environment(flag):
+        with _debug_environment(flag), sigterm_as_interrupt():
             fn = getattr(importlib.import_module(module_name), fn_name)
             rc = fn(rest)
     except USER_ERRORS as e:
@@ -141,9 +144,10 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"ttrl {name}: {_one_line(e)}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         if debug:
             raise
-        print(f"ttrl {name}: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        terminated = isinstance(e, Terminated)
+        print(f"ttrl {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     return int(rc or 0)

@@ -22,6 +22,7 @@ from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
 from ..safe_files import file_sha256, same_file
+from .termination import EXIT_TERMINATED, Terminated
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
                    metrics_lines, top_p)
@@ -250,8 +251,8 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
                     store.add(rec)
                     bar.update(1)
             bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
-    except KeyboardInterrupt:
-        interrupted = True
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (termination.Terminated, from the dispatcher)
+        interrupted = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
     finally:
         bar.close()
         store.flush()  # keep everything finished, also on an error
@@ -261,9 +262,9 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     speed = (f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded "
              f"in {t_load:.1f} s)")
     if interrupted:
-        print(f"\ninterrupted: {done} of {len(mine)} questions are in {store.dir}; run the same command "
+        print(f"\n{interrupted}: {done} of {len(mine)} questions are in {store.dir}; run the same command "
               f"again to continue; {speed}", file=sys.stderr)
-        return 130
+        return EXIT_TERMINATED if interrupted.startswith("terminated") else 130
     ids = [q["id"] for q in questions]
     if dp.world_size == 1:
         records = merge_records([(store.dir, finished.values())], ids)

@@ -175,7 +175,8 @@ def pool_main(argv: list[str]) -> int:
 
 
 def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
-    """``ttrl pool merge``: inputs distinct and not the output, then :func:`merge_pool_files`."""
+    """``ttrl pool merge``: inputs distinct, neither they nor ``--data`` the output, then
+    :func:`merge_pool_files`."""
     from ..generate.merge import merge_pool_files
 
     for i, path in enumerate(args.pools):
@@ -189,6 +190,9 @@ def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
     if args.data is not None:
         from ..data.questions import read_questions
 
+        if same_file(args.data, args.out):
+            parser.error(f"argument --out: {args.out!r} is the question file --data; merging into it would "
+                         "destroy it")
         expected = [q["id"] for q in read_questions(args.data)]
     count = merge_pool_files(args.pools, args.out, expected)
     print(f"merged {len(args.pools)} pools ({count} questions) into {args.out}")
