@@ -80,3 +80,20 @@ def test_condense_keeps_the_key_and_the_reason():
                         "  Errors:\n    - Expected a <class 'int'>\n    - Expected a <class 'NoneType'>"
     assert condense(only_alternatives) == "a: Expected a <class 'int'> (and 1 more)"
     assert issubclass(CommandLineError, UserError)
+
+
+def test_ctrl_c_during_fit_exits_130_and_gives_ctrl_c_back(tmp_path, monkeypatch, capsys):
+    """Lightning answers Ctrl-C with a graceful shutdown and ``sys.exit(1)`` (SIGINT left ignored): ``ttrl fit``
+    exits 130, as the README's exit-code table says of every command, and Ctrl-C works again afterwards."""
+    import signal
+
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_FitLoop, "run", interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    rc = main(["fit", *GRPO, f"--trainer.default_root_dir={tmp_path / 'run'}", "--trainer.max_steps=2"])
+    assert rc == 130 and "ttrl fit: interrupted" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is before

@@ -244,6 +244,23 @@ class TTRLCLI(LightningCLI):
     def after_validate(self) -> None:
         self._finish_wandb()
 
+    def _run_subcommand(self, subcommand: str) -> None:
+        """Lightning turns Ctrl-C during ``fit`` into a graceful shutdown and then ``sys.exit(1)``, leaving
+        SIGINT ignored: give the dispatcher the interrupt back (exit 130, as every command) and Ctrl-C its
+        handler."""
+        import signal
+
+        handler = signal.getsignal(signal.SIGINT)
+        try:
+            super()._run_subcommand(subcommand)
+        except SystemExit as e:
+            if getattr(self, "trainer", None) is not None and self.trainer.interrupted and e.code == 1:
+                raise KeyboardInterrupt from None
+            raise
+        finally:
+            if handler is not None:
+                signal.signal(signal.SIGINT, handler)
+
 
 @contextlib.contextmanager
 def _command_line(args: list[str] | None) -> Iterator[None]:
