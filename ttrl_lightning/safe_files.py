@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from typing import IO, Iterator
 
@@ -22,7 +23,8 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     """Open a temporary file beside ``path`` for writing; on a clean exit it replaces ``path``.
 
     ``mode``: ``"w"`` (text, ``encoding``) or ``"wb"`` (bytes). On an exception (KeyboardInterrupt included)
-    the temporary file is removed and ``path`` is left as it was.
+    the temporary file is removed and ``path`` is left as it was. The file gets the permission bits of the
+    file it replaces, or those a new file gets under the umask (``mkstemp``'s own 0600 never reaches ``path``).
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
@@ -35,11 +37,33 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
+        os.chmod(tmp, _final_mode(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    try:  # Linux reports it without changing it
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _final_mode(path: str) -> int:
+    """The permission bits ``path`` keeps: its own when it exists, else 0666 under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
 
 
 def atomic_write_path(path: str | os.PathLike) -> "contextlib.AbstractContextManager[str]":
@@ -57,6 +81,7 @@ def _atomic_path(path: str) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
+        os.chmod(tmp, _final_mode(path))
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
