@@ -188,6 +188,11 @@ def _bad_inputs(tmp_path):
         (tiny + ["--data", _jsonl(tmp_path / "img.jsonl", [{"id": "a", "prompt": "x", "gold": "1", "image": "i.png"}])],
          r"img\.jsonl: question 'a' has images, but ttrl eval samples with the text-only"),
         (tiny + ["--data", str(tmp_path / "missing.jsonl")], r"missing\.jsonl: question file not found"),
+        # the context (tiny:qwen2: 256 positions), checked before sampling; the OOM traceback it was
+        (tiny + ["--data", good, "--max-new-tokens", "100000"],
+         r"question 'a': 4 prompt tokens \+ max_new_tokens 100000 exceed the model's context \(256 tokens\)"),
+        (tiny + ["--data", _jsonl(tmp_path / "long.jsonl", [{"id": "long", "prompt": "7" * 300, "gold": "1"}])],
+         r"question 'long': 300 prompt tokens \+ max_new_tokens \d+ exceed the model's context"),
     ]
 
 

@@ -152,6 +152,9 @@ def _jsonl(path, rows):
     ({"id": "a", "gold": "1"}, "tiny:qwen2", [], "line 2 (id='a'): missing field 'prompt'"),
     ({"id": "a", "prompt": "x"}, "tiny:qwen2", ["--prompt-format", "chat"],
      "question 1 (id='q0'): a chat prompt, but the model has no chat template"),
+    ({"id": "a", "prompt": "7" * 300}, "tiny:qwen2", [],  # tiny:qwen2 has 256 positions
+     "question 'a': 300 prompt tokens + max_new_tokens 4 exceed the model's context (max_position_embeddings) "
+     "(256 tokens)"),
 ])
 def test_bad_input_names_the_row(tmp_path, capsys, row, model, extra, needle):
     data = _jsonl(tmp_path / "q.jsonl", [{"id": "q0", "prompt": "1+1=", "gold": "2"}, row])
@@ -159,7 +162,7 @@ def test_bad_input_names_the_row(tmp_path, capsys, row, model, extra, needle):
                *SETTINGS])
     err = capsys.readouterr().err
     assert rc == 1 and needle in err and err.count("\n") == 1, err
-    assert not os.path.exists(tmp_path / "p.jsonl")
+    assert not os.path.exists(tmp_path / "p.jsonl") and not os.path.exists(tmp_path / "p.jsonl.parts")
 
 
 def test_an_image_for_a_model_without_a_chat_template_names_the_row(scenes, tmp_path, capsys):

@@ -149,3 +149,19 @@ def test_prompt_shared_samples_have_generates_distribution(tok):
     for i in range(2):  # lengths, final tokens
         assert p_value(plain[i], shared[i]) > 1e-3
     assert min(p_value(plain[i], hot[i]) for i in range(2)) < 1e-3
+
+
+@pytest.mark.parametrize("share_prompt", [True, False])
+def test_a_prompt_past_the_models_context_is_refused_before_sampling(tok, share_prompt):
+    """tiny:llama has 256 positions: a prompt whose tokens plus max_new_tokens exceed them is one UserError
+    naming it (TTRL and eval sample through here), before any token is sampled."""
+    from ttrl_lightning.errors import UserError
+
+    model = load_model("tiny:llama", tok, seed=0)
+    eng = HFGenerateEngine(tok, share_prompt=share_prompt)
+    with pytest.raises(UserError, match=r"prompt 1 \('7777.*: 250 prompt tokens \+ max_new_tokens 8 exceed the "
+                                        r"model's context \(max_position_embeddings\) \(256 tokens\)"):
+        eng.generate(model, ["1+1=", "7" * 250], SamplingParams(n=2, max_new_tokens=8))
+    with pytest.raises(UserError, match="max_new_tokens 100000 exceed"):
+        eng.generate(model, ["1+1="], SamplingParams(max_new_tokens=100000))
+    assert eng.generate(model, ["7" * 248], SamplingParams(max_new_tokens=8)).completion_ids.shape[0] == 1

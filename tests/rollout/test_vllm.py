@@ -141,7 +141,8 @@ def test_a_lora_policy_is_merged_into_a_copy(tok, model, engine):
 
 
 def test_a_prompt_longer_than_max_model_len_is_refused_before_sampling(model, engine):
-    with pytest.raises(UserError, match=r"prompt 1: 120 tokens \+ max_new_tokens 16 exceed .* max_model_len 128"):
+    with pytest.raises(UserError, match=r"prompt 1 .*: 120 prompt tokens \+ max_new_tokens 16 exceed the vllm "
+                                        r"engine.s max_model_len \(128 tokens\)"):
         engine.generate(model, ["1+1=", "7" * 120], SamplingParams(n=1, max_new_tokens=16))
 
 

@@ -21,6 +21,7 @@ import time
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
+from ..rollout.base import check_context, context_length
 from ..safe_files import file_sha256, same_file
 from .termination import EXIT_TERMINATED, Terminated
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
@@ -201,6 +202,15 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     engine = build_sampling_engine(args, policy.tokenizer, record_signals=True) if batched else None
     t_load = time.perf_counter() - t0
 
+    limit = getattr(engine, "max_model_len", None) or context_length(policy.model)
+    what = "the model's context (max_position_embeddings)"
+    # the context, before anything is written; a question with images is checked once its inputs exist
+    for i in rank_indices(len(questions), dp.rank, dp.world_size):
+        q = questions[i]
+        if not q["images"]:
+            lengths = [len(policy.tokenizer(builder.text(q, view), add_special_tokens=False)["input_ids"])
+                       for view in args.views]
+            check_context(lengths, max_new, limit, what, names=[q["id"]] * len(lengths))
     settings = _settings(args, max_new)
     store = ShardStore(args.out, settings, dp.rank, dp.world_size, args.shard_size)
     finished = store.open()
@@ -227,8 +237,10 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
                 rollouts = []
                 for v, view in enumerate(args.views):
                     seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
-                    got, count = sample_view(policy.model, policy.tokenizer, builder.inputs(q, view), view,
-                                             params, seed_qv, extract, q["choices"])
+                    inputs = builder.inputs(q, view)
+                    check_context([inputs["input_ids"].shape[1]], max_new, limit, what, names=[q["id"]])
+                    got, count = sample_view(policy.model, policy.tokenizer, inputs, view, params, seed_qv,
+                                             extract, q["choices"])
                     rollouts.extend(got)
                     tokens += count
                 store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})

@@ -166,3 +166,32 @@ def sampling_mode(model, seed: int | None) -> Iterator[None]:
             yield
     finally:
         model.train(was_training)
+
+
+def context_length(model) -> int | None:
+    """The positions ``model`` was built for: its config's ``max_position_embeddings`` (a vision-language
+    model's text config's), or None when the config does not say."""
+    config = getattr(model, "config", None)
+    for cfg in (config, getattr(config, "text_config", None)):
+        value = getattr(cfg, "max_position_embeddings", None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_context(prompt_lengths: Sequence[int], max_new_tokens: int, limit: int | None, what: str,
+                  names: Sequence[str] | None = None, prompts: Sequence[str] | None = None) -> None:
+    """Refuse, before anything is sampled, a prompt whose tokens plus ``max_new_tokens`` exceed ``limit``
+    (``what``: whose limit it is, for the message): a ``UserError`` naming the prompt (``names[i]``, else its
+    index and first characters). Without the check a 200k-character prompt runs for minutes and a long one
+    ends in an out-of-memory traceback. ``limit`` None: nothing to check."""
+    if limit is None:
+        return
+    for i, n in enumerate(prompt_lengths):
+        if n + max_new_tokens > limit:
+            if names is not None:
+                who = f"question {names[i]!r}"
+            else:
+                who = f"prompt {i}" + (f" ({prompts[i][:40]!r}...)" if prompts is not None else "")
+            raise UserError(f"{who}: {n} prompt tokens + max_new_tokens {max_new_tokens} exceed {what} ({limit} "
+                            "tokens); shorten it or lower --max-new-tokens / max_new_tokens")

@@ -6,7 +6,8 @@ from typing import Sequence
 import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
-from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, context_length,
+                                         sampling_mode)
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
 from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
@@ -93,6 +94,8 @@ class HFGenerateEngine:
         if tok.padding_side != "left":
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
+        check_context(enc["attention_mask"].sum(1).tolist(), params.max_new_tokens, context_length(model),
+                      "the model's context (max_position_embeddings)", prompts=list(prompts))
         device = next(model.parameters()).device
         if self.share_prompt and supports_prompt_sharing(model):
             return self._generate_shared(model, enc["input_ids"].to(device), enc["attention_mask"].to(device),

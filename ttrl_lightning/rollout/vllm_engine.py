@@ -41,7 +41,7 @@ from typing import Any, Sequence
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, sampling_mode
 from ttrl_lightning.rollout.hf import finish_rollouts
 from ttrl_lightning.rollout.signals import REPLAY_SIGNALS, replay_token_signals
 
@@ -229,13 +229,11 @@ class VLLMEngine:
             stop_token_ids=[tok.eos_token_id] if tok.eos_token_id is not None else None, logprobs=0,
             detokenize=bool(params.stop), skip_special_tokens=True)
 
-    def check_lengths(self, prompt_lengths: Sequence[int], max_new_tokens: int) -> None:
+    def check_lengths(self, prompt_lengths: Sequence[int], max_new_tokens: int, names=None, prompts=None) -> None:
         """Refuse a prompt whose tokens plus ``max_new_tokens`` do not fit ``max_model_len`` (``UserError``
-        naming the prompt), before anything is sampled."""
-        for i, n in enumerate(prompt_lengths):
-            if n + max_new_tokens > self.max_model_len:
-                raise UserError(f"prompt {i}: {n} tokens + max_new_tokens {max_new_tokens} exceed the vllm "
-                                f"engine's max_model_len {self.max_model_len}")
+        naming the prompt), before anything is sampled (``base.check_context``)."""
+        check_context(prompt_lengths, max_new_tokens, self.max_model_len, "the vllm engine's max_model_len",
+                      names, prompts)
 
     @torch.no_grad()
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
@@ -250,7 +248,7 @@ class VLLMEngine:
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         rows = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
-        self.check_lengths([len(r) for r in rows], params.max_new_tokens)
+        self.check_lengths([len(r) for r in rows], params.max_new_tokens, prompts=list(prompts))
         with sampling_mode(model, params.seed), _keep_torch_threads():
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows],
                                         self._sampling_params(params), use_tqdm=False)
