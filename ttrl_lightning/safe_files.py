@@ -113,3 +113,20 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def content_sha256(path: str | os.PathLike) -> str:
+    """The content identity of a checkpoint: a file's SHA-256, or for a folder the SHA-256 of the
+    ``name<TAB>sha256`` lines of its regular, non-hidden files in name order (a Hugging Face folder: config,
+    weights, tokenizer). Another model at the same path gets another value (about 1 s per GB to compute)."""
+    import hashlib
+
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return file_sha256(path)
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(path)):
+        full = os.path.join(path, name)
+        if not name.startswith(".") and os.path.isfile(full):
+            digest.update(f"{name}\t{file_sha256(full)}\n".encode())
+    return digest.hexdigest()

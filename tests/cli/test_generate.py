@@ -122,7 +122,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the dispatcher put the handler back
     assert not os.path.exists(out)
     shards = sorted(os.listdir(out + ".parts"))
-    assert shards == ["manifest.json", "rank0-of-1.00000.jsonl"]
+    assert shards == ["manifest.json", "rank0-of-1.00000.jsonl", "rank0-of-1.lock"]
     assert main(["pool", "validate", os.path.join(out + ".parts", shards[1])]) == 0  # the partial pool
     monkeypatch.setattr(generate_pkg, "sample_view", real)
     assert main(argv) == 0
@@ -255,3 +255,62 @@ def test_two_gloo_ranks_merge_into_the_single_process_pool(vl_pool, scenes, tmp_
     merged = str(tmp_path / "again.jsonl")
     assert main(["pool", "merge", *ranks, "--out", merged, "--data", scenes]) == 0
     assert _records(merged) == _records(out)
+
+
+def test_a_checkpoint_replaced_at_the_same_path_is_refused_on_resume(tmp_path, capsys):
+    """The manifest records the model by content (SHA-256 of the folder's files), not only by its path: a
+    re-run after another model was saved at the same path is refused (it mixed the two models' rollouts into
+    one pool, whose avg@k belonged to neither)."""
+    from ttrl_lightning.models import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    folder = str(tmp_path / "model")
+
+    def save(seed):
+        load_model("tiny:qwen2", tok, seed=seed).save_pretrained(folder)
+        tok.save_pretrained(folder)
+
+    save(0)
+    data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)} for i in range(2)])
+    argv = ["generate", "--model", folder, "--data", data, "--out", str(tmp_path / "p.jsonl"), *SETTINGS]
+    assert main(argv) == 0
+    capsys.readouterr()
+    save(1)
+    capsys.readouterr()
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("ttrl generate: ") and "holds rollouts made with model_sha256=" in err, err
+    save(0)  # the same weights again: the same content
+    assert main(argv) == 0 and "2 already in" in capsys.readouterr().out
+
+
+def test_a_second_run_on_one_out_is_refused_and_duplicate_identical_shards_are_kept_once(tmp_path, capsys):
+    """Two concurrent runs on one --out both exited 1 and left duplicate shards that failed every re-run:
+    the run holding the rank's lock makes the second say so in one line; a question found in two shards
+    with byte-identical records (written before the lock existed) is read once; different records stay an
+    error naming both shards."""
+    import fcntl
+    import shutil
+
+    data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)} for i in range(3)])
+    out = str(tmp_path / "p.jsonl")
+    argv = ["generate", "--model", "tiny:qwen2", "--data", data, "--out", out, "--shard-size", "2", *SETTINGS]
+    os.makedirs(out + ".parts")
+    with open(os.path.join(out + ".parts", "rank0-of-1.lock"), "a+") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # another run holds it
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert err.strip().splitlines()[-1] == (f"ttrl generate: another run writes {out}.parts (rank 0 of 1); "
+                                                "wait for it to finish, or use another --out")
+    assert main(argv) == 0
+    first = _records(out)
+    shard = os.path.join(out + ".parts", "rank0-of-1.00000.jsonl")
+    shutil.copy(shard, os.path.join(out + ".parts", "rank0-of-1.00007.jsonl"))
+    assert main(argv) == 0 and _records(out) == first
+    rec = _records(shard)[0]
+    rec["rollouts"][0]["text"] += "!"
+    from ttrl_lightning.data.pool import write_records
+
+    write_records([rec], os.path.join(out + ".parts", "rank0-of-1.00008.jsonl"))
+    assert main(argv) == 1
+    assert f"question {rec['id']!r} is also in" in capsys.readouterr().err

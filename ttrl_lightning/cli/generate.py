@@ -22,11 +22,11 @@ from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
 from ..rollout.base import check_context, context_length
-from ..safe_files import file_sha256, same_file
-from .termination import EXIT_TERMINATED, Terminated
+from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
                    metrics_lines, top_p)
+from .termination import EXIT_TERMINATED, Terminated
 
 __all__ = ["build_parser", "generate_main", "rank_out_path"]
 
@@ -119,8 +119,14 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
 
 
 def _settings(args: argparse.Namespace, max_new: int) -> dict:
-    """What decides the rollouts (the shards' manifest): a re-run must match it."""
-    return {"model": args.model, "data": os.path.abspath(args.data), "data_sha256": file_sha256(args.data),
+    """What decides the rollouts (the shards' manifest): a re-run must match it. The model is recorded by
+    its content too (``safe_files.content_sha256``), so a checkpoint replaced at the same path is refused
+    rather than mixed into the pool."""
+    from ..models import is_tiny
+
+    model_sha = None if is_tiny(args.model) else content_sha256(args.model)  # a tiny model is its name + seed
+    return {"model": args.model, "model_sha256": model_sha, "data": os.path.abspath(args.data),
+            "data_sha256": file_sha256(args.data),
             "n": args.n, "views": list(args.views), "max_new_tokens": max_new,
             "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k, "seed": args.seed,
             "prompt_format": args.prompt_format, "answer_extractor": args.answer_extractor,
@@ -268,8 +274,10 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     finally:
         bar.close()
         store.flush()  # keep everything finished, also on an error
+        store.close()
     t_gen = time.perf_counter() - t1
     finished = store.open()
+    store.close()
     done = sum(questions[i]["id"] in finished for i in mine)
     speed = (f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded "
              f"in {t_load:.1f} s)")

@@ -9,9 +9,14 @@ Next to ``--out POOL`` the run keeps ``POOL.parts/``:
   renamed into place) of the questions finished since the previous shard, one every ``shard_size``
   questions, and one with whatever is finished when the run stops (end, error or Ctrl-C).
 
-A shard is either complete or absent, so a killed run loses at most the questions it was sampling. A re-run
-reads every shard (through the strict pool reader) and skips the questions found there; whatever rank wrote
-them, a question's rollouts depend on its row and seed only (:mod:`.sampler`).
+* ``rank{r}-of-{W}.lock``: held (``fcntl.flock``, exclusive) by the run writing rank r's shards, so a second
+  run on the same ``--out`` is refused in one line instead of writing duplicate shards beside the first.
+
+A shard is either complete or absent, so a killed run loses at most the questions it was sampling (Ctrl-C
+and SIGTERM flush the finished ones first). A re-run reads every shard (through the strict pool reader) and
+skips the questions found there; whatever rank wrote them, a question's rollouts depend on its row and seed
+only (:mod:`.sampler`), so a question found twice with byte-identical records is kept once, and twice with
+different records is refused.
 """
 from __future__ import annotations
 
@@ -46,11 +51,35 @@ class ShardStore:
         self.settings = settings
         self.rank, self.world_size, self.shard_size = rank, world_size, shard_size
         self._buffer: list[dict] = []
+        self._lock = None
+
+    def _take_lock(self) -> None:
+        """Hold this rank's lock file until :meth:`close` (or the process ends)."""
+        if self._lock is not None:
+            return
+        import fcntl
+
+        path = os.path.join(self.dir, f"rank{self.rank}-of-{self.world_size}.lock")
+        fh = open(path, "a+")
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            raise UserError(f"another run writes {self.dir} (rank {self.rank} of {self.world_size}); wait for it "
+                            "to finish, or use another --out") from None
+        self._lock = fh
+
+    def close(self) -> None:
+        """Release the lock (the shards stay)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def open(self) -> dict[str, dict]:
-        """Create the folder or check its manifest against the settings; return the finished records by id
-        (every shard of the folder, validated)."""
+        """Create the folder or check its manifest against the settings, take this rank's lock; return the
+        finished records by id (every shard of the folder, validated)."""
         os.makedirs(self.dir, exist_ok=True)
+        self._take_lock()
         path = os.path.join(self.dir, MANIFEST)
         if os.path.exists(path):
             try:
@@ -72,6 +101,8 @@ class ShardStore:
         where: dict[str, str] = {}
         for shard in self.shards():
             for rec in read_records(shard):
+                if rec["id"] in finished and rec == finished[rec["id"]]:
+                    continue  # the same question written twice (two runs before the lock): identical
                 if rec["id"] in finished:
                     raise UserError(f"{shard}: question {rec['id']!r} is also in {where[rec['id']]}; remove "
                                     f"one of the two shards")
