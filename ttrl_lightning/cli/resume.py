@@ -17,6 +17,8 @@ message naming it, before Lightning reads it.
 """
 from __future__ import annotations
 
+import importlib
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -25,6 +27,7 @@ import torch
 
 from ttrl_lightning.checkpoints import TRAINER_CKPT_KEYWORDS, load_checkpoint  # noqa: F401  (re-exported)
 from ttrl_lightning.errors import UserError
+from ttrl_lightning.safe_files import same_file
 
 #: the flag that lets this run's values replace a checkpoint's hyperparameters
 OVERRIDE_FLAG = "allow_hparam_override"
@@ -70,11 +73,38 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
+def _same_value(a: Any, b: Any) -> bool:
+    """Equal, or two spellings of one existing file or folder (relative / absolute, through links)."""
+    if a == b:
+        return True
+    if isinstance(a, str) and isinstance(b, str) and os.path.exists(a) and os.path.exists(b):
+        return same_file(a, b)
+    return False
+
+
+def resolved(given: Mapping[str, Any]) -> dict[str, Any]:
+    """This run's init args as the module will save them: the class's ``resolved_hparams`` (e.g.
+    ``TTRLModule`` saves ``advantage: None`` as the labeler's default rule) applied when it has one."""
+    given = dict(given)
+    class_path = given.get("class_path")
+    if not class_path:
+        return given
+    module_name, _, name = str(class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), name)
+    except (ImportError, AttributeError, ValueError):
+        return given
+    hook = getattr(cls, "resolved_hparams", None)
+    return dict(hook(given)) if callable(hook) else given
+
+
 def hparam_changes(saved: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{dotted key: (checkpoint value, this run's value)}`` of every hyperparameter both name and that
-    differ (nested groups such as ``policy`` compared field by field: ``policy.lr``)."""
-    a, b = _flatten(_plain(dict(saved))), _flatten(_plain(dict(given)))
-    return {k: (a[k], b[k]) for k in a if k in b and a[k] != b[k]}
+    differ (nested groups such as ``policy`` compared field by field: ``policy.lr``). This run's values are
+    compared as the module resolves them (:func:`resolved`), and two spellings of the same existing path
+    are the same value."""
+    a, b = _flatten(_plain(dict(saved))), _flatten(_plain(resolved(given)))
+    return {k: (a[k], b[k]) for k in a if k in b and not _same_value(a[k], b[k])}
 
 
 def describe_changes(changes: Mapping[str, tuple[Any, Any]]) -> str:

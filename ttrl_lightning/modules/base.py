@@ -178,6 +178,12 @@ class PolicyModule(pl.LightningModule):
     #: ``__init__`` arguments left out of the saved hyperparameters (objects, not configuration)
     unsaved_init_args: ClassVar[tuple[str, ...]] = ()
 
+    @classmethod
+    def resolved_hparams(cls, init_args: dict) -> dict:
+        """``init_args`` as this class saves them in its hyperparameters (a subclass that saves a resolved
+        default instead of the given ``None`` says so here), so a resume compares like with like."""
+        return dict(init_args)
+
     def __init__(self, policy: PolicySpec = PolicySpec()):
         super().__init__()
         self.policy_spec = PolicySpec.of(policy)

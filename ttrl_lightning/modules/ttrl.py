@@ -381,6 +381,17 @@ class TTRLModule(GRPOModule):
         return RolloutRewards(step.rewards.to(rollouts.completion_ids.device),
                               step.group_mask.to(rollouts.completion_ids.device))
 
+    @classmethod
+    def resolved_hparams(cls, init_args: dict) -> dict:
+        """``advantage: None`` is saved as the labeler's default rule (``DEFAULT_ADVANTAGE``, else "group")."""
+        out = super().resolved_hparams(init_args)
+        if out.get("advantage") is None:
+            import inspect
+
+            labeler = out.get("pseudo_labeler", inspect.signature(cls.__init__).parameters["pseudo_labeler"].default)
+            out["advantage"] = DEFAULT_ADVANTAGE.get(labeler, "group")
+        return out
+
     def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """GRPO's advantages (``"group"``) or Pixelis' EMA-baseline advantages (``"ema_baseline"``); rows the
         labeler rejected from the update get 0."""
