@@ -89,11 +89,46 @@ def test_trajectories_are_saved_and_replayed_byte_for_byte(tmp_path, tok, model)
     assert replay_trajectory(Trajectory.from_json(tampered)) == [2]
 
 
+GOOD = {"prompt": "q", "completion": "c", "answer": "1", "latencies": [0.1, None], "source": None,
+        "disabled": ["OCR"], "truncated": False,
+        "steps": [{"name": "OCR", "args": {}, "text": "{}"}, {"name": None, "args": {}, "text": "x"}]}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"disabled": "OCR"}, "field 'disabled' must be list, got str 'OCR'"),  # it became ('O', 'C', 'R')
+    ({"disabled": [1]}, "field 'disabled' must be a list of tool names"),
+    ({"prompt": None}, "field 'prompt' must be str"),
+    ({"answer": 3}, "field 'answer' must be str or null"),
+    ({"steps": {"name": "OCR"}}, "field 'steps' must be list"),
+    ({"steps": [{"name": "OCR", "args": [], "text": "{}"}]}, r"steps\[0\]: name must be a string or null, args an"),
+    ({"steps": ["OCR"]}, r"steps\[0\] must be an object with exactly name, args and text"),
+    ({"latencies": ["1"]}, r"latencies\[0\] must be a number or null"),
+    ({"truncated": "no"}, "field 'truncated' must be bool"),
+    ({"source": [1]}, "field 'source' must be dict or null"),
+    ({"extra": 1}, r"unknown field\(s\) \['extra'\]"),
+])
+def test_bad_trajectory_fields_name_the_file_line_and_field(tmp_path, change, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, **change}) + "\n")
+    with pytest.raises(ValueError, match="bad.jsonl: line 2: not a trajectory record \\(" + message):
+        load_trajectories(path)
+
+
 def test_bad_trajectory_file_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "q"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl: line 1"):
+    with pytest.raises(ValueError, match="bad.jsonl: line 1.*missing field 'completion'"):
         load_trajectories(path)
+    for text in ("[1, 2]", "[" * 100_000 + "]" * 100_000, "12"):
+        path.write_text(text + "\n")
+        with pytest.raises(ValueError, match="bad.jsonl: line 1: not a trajectory record"):
+            load_trajectories(path)
+    assert load_trajectories(_write(tmp_path / "good.jsonl", GOOD))[0].disabled == ("OCR",)
+
+
+def _write(path, record):
+    path.write_text(json.dumps(record) + "\n")
+    return path
 
 
 def test_step_budget_and_disabled_tools(tok, model):

@@ -128,6 +128,19 @@ class AgentToolSession(ToolSession):
         return obs
 
 
+_TRAJECTORY_FIELDS = {"prompt", "completion", "answer", "steps", "latencies", "source", "disabled", "truncated"}
+
+
+def _expect(record: dict, name: str, types, default=None):
+    """``record[name]`` (``default`` when absent) if it is an instance of ``types``, else ``ValueError``."""
+    value = record.get(name, default)
+    if name in record and not isinstance(value, types):
+        expected = types.__name__ if isinstance(types, type) else " or ".join(
+            "null" if t is type(None) else t.__name__ for t in types)
+        raise ValueError(f"field {name!r} must be {expected}, got {type(value).__name__} {str(value)[:40]!r}")
+    return value
+
+
 @dataclass
 class Trajectory:
     """One agent rollout: ``prompt``, ``completion`` (the model's text with the observations it was shown),
@@ -169,9 +182,37 @@ class Trajectory:
 
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> "Trajectory":
-        return cls(record["prompt"], record["completion"], record["answer"], record["steps"],
-                   record["latencies"], record.get("source"), tuple(record.get("disabled", ())),
-                   bool(record.get("truncated", False)))
+        """The trajectory of a ``to_json`` record, every field and step checked for its type (``ValueError``
+        naming the field): a string where a list belongs (``"disabled": "OCR"``) would otherwise become its
+        letters and replay a disabled tool."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a trajectory record is a JSON object, got {type(record).__name__}")
+        unknown = sorted(set(record) - _TRAJECTORY_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown field(s) {unknown}")
+        for name in ("prompt", "completion", "answer", "steps", "latencies"):
+            if name not in record:
+                raise ValueError(f"missing field {name!r}")
+        _expect(record, "prompt", str)
+        _expect(record, "completion", str)
+        _expect(record, "answer", (str, type(None)))
+        _expect(record, "source", (dict, type(None)))
+        _expect(record, "truncated", bool)
+        steps, latencies = _expect(record, "steps", list), _expect(record, "latencies", list)
+        disabled = _expect(record, "disabled", list, ())
+        if not all(isinstance(d, str) for d in disabled):
+            raise ValueError(f"field 'disabled' must be a list of tool names, got {disabled!r}")
+        for i, step in enumerate(steps):
+            if not isinstance(step, dict) or set(step) != {"name", "args", "text"}:
+                raise ValueError(f"steps[{i}] must be an object with exactly name, args and text")
+            if not isinstance(step["name"], (str, type(None))) or not isinstance(step["args"], dict) \
+                    or not isinstance(step["text"], str):
+                raise ValueError(f"steps[{i}]: name must be a string or null, args an object, text a string")
+        for i, value in enumerate(latencies):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"latencies[{i}] must be a number or null, got {value!r}")
+        return cls(record["prompt"], record["completion"], record["answer"], steps, latencies,
+                   record.get("source"), tuple(disabled), record.get("truncated", False))
 
 
 @dataclass
@@ -460,7 +501,9 @@ def load_trajectories(path) -> list[Trajectory]:
                 continue
             try:
                 out.append(Trajectory.from_json(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as err:
+            except RecursionError:
+                raise ValueError(f"{path}: line {i}: not a trajectory record (nested too deeply)") from None
+            except ValueError as err:
                 raise ValueError(f"{path}: line {i}: not a trajectory record ({err})") from None
     return out
 
