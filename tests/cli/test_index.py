@@ -60,3 +60,24 @@ def test_bad_options_name_the_flag(index_file, tmp_path, capsys):
     bad.write_text('["x1", 3]')
     assert main(["index", "audit", str(index_file), "--evaluation-ids", str(bad)]) == 1
     assert "ids.json: entry 1 is not a non-empty string id" in _error_line(capsys)
+
+
+def test_audit_memory_does_not_grow_with_the_probes():
+    """``--probes 100000000`` took 19 GB: all queries were drawn up front. Drawn batch by batch, the audit's
+    peak allocation (tracemalloc sees numpy's) is the same for 8k and 64k probes; probes still come half
+    from near stored keys."""
+    import tracemalloc
+
+    from ttrl_lightning.retrieval.audit import audit_index
+
+    rng = np.random.default_rng(0)
+    index = ExemplarIndex(64, "Flat")
+    index.add([f"x{i}" for i in range(100)], rng.standard_normal((100, 64)))
+    peaks = []
+    for probes in (8_192, 65_536):
+        tracemalloc.start()
+        report = audit_index(index, probes=probes, k=1, batch=1024)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert report.passed and report.probes == probes
+    assert peaks[1] < 1.5 * peaks[0] and peaks[1] < 8 * 2**20, peaks  # 64k x 64 float32 alone is 16 MiB

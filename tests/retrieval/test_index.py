@@ -202,12 +202,28 @@ def _rewrite(path, change):
     path.write_bytes(buffer.getvalue())
 
 
-def _meta(change):
+def _meta(change, reseal=False):
+    """Edit meta.json; ``reseal``: also recompute its checksum (what a deliberate edit would do), so the
+    checks behind the checksum are reached."""
+    from ttrl_lightning.retrieval.index import _meta_sha256
+
     def edit(members):
         meta = json.loads(members["meta.json"])
         change(meta)
+        if reseal:
+            meta["meta_sha256"] = _meta_sha256(meta)
         members["meta.json"] = json.dumps(meta).encode()
     return edit
+
+
+def _deflate(path):
+    """Rewrite the file with compressed members (a zip bomb's shape: small file, large contents)."""
+    with zipfile.ZipFile(path) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    members["ids.json"] = b" " * 50_000_000 + members["ids.json"]  # 50 MB of padding deflates to ~50 KB
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
 
 
 def _flip_vector_byte(members):
@@ -223,8 +239,16 @@ def _flip_vector_byte(members):
     (lambda p: _rewrite(p, _flip_vector_byte), r"checksum mismatch in vectors\.npy"),
     (lambda p: _rewrite(p, _meta(lambda m: m.update(version=99))), "format version 99"),
     (lambda p: _rewrite(p, _meta(lambda m: m.update(format="other"))), "not an exemplar index file"),
-    (lambda p: _rewrite(p, _meta(lambda m: m.update(count=1199))), r"metadata says \[1199, 16\]"),
-    (lambda p: _rewrite(p, _meta(lambda m: m.update(whitelist=["s5"]))), "whitelisted or blocked"),
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(count=1199))), r"checksum mismatch in meta\.json"),
+    # the whitelist was outside every checksum: an edit weakened leakage control silently
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(whitelist=[]))), r"checksum mismatch in meta\.json"),
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(count=1199), reseal=True)), r"metadata says \[1199, 16\]"),
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(whitelist=["s5"]), reseal=True)), "whitelisted or blocked"),
+    # a whitelist written as a string became the set of its letters
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(whitelist="s5"), reseal=True)),
+     r"corrupt metadata \(whitelist must be a list of ids, got 's5'\)"),
+    (lambda p: _rewrite(p, _meta(lambda m: m.update(dim="16"), reseal=True)), r"dim must be an integer"),
+    (_deflate, r"\.json is compressed or larger than the file .*not written by ExemplarIndex\.save"),
 ])
 def test_corrupt_or_mismatched_file_names_the_file(saved, damage, match):
     _, path, _, _ = saved

@@ -41,13 +41,14 @@ def audit_index(index: ExemplarIndex, probes: int = 10_000, k: int = 8, seed: in
     rng = np.random.default_rng(seed)
     stored = index.vectors
     n_stored = probes // 2 if len(stored) else 0
-    queries = rng.standard_normal((probes, index.dim)).astype(np.float32)
-    if n_stored:
-        rows = rng.integers(0, len(stored), n_stored)
-        queries[:n_stored] = stored[rows] + noise * queries[:n_stored] / np.sqrt(index.dim)
     report = AuditReport(probes=probes, k=k, items=len(index))
-    for start in range(0, probes, batch):
-        for offset, hits in enumerate(index.search(queries[start:start + batch], k)):
+    for start in range(0, probes, batch):  # drawn batch by batch: memory O(batch x dim), whatever probes is
+        queries = rng.standard_normal((min(batch, probes - start), index.dim)).astype(np.float32)
+        near = min(max(n_stored - start, 0), len(queries))  # the first n_stored probes: near stored keys
+        if near:
+            rows = rng.integers(0, len(stored), near)
+            queries[:near] = stored[rows] + noise * queries[:near] / np.sqrt(index.dim)
+        for offset, hits in enumerate(index.search(queries, k)):
             for item, _ in hits:
                 reason = index.refused(item) or ("evaluation" if item in extra else None) \
                     or (None if item in index else "inactive")

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 #: Version of the file :meth:`ExemplarIndex.save` writes; :meth:`ExemplarIndex.load` refuses others.
 FORMAT = "ttrl-exemplar-index"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: meta.json has its own checksum (meta_sha256)
 #: Training budget on a small CPU (faiss' defaults, e.g. OPQ 50 iterations on 65,536 keys with a 40-iteration
 #: first PQ, take over 15 minutes on 2 cores for 384-d keys): OPQ rotation iterations (and those of its first
 #: PQ) and most keys used; PQ codebook k-means iterations and most residuals used.
@@ -89,11 +89,36 @@ def normalise_rows(vectors, dim: int, what: str = "vectors") -> np.ndarray:
 
 
 def _check_ids(ids: Sequence[str], what: str = "ids") -> list[str]:
+    if isinstance(ids, (str, bytes)):  # list("s5") would be its letters
+        raise UserError(f"{what} must be a list of ids, not the string {ids[:40]!r}")
     ids = list(ids)
     for i, item in enumerate(ids):
         if not isinstance(item, str) or not item:
             raise UserError(f"{what}[{i}] must be a non-empty string, got {item!r}")
     return ids
+
+
+def _meta_sha256(meta: dict) -> str:
+    """SHA-256 of the metadata without its own checksum, in a canonical JSON form."""
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _meta_problem(meta: dict) -> str | None:
+    """What is wrong with the metadata's fields, or None."""
+    for name in ("dim", "count", "nprobe", "rerank", "ef_search", "train_size", "seed"):
+        value = meta.get(name)
+        if name == "train_size" and value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"{name} must be an integer >= 0, got {value!r}"
+    for name in ("whitelist", "blocklist"):
+        value = meta.get(name)
+        if not isinstance(value, list) or not all(isinstance(i, str) and i for i in value):
+            return f"{name} must be a list of ids, got {str(value)[:60]!r}"
+    if not isinstance(meta.get("factory"), str):
+        return f"factory must be a string, got {meta.get('factory')!r}"
+    return None
 
 
 class ExemplarIndex:
@@ -404,6 +429,7 @@ class ExemplarIndex:
         }
         meta = self._meta()
         meta["sha256"] = {name: hashlib.sha256(data).hexdigest() for name, data in parts.items()}
+        meta["meta_sha256"] = _meta_sha256(meta)
         with atomic_write(path, "wb") as fh:
             with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_STORED) as archive:
                 archive.writestr("meta.json", json.dumps(meta, indent=1))
@@ -429,6 +455,14 @@ class ExemplarIndex:
                 missing = [m for m in _MEMBERS if m not in names]
                 if missing:
                     raise bad(f"not an exemplar index file (missing {', '.join(missing)})")
+                # save() stores every member uncompressed, so nothing read can be larger than the file: a
+                # compressed member (a zip bomb inflating 1.5 MB to 1.5 GB) is refused before it is read
+                size = os.path.getsize(path)
+                for name in _MEMBERS:
+                    info = archive.getinfo(name)
+                    if info.compress_type != zipfile.ZIP_STORED or info.file_size > size:
+                        raise bad(f"{name} is compressed or larger than the file ({info.file_size:,} bytes); "
+                                  "not written by ExemplarIndex.save")
                 data = {name: archive.read(name) for name in _MEMBERS}
         except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
             if isinstance(error, (FileNotFoundError, IsADirectoryError, PermissionError)):
@@ -443,6 +477,12 @@ class ExemplarIndex:
             raise bad(f"not an exemplar index file (format {found!r})")
         if meta.get("version") != FORMAT_VERSION:
             raise bad(f"index format version {meta.get('version')!r}; this version reads {FORMAT_VERSION}")
+        if meta.get("meta_sha256") != _meta_sha256(meta):
+            raise bad("checksum mismatch in meta.json (the file is corrupt or its settings, whitelist or "
+                      "blocklist were edited)")
+        problem = _meta_problem(meta)
+        if problem:
+            raise bad(f"corrupt metadata ({problem})")
         sums = meta.get("sha256") or {}
         for name in _MEMBERS[1:]:
             if hashlib.sha256(data[name]).hexdigest() != sums.get(name):
