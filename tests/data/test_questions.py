@@ -101,6 +101,29 @@ def test_images_missing_or_unreadable_are_named(tmp_path):
     _refused(path, rf"line 1 \(id='c'\): field 'image': image {tmp_path / 'broken.png'} is not readable")
 
 
+def _png_header_only(path, width, height):
+    """A PNG whose header claims ``width x height`` pixels (what PIL checks on open; no pixel data)."""
+    import struct
+    import zlib
+
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("width, height", [(15_000, 12_000), (10_000, 10_000)])  # 180 and 100 megapixels
+def test_a_decompression_bomb_image_is_one_line(tmp_path, width, height):
+    """180 megapixels was a DecompressionBombError traceback; 100 (above PIL's limit, below twice it) decoded
+    with a warning. Both are refused naming the row, before any pixel is decoded."""
+    _png_header_only(tmp_path / "bomb.png", width, height)
+    path = _jsonl(tmp_path / "q.jsonl", [{"id": "a", "prompt": "x", "image": "bomb.png"}])
+    _refused(path, rf"line 1 \(id='a'\): field 'image': image {tmp_path / 'bomb.png'} is too large to decode "
+                   rf"safely \(Image size \({width * height} pixels\) exceeds limit of \d+ pixels.*the limit "
+                   r"is PIL\.Image\.MAX_IMAGE_PIXELS")
+
+
 def test_bytes_and_misnamed_files(tmp_path):
     raw = tmp_path / "latin.jsonl"
     raw.write_bytes(b'{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "caf\xe9"}\n')

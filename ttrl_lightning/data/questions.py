@@ -26,6 +26,7 @@ or Pixelis' online stream read once in file order).
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any, Iterable, Iterator
 
 import lightning.pytorch as pl
@@ -141,8 +142,14 @@ def _images(row: dict, where: str, folder: str) -> list[str]:
         if not os.path.isfile(full):
             raise QuestionError(f"{where}: field {name!r}: image {full} not found")
         try:
-            with Image.open(full) as img:
-                img.verify()
+            with warnings.catch_warnings():  # PIL only warns between MAX_IMAGE_PIXELS and twice that
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                with Image.open(full) as img:
+                    img.verify()
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
+            raise QuestionError(f"{where}: field {name!r}: image {full} is too large to decode safely "
+                                f"({str(e).split('could be')[0].strip()}; the limit is PIL.Image.MAX_IMAGE_PIXELS "
+                                f"= {Image.MAX_IMAGE_PIXELS:,} pixels)") from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             reason = (str(e).splitlines() or [type(e).__name__])[0]
             raise QuestionError(f"{where}: field {name!r}: image {full} is not readable ({reason})") from None
