@@ -148,7 +148,7 @@ def _images(row: dict, where: str, folder: str) -> list[str]:
                     img.verify()
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
             raise QuestionError(f"{where}: field {name!r}: image {full} is too large to decode safely "
-                                f"({str(e).split('could be')[0].strip()}; the limit is PIL.Image.MAX_IMAGE_PIXELS "
+                                f"({str(e).split('could be')[0].strip(' ,')}; the limit is PIL.Image.MAX_IMAGE_PIXELS "
                                 f"= {Image.MAX_IMAGE_PIXELS:,} pixels)") from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             reason = (str(e).splitlines() or [type(e).__name__])[0]
