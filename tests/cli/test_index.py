@@ -81,3 +81,34 @@ def test_audit_memory_does_not_grow_with_the_probes():
         tracemalloc.stop()
         assert report.passed and report.probes == probes
     assert peaks[1] < 1.5 * peaks[0] and peaks[1] < 8 * 2**20, peaks  # 64k x 64 float32 alone is 16 MiB
+
+
+def test_a_list_id_in_the_file_and_a_non_utf8_ids_file_are_one_line(index_file, tmp_path, capsys):
+    """Two tracebacks a probe found: an index whose ids.json holds a list (checksum resealed, as a deliberate
+    edit would), and an --evaluation-ids file that is not UTF-8."""
+    import hashlib
+    import json
+    import zipfile
+
+    from ttrl_lightning.retrieval.index import _meta_sha256
+
+    with zipfile.ZipFile(index_file) as archive:
+        members = {n: archive.read(n) for n in archive.namelist()}
+    ids = json.loads(members["ids.json"])
+    ids[0] = ["x0"]
+    members["ids.json"] = json.dumps(ids).encode()
+    meta = json.loads(members["meta.json"])
+    meta["sha256"]["ids.json"] = hashlib.sha256(members["ids.json"]).hexdigest()
+    meta["meta_sha256"] = _meta_sha256(meta)
+    members["meta.json"] = json.dumps(meta).encode()
+    edited = tmp_path / "edited.idx"
+    with zipfile.ZipFile(edited, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+    for command in ("audit", "info"):
+        assert main(["index", command, str(edited)]) == 1
+        assert "ids.json must be a list of non-empty string ids" in _error_line(capsys)
+    latin = tmp_path / "ids.txt"
+    latin.write_bytes("x3\ncaf\xe9\n".encode("latin-1"))
+    assert main(["index", "audit", str(index_file), "--evaluation-ids", str(latin)]) == 1
+    assert f"{latin}: not UTF-8 text" in _error_line(capsys)

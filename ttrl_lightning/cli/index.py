@@ -28,8 +28,11 @@ DESCRIPTION = """Exemplar index files (see docs/retrieval.md).
 def read_id_list(path: str) -> list[str]:
     """Ids from a file: a JSON list of strings, or one id per line (blank lines and ``#`` comments
     skipped)."""
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except UnicodeDecodeError as error:
+        raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
     if text.lstrip().startswith("["):
         try:
             ids = json.loads(text)

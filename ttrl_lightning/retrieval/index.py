@@ -499,8 +499,9 @@ class ExemplarIndex:
         if vectors.dtype != np.float32 or vectors.shape != (count, file_dim):
             raise bad(f"stored keys have shape {list(vectors.shape)} {vectors.dtype}, metadata says "
                       f"[{count}, {file_dim}] float32")
-        if active.dtype != bool or active.shape != (count,) or not isinstance(ids, list) \
-                or len(ids) != count or len(set(ids)) != count:
+        if not isinstance(ids, list) or not all(isinstance(i, str) and i for i in ids):
+            raise bad("corrupt contents (ids.json must be a list of non-empty string ids)")
+        if active.dtype != bool or active.shape != (count,) or len(ids) != count or len(set(ids)) != count:
             raise bad(f"ids / activity do not match the {count} stored keys")
         index = cls(file_dim, meta["factory"], meta["whitelist"], nprobe=meta["nprobe"],
                     rerank=meta["rerank"],
