@@ -85,6 +85,9 @@ def test_parquet_reads_like_jsonl_and_names_rows_from_zero(tmp_path):
     ([{"id": "a", "prompt": "x"}, '{"id": "b", "prompt": }'], r"q\.jsonl, line 2: invalid JSON at column"),
     ([{"id": "a", "prompt": "x"}, '{"id": "b", "id": "c", "prompt": "y"}'], r"line 2: key 'id' is given twice"),
     ([], r"q\.jsonl: the file has no questions"),
+    ([{"id": "a", "prompt": "x"}, '{"id": "b", "prompt": "2+2=\\ud800"}'],
+     r"line 2 \(id='b'\): field 'prompt' holds a lone surrogate \('\\ud800' at character 4\), which is not text"),
+    (['{"id": "a", "prompt": "x", "gold": "\\udfff"}'], r"field 'gold' holds a lone surrogate"),
 ])
 def test_bad_rows_name_file_line_and_field(tmp_path, rows, match):
     message = _refused(_jsonl(tmp_path / "q.jsonl", rows), match)

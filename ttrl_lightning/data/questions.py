@@ -76,6 +76,17 @@ def _rows(path: str) -> Iterator[tuple[str, Any]]:
         raise QuestionError(str(e)) from None
 
 
+def _unicode(value: str, key: str, where: str) -> str:
+    """``value`` when it is text: JSON's ``"\\ud800"`` escapes parse to lone surrogates, which no tokenizer
+    or file can encode (a traceback deep in sampling)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise QuestionError(f"{where}: field {key!r} holds a lone surrogate ({value[e.start]!r} at character "
+                            f"{e.start}), which is not text") from None
+    return value
+
+
 def _text(row: dict, key: str, where: str, required: bool = False) -> str | None:
     value = row.get(key)
     if value is None:
@@ -86,7 +97,7 @@ def _text(row: dict, key: str, where: str, required: bool = False) -> str | None
         raise QuestionError(f"{where}: field {key!r} must be a string, got {_kind(value)}")
     if not value.strip():
         raise QuestionError(f"{where}: field {key!r} is empty")
-    return value
+    return _unicode(value, key, where)
 
 
 def _question_id(row: dict, where: str) -> str:
@@ -98,7 +109,7 @@ def _question_id(row: dict, where: str) -> str:
     qid = str(qid)
     if not qid.strip():
         raise QuestionError(f"{where}: field 'id' is empty")
-    return qid
+    return _unicode(qid, "id", where)
 
 
 def _gold(row: dict, where: str) -> str | None:
@@ -111,7 +122,7 @@ def _gold(row: dict, where: str) -> str | None:
     gold = str(gold)
     if not gold.strip():
         raise QuestionError(f"{where}: field 'gold' is empty (leave it out or null when there is none)")
-    return gold
+    return _unicode(gold, "gold", where)
 
 
 def _choices(row: dict, where: str) -> dict[str, str] | None:
@@ -122,6 +133,8 @@ def _choices(row: dict, where: str) -> dict[str, str] | None:
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in choices.items())):
         raise QuestionError(f"{where}: field 'choices' must map option letters to option texts, "
                             f"got {_kind(choices)}")
+    for letter, text in choices.items():
+        _unicode(letter + text, "choices", where)
     return dict(choices)
 
 
