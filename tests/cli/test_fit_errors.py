@@ -21,6 +21,8 @@ def _no_debug(monkeypatch, tmp_path):
     ("--model.init_args.rewards=[exact_answer, nosuch]",
      "unknown reward 'nosuch'; known: digits_only, exact_answer"),
     ("--model.init_args.policy.lr=-0.001", "policy.lr must be > 0, got -0.001"),
+    ("--model.init_args.policy.model=tiny:bogus",  # was 45 lines of traceback
+     "policy.model: unknown tiny architecture 'bogus'; known: tiny:"),
     ("--model.init_args.policy.dtype=int8",
      "policy.dtype must be one of float32, bfloat16, float16, float64"),
     ("--model.init_args.top_p=0", "GRPOModule argument top_p must be in (0, 1], got 0.0"),
