@@ -125,3 +125,34 @@ def test_tiny_qwen2_vl_tokenizer_processor_and_model():
     assert logits.shape == (1, enc["input_ids"].shape[1], len(tok)) and bool(torch.isfinite(logits).all())
     with pytest.raises(ValueError, match="1 images for 0 image placeholders"):
         proc(text=["no image here"], images=[[image]])
+
+
+class _WritesAFile:
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.path}",))
+
+
+def test_a_pickled_object_in_an_hf_weight_file_is_refused_in_one_line(tmp_path):
+    """A Hugging Face folder whose ``pytorch_model.bin`` is a malicious pickle: torch's weights-only loader
+    blocks it (nothing runs), and the error is one UserError naming the folder (it was 36 lines)."""
+    import os
+
+    from ttrl_lightning.errors import UserError
+    from ttrl_lightning.models import build_char_tokenizer, load_model
+
+    tok = build_char_tokenizer()
+    folder = tmp_path / "hf"
+    load_model("tiny:qwen2", tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    os.remove(folder / "model.safetensors")
+    ran = tmp_path / "ran"
+    torch.save({"model.embed_tokens.weight": _WritesAFile(ran)}, folder / "pytorch_model.bin")
+    with pytest.raises(UserError, match=rf"{folder}: a weight file holds objects other than tensors, which are "
+                                        r"not loaded \(.*GLOBAL posix\.system"):
+        load_model(str(folder), tok)
+    assert not ran.exists()

@@ -330,7 +330,14 @@ def load_model(
             kwargs["dtype"] = getattr(torch, dtype)
         from transformers import AutoConfig
 
-        model = _auto_model_class(AutoConfig.from_pretrained(name)).from_pretrained(name, **kwargs)
+        import pickle
+
+        try:
+            model = _auto_model_class(AutoConfig.from_pretrained(name)).from_pretrained(name, **kwargs)
+        except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
+            blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
+            raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "
+                            f"({blocked})") from None
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
