@@ -38,6 +38,11 @@ def test_good_arguments_are_converted():
         ({"query": "x", "frames": [3, 1]}, "frame_range", "frames"),
         ({"query": "x", "frames": [0, 1.5]}, "bad_arguments", "frames[1]"),
         ("query=x", "bad_arguments", "JSON object"),
+        # a 309-digit integer: OverflowError escaped run_call and the agent loop
+        ({"query": "x", "box": [0, 0, 10 ** 308, 1]}, "bad_arguments", "box[2] must be a finite number, got an "
+                                                                       "integer of 309 digits"),
+        ({"query": "x", "k": 10 ** 308}, "bad_arguments", "k must be an integer of at most"),
+        ({"query": "x", "frames": [0, 10 ** 308]}, "bad_arguments", "frames[1]"),
     ],
 )
 def test_bad_arguments(args, code, names):

@@ -21,15 +21,30 @@ from ttrl_lightning.tools.observation import ToolError
 MAX_TEXT = 200
 
 
+#: the largest magnitude of a number argument (beyond it an int no longer converts to a float exactly, and a
+#: 309-digit one not at all)
+MAX_MAGNITUDE = 2 ** 53
+
+
+def _shown(value: Any) -> str:
+    """``value`` for a message, short (a huge integer by its number of digits)."""
+    if isinstance(value, int) and abs(value) >= 10 ** 40:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ToolError("bad_arguments", f"{name} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or (isinstance(value, int) and abs(value) > MAX_MAGNITUDE) or not math.isfinite(value):
+        raise ToolError("bad_arguments", f"{name} must be a finite number, got {_shown(value)}")
     return float(value)
 
 
 def _integer(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ToolError("bad_arguments", f"{name} must be an integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_MAGNITUDE:
+        raise ToolError("bad_arguments", f"{name} must be an integer of at most {MAX_MAGNITUDE} in magnitude, "
+                        f"got {_shown(value)}")
     return int(value)
 
 
