@@ -125,6 +125,10 @@ def _bad_checkpoints(tmp_path, good: str) -> dict[str, tuple[str, str]]:
     out["no state_dict"] = (str(no_state), r"is not a Lightning checkpoint \(no state_dict; it holds keys "
                                            r"\['weight'\]\)")
     out["missing"] = (str(tmp_path / "nope.ckpt"), r"does not exist")
+    weights_only = tmp_path / "weights_only.ckpt"
+    torch.save({"state_dict": torch.load(good, weights_only=True)["state_dict"]}, weights_only)
+    out["no training state"] = (str(weights_only), r"has no training state to resume from \(no "
+                                                   r"pytorch-lightning_version, epoch, global_step, loops\)")
     return out
 
 
@@ -136,3 +140,14 @@ def test_bad_checkpoint_files_are_refused_in_one_line(two_step_checkpoint, tmp_p
         assert rc == 1, name
         assert re.fullmatch(rf"ttrl fit: checkpoint {re.escape(path)} {message}.*\n", err), (name, err)
     assert not (tmp_path / "run").exists()
+
+
+def test_an_override_onto_another_architecture_is_one_line(two_step_checkpoint, tmp_path, capsys):
+    """--allow_hparam_override with a model of another architecture printed 64 lines of mismatched tensors."""
+    rc = main(["fit", *FAST, "--trainer.max_steps=3", f"--trainer.default_root_dir={tmp_path / 'run'}",
+               "--model.init_args.policy.model=tiny:llama", "--allow_hparam_override", "--ckpt_path",
+               two_step_checkpoint])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1
+    assert err[-1].startswith("ttrl fit: the checkpoint's weights do not fit the model this run builds ("), err
+    assert "Traceback" not in "\n".join(err)

@@ -165,6 +165,8 @@ class TTRLCLI(LightningCLI):
             return
         path = config.ckpt_path
         checkpoint = resume.load_checkpoint(path)
+        if checkpoint is not None:
+            resume.check_training_state(path, checkpoint)
         saved = resume.saved_model_config(checkpoint) if checkpoint is not None else {}
         if not saved:
             return

@@ -35,6 +35,18 @@ OVERRIDE_FLAG = "allow_hparam_override"
 _BOOKKEEPING = ("_instantiator",)
 
 
+#: what Lightning reads from a checkpoint to resume training (a file with weights alone has none of them)
+TRAINING_STATE_KEYS = ("pytorch-lightning_version", "epoch", "global_step", "loops")
+
+
+def check_training_state(path: str, checkpoint: Mapping) -> None:
+    """Refuse (``UserError``) a checkpoint that has weights but not the training state a resume restores."""
+    missing = [k for k in TRAINING_STATE_KEYS if k not in checkpoint]
+    if missing:
+        raise UserError(f"checkpoint {path} has no training state to resume from (no {', '.join(missing)}); "
+                        "to start from its weights, give it as --model.init_args.policy.model instead")
+
+
 def saved_model_config(checkpoint: Mapping) -> dict[str, Any]:
     """The model's hyperparameters saved in ``checkpoint`` as ``{"class_path"?, <init args>}`` (empty if
     none)."""

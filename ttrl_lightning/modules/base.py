@@ -181,6 +181,20 @@ class PolicyModule(pl.LightningModule):
     #: ``__init__`` arguments left out of the saved hyperparameters (objects, not configuration)
     unsaved_init_args: ClassVar[tuple[str, ...]] = ()
 
+    def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``; weights of another architecture (a resume with
+        ``--allow_hparam_override`` onto another model) are one ``UserError`` instead of torch's list of every
+        mismatched tensor."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except RuntimeError as e:
+            lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+            if not lines or not lines[0].startswith("Error(s) in loading state_dict"):
+                raise
+            detail = lines[1] if len(lines) > 1 else lines[0]
+            raise UserError(f"the checkpoint's weights do not fit the model this run builds ({detail[:200]})") \
+                from None
+
     @classmethod
     def resolved_hparams(cls, init_args: dict) -> dict:
         """``init_args`` as this class saves them in its hyperparameters (a subclass that saves a resolved
