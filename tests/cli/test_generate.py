@@ -314,3 +314,33 @@ def test_a_second_run_on_one_out_is_refused_and_duplicate_identical_shards_are_k
     write_records([rec], os.path.join(out + ".parts", "rank0-of-1.00008.jsonl"))
     assert main(argv) == 1
     assert f"question {rec['id']!r} is also in" in capsys.readouterr().err
+
+
+def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
+    """Rank pools made with another temperature (or model, token limit) were joined silently: the settings
+    written beside each pool by ttrl generate must agree, the merged pool keeps them."""
+    import shutil
+
+    from ttrl_lightning.generate.merge import pool_settings
+
+    data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)} for i in range(2)])
+    pools = []
+    for name, temperature in (("a", "1.0"), ("b", "0.7")):
+        out = str(tmp_path / f"{name}.jsonl")
+        assert main(["generate", "--model", "tiny:qwen2", "--data", data, "--out", out, *SETTINGS,
+                     "--temperature", temperature]) == 0
+        pools.append(out)
+    from ttrl_lightning.data.pool import write_records
+
+    write_records(_records(pools[0])[:1], pools[0])  # disjoint halves of the two runs
+    write_records(_records(pools[1])[1:], pools[1])
+    capsys.readouterr()
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert f"{pools[1]} was made with temperature=0.7, but {pools[0]} with temperature=1.0" in err, err
+    shutil.copy(pools[0] + ".settings.json", pools[1] + ".settings.json")
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 0
+    assert pool_settings(str(tmp_path / "m.jsonl"))["temperature"] == 1.0
+    os.remove(pools[1] + ".settings.json")
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl")]) == 1
+    assert "has no settings file" in capsys.readouterr().err

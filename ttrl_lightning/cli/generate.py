@@ -181,6 +181,7 @@ def generate_main(argv: list[str]) -> int:
 def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     from ..generate import (PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices,
                             sample_batch, sample_view)
+    from ..generate.merge import write_pool_settings
     from ..models import load_processor
     from ..rollout import SamplingParams
     from ..seeding import derive_seed
@@ -291,6 +292,7 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
         from ..data.pool import write_records
 
         write_records(records, args.out)
+        write_pool_settings(args.out, settings)
         print(f"wrote {len(records)} questions to {args.out}; {speed}")
         _print_metrics(records, args.views, args.answer_extractor)
         return 0
@@ -298,6 +300,7 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     from ..data.pool import write_records
 
     write_records([finished[questions[i]["id"]] for i in mine], rank_path)
+    write_pool_settings(rank_path, {**settings, "rank": dp.rank, "world_size": dp.world_size})
     print(f"rank {dp.rank}: wrote {len(mine)} questions to {rank_path}; {speed}")
     dp.barrier()
     paths = [rank_out_path(args.out, r, dp.world_size) for r in range(dp.world_size)]
