@@ -177,21 +177,17 @@ def _random_expression(rng, depth=0):
     if depth > 3 or rng.random() < 0.25:
         return rng.choice([str(rng.randint(0, 12)), str(rng.randint(0, 10 ** rng.randint(1, 6))), "x",
                            f"{rng.randint(0, 9)}.{rng.randint(0, 99)}", r"\pi"])
-    sub = lambda: _random_expression(rng, depth + 1)  # noqa: E731
-    form = rng.randrange(7)
-    if form == 0:
-        return rf"\frac{{{sub()}}}{{{sub()}}}"
-    if form == 1:
-        return f"{{{sub()}}}^{{{rng.choice([sub(), str(rng.randint(0, 20000))])}}}"
-    if form == 2:
-        return rf"\sqrt{{{sub()}}}"
-    if form == 3:
-        return f"({sub()}+{sub()})"
-    if form == 4:
-        return rf"{sub()} \cdot {sub()}"
-    if form == 5:
-        return f"{rng.randint(0, 2000)}!"
-    return f"({sub()})^{{{rng.randint(2, 40)}}}"
+    def sub():
+        return _random_expression(rng, depth + 1)
+
+    forms = (lambda: rf"\frac{{{sub()}}}{{{sub()}}}",
+             lambda: f"{{{sub()}}}^{{{rng.choice([sub(), str(rng.randint(0, 20000))])}}}",
+             lambda: rf"\sqrt{{{sub()}}}",
+             lambda: f"({sub()}+{sub()})",
+             lambda: rf"{sub()} \cdot {sub()}",
+             lambda: f"{rng.randint(0, 2000)}!",
+             lambda: f"({sub()})^{{{rng.randint(2, 40)}}}")
+    return forms[rng.randrange(len(forms))]()
 
 
 def _fuzz_pairs(count=24, seed=0):

@@ -15,26 +15,30 @@ _WRAPPERS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mathit",
 _WRAPPER_OPEN = re.compile(r"\\(?:" + "|".join(_WRAPPERS) + r")\s*\{")
 
 
+def _grouping_braces(text: str, start: int = 0):
+    """``(index, char)`` of every grouping ``{`` / ``}`` from ``start`` on; escaped ``\\{`` / ``\\}`` are
+    literal characters and skipped."""
+    i, n = start, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\\" and i + 1 < n and text[i + 1] in "{}":
+            i += 2
+            continue
+        if ch in "{}":
+            yield i, ch
+        i += 1
+
+
 def matching_brace(text: str, open_idx: int) -> int:
     """Index of the ``}`` closing the ``{`` at ``open_idx``, or -1 when it is never closed.
 
     Escaped braces (``\\{`` / ``\\}``) are literal characters, not grouping braces.
     """
     depth = 0
-    i = open_idx
-    n = len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and text[i + 1] in "{}":
-            i += 2
-            continue
-        if ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-        i += 1
+    for i, ch in _grouping_braces(text, open_idx):
+        depth += 1 if ch == "{" else -1
+        if depth == 0:
+            return i
     return -1
 
 
@@ -42,17 +46,12 @@ def brace_pairs(text: str) -> dict[int, int]:
     """``{open index: close index}`` of every grouping brace pair of ``text`` in one pass (a stack; escaped
     ``\\{`` / ``\\}`` are characters): what :func:`matching_brace` gives one brace at a time, for all of
     them in O(len(text))."""
-    closes, stack, i, n = {}, [], 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "\\" and i + 1 < n and text[i + 1] in "{}":
-            i += 2
-            continue
+    closes, stack = {}, []
+    for i, ch in _grouping_braces(text):
         if ch == "{":
             stack.append(i)
-        elif ch == "}" and stack:
+        elif stack:
             closes[stack.pop()] = i
-        i += 1
     return closes
 
 
