@@ -157,8 +157,9 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
                         f"see: {few_ids(with_images)}")
     engine = HFGenerateEngine(tokenizer) if engine is None else engine
     limit = getattr(engine, "max_model_len", None) or context_length(model)
-    check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in questions],
-                  params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])
+    if limit is not None:  # every question, before anything is sampled
+        check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in questions],
+                      params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])
     params = replace(params, n=k)
     texts: list[list[str]] = []
     from .progress import progress_bar
