@@ -98,15 +98,15 @@ def sampling(args, model, tokenizer) -> dict:
 
 
 def long_prompt(tokenizer, tokens: int) -> str:
-    """A chat prompt of about ``tokens`` tokens: a long user message (a list of additions), then a question."""
+    """The longest chat prompt of at most ``tokens`` tokens: a user message listing additions."""
     qs = questions(4 * tokens, 7)
-    body, text = [], ""
-    for q in qs:
-        body.append(q["question"])
-        text = chat_prompts(tokenizer, [{"question": " ".join(body)}])[0]
-        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) >= tokens:
-            return text
-    return text
+    best = chat_prompts(tokenizer, qs[:1])[0]
+    for n in range(2, len(qs) + 1):
+        text = chat_prompts(tokenizer, [{"question": " ".join(q["question"] for q in qs[:n])}])[0]
+        if len(tokenizer(text, add_special_tokens=False)["input_ids"]) > tokens:
+            break
+        best = text
+    return best
 
 
 def prefill(args, model, tokenizer) -> dict:
@@ -114,7 +114,10 @@ def prefill(args, model, tokenizer) -> dict:
     the wall time of ``generate`` with one new token (the prefill and one draw), in turns over ``--rounds``."""
     from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
 
-    prompt = long_prompt(tokenizer, args.prefill_tokens)
+    from ttrl_lightning.rollout.base import context_length
+
+    context = context_length(model) or args.prefill_tokens + 1
+    prompt = long_prompt(tokenizer, min(args.prefill_tokens, context - 1))  # room for the one new token
     length = len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     engines = {"hf": HFGenerateEngine(tokenizer, share_prompt=False), "hf_shared": HFGenerateEngine(tokenizer)}
     cases = [(name, n) for name in engines for n in (1, args.prefill_n)]
