@@ -62,7 +62,7 @@ def evaluate(policy, tokenizer, rows, chains, cache, *, disabled=(), max_steps=4
     accuracy per task family)."""
     from ttrl_lightning.eval.process_metrics import process_report
     from ttrl_lightning.rollout.agent import AgentEngine
-    from ttrl_lightning.rollout.agent_format import answers_match
+    from ttrl_lightning.tools.agent_format import answers_match
     from ttrl_lightning.rollout.base import SamplingParams
 
     engine = AgentEngine(tokenizer, max_steps=max_steps, max_turn_tokens=max_turn_tokens, disabled=disabled,

@@ -15,8 +15,8 @@ from ttrl_lightning.data.datamodules import encode_trace
 from ttrl_lightning.data.scenes import SCENE_TASKS
 from ttrl_lightning.masking import IGNORE_INDEX
 from ttrl_lightning.models import load_tokenizer
-from ttrl_lightning.rollout.agent_format import final_answer
 from ttrl_lightning.tools import parse_tool_call, run_tool
+from ttrl_lightning.tools.agent_format import final_answer
 from ttrl_lightning.tools.protocol import OBSERVATION_END, OBSERVATION_START
 
 pytest.importorskip("cv2")

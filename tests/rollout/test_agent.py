@@ -11,15 +11,14 @@ from ttrl_lightning.models import load_model, load_tokenizer
 from ttrl_lightning.rollout import RolloutEngine
 from ttrl_lightning.rollout.agent import (
     AgentEngine,
-    AgentPrompt,
     AgentRollouts,
     load_trajectories,
     replay_trajectory,
     save_trajectories,
 )
-from ttrl_lightning.rollout.agent_format import final_answer, observation_view
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call, run_tool
+from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, observation_view
 from ttrl_lightning.tools.protocol import OBSERVATION_END, OBSERVATION_START
 
 pytest.importorskip("cv2")

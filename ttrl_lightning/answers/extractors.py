@@ -7,7 +7,7 @@
 * ``last_number``: the last integer or decimal number of the text (``"19"``, ``"SOLUTION: -4"``,
   ``"... so 2.5"``), for the generated arithmetic tasks and answer formats such as GSM8K's ``#### 42``;
   commas between digit groups are removed first (``1,234`` -> ``1234``);
-* ``agent_answer``: a tool-using agent's answer (``rollout.agent_format.final_answer``: the last
+* ``agent_answer``: a tool-using agent's answer (``tools.agent_format.final_answer``: the last
   ``Answer:`` line after the last observation), lower-cased with its spaces collapsed as
   ``agent_format.answers_match`` compares them, so the votes group as the agent's accuracy counts them.
 
@@ -47,7 +47,7 @@ def last_number(text: str | None, choices: Mapping[str, str] | Sequence[str] | N
 @ANSWER_EXTRACTORS.register("agent_answer")
 def agent_answer(text: str | None, choices: Mapping[str, str] | Sequence[str] | None = None) -> str:
     """The agent's final answer, normalised (see the module docstring); ``choices`` is accepted and unused."""
-    from ttrl_lightning.rollout.agent_format import final_answer
+    from ttrl_lightning.tools.agent_format import final_answer
 
     answer = final_answer(text) if text is not None else None
     return " ".join(answer.lower().split()) if answer else NO_ANSWER

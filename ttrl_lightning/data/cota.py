@@ -3,7 +3,7 @@
 A CoTA trace (Pixelis 3.2.1) interleaves a thought, a tool call in the Qwen convention
 ``<tool_call>{json}</tool_call>`` and the tool's observation, step after step, then the answer. The
 observations are produced by running the task's tool chain for real (``tools.ToolSession``), so the trace
-shows exactly what the agent will be shown at rollout time (``rollout.agent_format.observation_view``)::
+shows exactly what the agent will be shown at rollout time (``tools.agent_format.observation_view``)::
 
     Segment("<|vision_start|><|image_pad|><|vision_end|>", "image", <the scene>)  # a VLM's view only
     Segment("Q: What colour is the triangle?\\n", "prompt")
@@ -34,8 +34,7 @@ from ttrl_lightning.data.datamodules import ResumableDataLoader, SFTDataModule, 
 from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
-from ttrl_lightning.rollout.agent import AgentPrompt
-from ttrl_lightning.rollout.agent_format import ANSWER_PREFIX, agent_prompt, format_agent_observation
+from ttrl_lightning.tools.agent_format import ANSWER_PREFIX, AgentPrompt, agent_prompt, format_agent_observation
 from ttrl_lightning.tools.protocol import format_tool_call
 from ttrl_lightning.tools.run import ToolSession
 

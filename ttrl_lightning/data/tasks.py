@@ -18,7 +18,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ttrl_lightning.pseudo_labels.fused_format import fused_template
+from ttrl_lightning.answers.fused_format import fused_template
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import format_call, format_observation
 

@@ -43,7 +43,7 @@ from ttrl_lightning.rewards.curiosity_coherence import (
     zscore,
 )
 from ttrl_lightning.rollout.agent import AgentEngine, AgentRollouts
-from ttrl_lightning.rollout.agent_format import answers_match
+from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.tools.base import TOOLS
 

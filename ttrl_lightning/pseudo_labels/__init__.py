@@ -21,7 +21,7 @@ unextractable answers win the vote, ``self_harmony`` when no answer is common to
 also on a tie, a weighted margin below ``delta`` or a conformal set that is not one answer.
 """
 from . import intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
-from .fused_format import FUSED_SECTIONS, fused_format_score, fused_template
+from ..answers.fused_format import FUSED_SECTIONS, fused_format_score, fused_template
 from .label import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,
                     fit_temperature, pixel_label)

@@ -46,7 +46,7 @@ from ..answers import NO_ANSWER
 from ..consensus import harmonic_mean_select
 from ..data.pool import VIEWS
 from ..registry import Registry
-from .fused_format import fused_format_score
+from ..answers.fused_format import fused_format_score
 from .label import PSEUDO_LABELERS, PseudoLabel
 from .majority import majority_from_answers
 from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches, rollout_views

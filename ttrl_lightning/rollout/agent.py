@@ -36,35 +36,13 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.models import VISION_TOKENS, VisionBlock, vision_block, vision_inputs
-from ttrl_lightning.rollout.agent_format import final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
 from ttrl_lightning.rollout.hf import cut_at_stop_strings
 from ttrl_lightning.safe_files import atomic_write
+from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.tools.observation import Observation
 from ttrl_lightning.tools.protocol import TOOL_CALL_END
 from ttrl_lightning.tools.run import ToolSession, canonical_name, replay
-
-
-class AgentPrompt(str):
-    """A prompt string with the pixels its tools read: ``image`` (HxWx3 uint8 / PIL), ``frames`` (a list of
-    them) and ``source`` (JSON-able, e.g. ``{"kind": "count", "seed": 0, "index": 3}``: where the pixels
-    come from, for replay and for sharing tool results across calls). Compares and hashes as its text."""
-
-    image: Any
-    frames: Any
-    source: dict | None
-
-    def __new__(cls, text: str, *, image: Any = None, frames: Any = None, source: dict | None = None):
-        obj = super().__new__(cls, text)
-        obj.image, obj.frames, obj.source = image, frames, source
-        return obj
-
-    def __reduce__(self):
-        return (_agent_prompt, (str(self), self.image, self.frames, self.source))
-
-
-def _agent_prompt(text, image, frames, source):
-    return AgentPrompt(text, image=image, frames=frames, source=source)
 
 
 def _key(value: Any) -> str:

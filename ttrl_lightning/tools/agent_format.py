@@ -1,7 +1,8 @@
 """What the pixel agent reads and writes as text: its prompt, the observation it is shown, its final answer.
 
 One place for the strings that the CoTA traces (``data.cota``) and the agent rollout engine
-(``rollout.agent``) must agree on::
+(``rollout.agent``) must agree on, and for :class:`AgentPrompt`, the prompt that carries its pixels (here, under
+``tools``, so that both ``data`` and ``rollout`` read it from below)::
 
     Q: What colour is the triangle?\\n                                    <- AGENT_PROMPT (prompt)
     I check the triangle with PROP.\\n                                    <- thought (text)
@@ -89,3 +90,25 @@ def last_call_text(text: str) -> str:
         return text[-200:]
     end = text.find(TOOL_CALL_END, start)
     return text[start:end + len(TOOL_CALL_END)] if end >= 0 else text[start:]
+
+
+class AgentPrompt(str):
+    """A prompt string with the pixels its tools read: ``image`` (HxWx3 uint8 / PIL), ``frames`` (a list of
+    them) and ``source`` (JSON-able, e.g. ``{"kind": "count", "seed": 0, "index": 3}``: where the pixels
+    come from, for replay and for sharing tool results across calls). Compares and hashes as its text."""
+
+    image: Any
+    frames: Any
+    source: dict | None
+
+    def __new__(cls, text: str, *, image: Any = None, frames: Any = None, source: dict | None = None):
+        obj = super().__new__(cls, text)
+        obj.image, obj.frames, obj.source = image, frames, source
+        return obj
+
+    def __reduce__(self):
+        return (_agent_prompt, (str(self), self.image, self.frames, self.source))
+
+
+def _agent_prompt(text, image, frames, source):
+    return AgentPrompt(text, image=image, frames=frames, source=source)
