@@ -17,7 +17,9 @@ Three public functions and one shared label, one module each:
   ``last_number`` for arithmetic tasks), so training and evaluation read answers the same way.
 * :data:`NO_ANSWER` (:mod:`.label`) -- the shared label of an unextractable response.
 
-:mod:`.latex` holds the brace-aware LaTeX scanning both extraction and equivalence use.
+:mod:`.latex` holds the brace-aware LaTeX scanning both extraction and equivalence use; :mod:`.budget` the
+bounded cost of a comparison (a screen and a time limit in any thread); :mod:`.fused_format` the text format of
+Self-Harmony's fused Reframe-and-Solve generation (read by ``data.tasks`` and ``pseudo_labels``).
 """
 from .classes import canonical_answer_classes
 from .equivalence import answers_equal, equivalence_stats

@@ -3,7 +3,8 @@
 ``from ttrl_lightning.tools import TOOLS, run_tool``; ``run_tool(name, args, *, image=None, frames=None)``
 returns an :class:`Observation` ``(ok, artifact, error, text)``. The tools: SEG, ZOOM (alias CROP), TRK, OCR
 (alias READ), TEMP, PROP (see docs/tools.md). Their backends (OpenCV, PP-OCR, ByteTrack) import lazily from
-the ``tools`` extra.
+the ``tools`` extra. :mod:`.agent_format` is the agent's text format (prompt, observation, final answer) and
+``AgentPrompt``, shared by the CoTA traces (``data.cota``) and the agent engine (``rollout.agent``).
 """
 
 from ttrl_lightning.tools import ocr, prop, seg, temporal, track, zoom  # noqa: F401  (registers the tools)
