@@ -53,7 +53,7 @@ class Bounds:
         return rule + (" or null" if self.optional else "")
 
 
-def check_arguments(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
+def check_bounds(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
     """Raise a :class:`~ttrl_lightning.errors.UserError` naming the first argument of ``values`` outside its
     ``rules`` entry: ``"<where><name> must be <rule>, got <value>"``."""
     for name, bounds in rules.items():
@@ -135,7 +135,7 @@ class PolicySpec:
         if is_tiny(self.model) and self.model.split(":", 1)[1] not in TINY_CONFIGS:
             raise UserError(f"policy.model: unknown tiny architecture {self.model.split(':', 1)[1]!r}; known: "
                             f"{', '.join('tiny:' + a for a in TINY_CONFIGS.names())}")
-        check_arguments(asdict(self), POLICY_RULES, "policy.")
+        check_bounds(asdict(self), POLICY_RULES, "policy.")
         betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else (self.betas,)
         if len(betas) != 2 or any(b not in BETA_BOUNDS for b in betas):
             raise UserError(f"policy.betas must be two numbers {BETA_BOUNDS}, got {self.betas!r}")

@@ -31,7 +31,7 @@ import torch
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.models import load_processor
-from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
+from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.rewards.curiosity_coherence import (
@@ -124,7 +124,7 @@ class CCRFTModule(GRPOModule):
         engine=None,
         logprob_impl: str = "auto",
     ):
-        check_arguments(locals(), CCRFT_RULES, f"{type(self).__name__} argument ")
+        check_bounds(locals(), CCRFT_RULES, f"{type(self).__name__} argument ")
         super().__init__(
             policy=policy, num_generations=num_generations, temperature=temperature, top_p=top_p, top_k=top_k,
             max_new_tokens=max_turn_tokens, stop=(), rewards=("exact_answer",), scale_rewards=scale_rewards,

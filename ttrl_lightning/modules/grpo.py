@@ -39,7 +39,7 @@ from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import masked_token_mean
-from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
+from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
@@ -172,7 +172,7 @@ class GRPOModule(PolicyModule):
         logprob_impl: str = "auto",
         tis_cap: float | None = 2.0,
     ):
-        check_arguments(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
+        check_bounds(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
         if reference not in REFERENCES:
             raise UserError(f"{type(self).__name__} argument reference must be one of "
                             f"{', '.join(REFERENCES)}, got {reference!r}")

@@ -6,7 +6,7 @@ from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.models import VISION_INPUTS
-from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_arguments
+from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import action_weighted_ce, action_weighted_nll, feedback_dropout
 from ttrl_lightning.seeding import derived_generator
@@ -41,7 +41,7 @@ class SFTModule(PolicyModule):
         hide_token: str = HIDDEN_OBSERVATION_TOKEN,
         logprob_impl: str = "auto",
     ):
-        check_arguments(locals(), SFT_RULES, f"{type(self).__name__} argument ")
+        check_bounds(locals(), SFT_RULES, f"{type(self).__name__} argument ")
         super().__init__(policy)
         hide_id = self.tokenizer.convert_tokens_to_ids(hide_token)
         if hide_id is None or hide_id == self.tokenizer.unk_token_id:

@@ -55,7 +55,7 @@ from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER, answers_equal
 from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.modules.base import Bounds, PolicySpec, check_arguments
+from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
@@ -188,7 +188,7 @@ class TTRLModule(GRPOModule):
         tis_cap: float | None = 2.0,
     ):
         where = f"{type(self).__name__} argument "
-        check_arguments(locals(), TTRL_RULES, where)
+        check_bounds(locals(), TTRL_RULES, where)
         if pseudo_labeler not in PSEUDO_LABELERS:
             raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
                             f"got {pseudo_labeler!r}")
