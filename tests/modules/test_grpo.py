@@ -170,6 +170,7 @@ class FixedBatch(GRPOModule):
     fixed: Rollouts
     fixed_rewards: torch.Tensor
     abstain: tuple[int, ...] = ()
+    drop: tuple[int, ...] = ()
 
     def rollout(self, batch):
         return self.fixed
@@ -177,7 +178,9 @@ class FixedBatch(GRPOModule):
     def rewards(self, rollouts, batch):
         keep = torch.ones(rollouts.completion_ids.shape[0] // rollouts.n, dtype=torch.bool)
         keep[list(self.abstain)] = False
-        return RolloutRewards(self.fixed_rewards, keep)
+        rows = torch.ones(rollouts.completion_ids.shape[0], dtype=torch.bool)
+        rows[list(self.drop)] = False
+        return RolloutRewards(self.fixed_rewards, keep, rows if self.drop else None)
 
     def group_advantages(self, rollouts, scored):
         self.last_advantages = super().group_advantages(rollouts, scored)
@@ -245,6 +248,48 @@ def test_rewards_hook_must_return_rollout_rewards():
         RolloutRewards(torch.zeros(4), torch.ones(3, dtype=torch.bool)).check(4, 2)
     with pytest.raises(ValueError, match=r"shape \[4\]"):
         RolloutRewards(torch.zeros(3)).check(4, 2)
+
+
+@pytest.mark.parametrize("aggregation", ["seq_mean", "token_mean"])
+def test_a_dropped_row_carries_no_policy_or_kl_term_and_no_weight(aggregation):
+    """A row left out by ``row_mask`` (Pixelis' near-duplicates; they used to keep their KL term and their
+    weight in the loss denominator): rewriting that row's tokens and length leaves the update and the loss
+    exactly as they were, while without the drop the same rewrite changes the update."""
+    import dataclasses
+
+    from ttrl_lightning.models import load_model
+
+    source = GRPOModule(policy=TINY, num_generations=4, max_new_tokens=5)
+    source.configure_model()
+    full = source.rollout({"prompt": ["1+2=", "30-4="]})
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
+    ids, mask = full.completion_ids.clone(), full.completion_mask.clone()
+    ids[5] = (ids[5] + 7) % 50
+    mask[5, 2:] = 0
+    ids[5, 2:] = source.tokenizer.pad_token_id
+    rewritten = dataclasses.replace(full, completion_ids=ids, completion_mask=mask, texts=list(full.texts))
+    reference = load_model("tiny:qwen2", source.tokenizer, seed=1)
+
+    def step(rollouts, drop=()):
+        m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
+                       loss_aggregation=aggregation, max_grad_norm=None)
+        m.fixed, m.fixed_rewards, m.drop = rollouts, rewards, drop
+        m.set_reference_model(reference)
+        m.configure_model()
+        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
+        trainer = _trainer(1)
+        trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+        return {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}, trainer.callback_metrics
+
+    d_drop, logs_drop = step(full, drop=(5,))
+    d_drop_rewritten, logs_rewritten = step(rewritten, drop=(5,))
+    d_full, _ = step(full)
+    d_full_rewritten, _ = step(rewritten)
+    torch.testing.assert_close(logs_drop["train/loss"], logs_rewritten["train/loss"], rtol=1e-6, atol=1e-8)
+    for k in d_drop:
+        torch.testing.assert_close(d_drop[k], d_drop_rewritten[k], rtol=1e-5, atol=1e-8, msg=k)
+    assert float(logs_drop["train/dropped_rows"]) == 1
+    assert max(float((d_full[k] - d_full_rewritten[k]).abs().max()) for k in d_full) > 1e-5
 
 
 # ----------------------------------------------------------------------------- log-probs

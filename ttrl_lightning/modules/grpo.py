@@ -86,10 +86,14 @@ class RolloutRewards:
     group_mask: [G] bool, False for a group that abstains (e.g. no pseudo-label: TTRL, Pixelis' abstention):
     its rows get advantage 0 and are left out of the loss (no gradient, no weight in the aggregation), and
     the step counts them (``train/abstained_groups``). None: every group is kept.
+    row_mask: [R] bool, False for a single rollout left out of the update (Pixelis' near-duplicates): it
+    still counts in its group's advantage statistics (its reward is a vote's), but carries no policy or KL
+    term and no weight in the aggregation (``train/dropped_rows``). None: every row is kept.
     """
 
     rewards: torch.Tensor
     group_mask: torch.Tensor | None = None
+    row_mask: torch.Tensor | None = None
 
     def check(self, num_rows: int, num_groups: int) -> RolloutRewards:
         """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] bool)."""
@@ -98,7 +102,17 @@ class RolloutRewards:
             got = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
             raise ValueError(f"rewards must be a tensor of shape [{num_rows}], got {got}")
         self.mask(num_groups)
+        self.rows(num_rows)
         return self
+
+    def rows(self, num_rows: int) -> torch.Tensor:
+        """row_mask as a [num_rows] bool tensor on the rewards' device (all True when None)."""
+        if self.row_mask is None:
+            return torch.ones(num_rows, dtype=torch.bool, device=self.rewards.device)
+        m = torch.as_tensor(self.row_mask, device=self.rewards.device)
+        if m.dtype != torch.bool or m.shape != (num_rows,):
+            raise ValueError(f"row_mask must be a bool tensor of shape [{num_rows}], got {m.dtype} {tuple(m.shape)}")
+        return m
 
     def mask(self, num_groups: int) -> torch.Tensor:
         """group_mask as a [num_groups] bool tensor on the rewards' device (all True when None)."""
@@ -339,10 +353,10 @@ class GRPOModule(PolicyModule):
         scored = self.scored(rollouts, batch)
         rewards = scored.rewards.to(self.device)
         keep_group = scored.mask(R // n).to(self.device)
-        keep_row = keep_group.repeat_interleave(n)
+        keep_row = keep_group.repeat_interleave(n) & scored.rows(R).to(self.device)
         advantages = self.group_advantages(rollouts, scored).to(self.device)
         completion_mask = rollouts.completion_mask.float()
-        kept_tokens = completion_mask * keep_row[:, None]  # abstained groups' rows carry no loss
+        kept_tokens = completion_mask * keep_row[:, None]  # abstained groups' and dropped rows carry no loss
         use_kl = self.hparams.reference != "none"
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
@@ -389,6 +403,7 @@ class GRPOModule(PolicyModule):
                 "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
                 "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
                 "train/abstained_groups": (~keep_group).sum().float(),
+                "train/dropped_rows": (~scored.rows(R)).sum().float(),
             })
             if tis is not None:
                 self.log_dict(tis.metrics(kept_tokens))

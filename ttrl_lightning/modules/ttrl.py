@@ -15,7 +15,8 @@ One step is GRPO's (:class:`~ttrl_lightning.modules.grpo.GRPOModule`), with thre
                      A_j = vbar [r_j - b] with b an EMA (``baseline_momentum``) of the mean reward of accepted
                      questions, vbar = 1 (the neighbourhood value is neutral until retrieval exists; logged),
                      normalised within the batch (the appendix's practical note ii); rows a labeler rejects
-                     from the update (``info["update_mask"]``: Pixelis' near-duplicate rollouts) get 0
+                     from the update (``info["update_mask"]``: Pixelis' near-duplicate rollouts) get 0 and
+                     leave the loss (``RolloutRewards.row_mask``: no policy or KL term, no weight)
 
 **Gold never reaches a reward**: the pseudo-labels are computed from the rollouts alone; the batch's ``gold``
 column is read afterwards by :meth:`TTRLModule.monitor`, for the logged metrics only (TTRL's names):
@@ -374,12 +375,16 @@ class TTRLModule(GRPOModule):
         return trained
 
     def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
-        """The pseudo-labels' rewards of the trained rows; abstained questions masked (see ``label_votes``)."""
+        """The pseudo-labels' rewards of the trained rows; abstained questions masked (see ``label_votes``),
+        rows rejected from the update dropped (``row_mask``)."""
         step = self._step_labels
         if step is None or step.rewards.numel() != rollouts.completion_ids.shape[0]:
             raise RuntimeError("TTRLModule.rewards needs the labels of this step's rollout (call rollout first)")
-        return RolloutRewards(step.rewards.to(rollouts.completion_ids.device),
-                              step.group_mask.to(rollouts.completion_ids.device))
+        device = rollouts.completion_ids.device
+        # rows the labeler rejected from the update (Pixelis' near-duplicates) leave the loss whole: no
+        # policy or KL term, no weight in the aggregation (issue 21, D9)
+        return RolloutRewards(step.rewards.to(device), step.group_mask.to(device),
+                              step.update_mask.to(device).bool())
 
     @classmethod
     def resolved_hparams(cls, init_args: dict) -> dict:
