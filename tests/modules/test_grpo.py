@@ -93,15 +93,31 @@ def test_hooks_are_overridable_and_ema_pid_run():
     m = AlternatingRewards(policy=PolicySpec(model="tiny:qwen2", lr=1e-2), num_generations=2,
                            max_new_tokens=4, kl_coef=0.1, reference="external")
     ema, pid = EMAAnchor(rho=0.9), PIDKLController(warmup_steps=1)
-    trainer = _trainer(3, callbacks=[ema, pid])
+
+    class Weights(pl.Callback):  # the policy's weights at the start and after every step
+        def __init__(self):
+            self.seen = []
+
+        def on_fit_start(self, trainer, module):
+            self.seen.append([p.detach().clone() for p in module.policy.parameters()])
+
+        def on_train_batch_end(self, trainer, module, *args):
+            self.seen.append([p.detach().clone() for p in module.policy.parameters()])
+
+    weights = Weights()
+    trainer = _trainer(3, callbacks=[weights, ema, pid])
     trainer.fit(m, PromptDataModule(n_train=8, batch_size=2))
     assert m.reward_calls == 3
     assert m.reference_model is ema.ema_model
     assert pid.controller.state.step == 3 and m.kl_coef == pid.controller.beta
     assert ema.num_updates == 3
-    # the EMA moved towards the policy but is not the policy
-    diffs = [float((a - b).abs().max()) for a, b in zip(ema.ema_model.parameters(), m.policy.parameters())]
-    assert max(diffs) > 0
+    # the EMA is the recursion e <- 0.9 e + 0.1 theta over the three steps' weights, from the initial policy
+    expected = weights.seen[0]
+    for step in weights.seen[1:]:
+        expected = [0.9 * e + 0.1 * w for e, w in zip(expected, step)]
+    for e, got in zip(expected, ema.ema_model.parameters()):
+        torch.testing.assert_close(got.detach(), e, rtol=1e-5, atol=1e-7)
+    assert max(float((a - b).abs().max()) for a, b in zip(ema.ema_model.parameters(), m.policy.parameters())) > 1e-4
 
 
 def test_reference_none_requires_zero_beta_and_bad_reward_raises():
