@@ -24,8 +24,23 @@ def _nvcc():
     return found
 
 
-def test_cuda_sources_exist():
+def test_every_launcher_the_bindings_declare_is_defined_in_a_cuda_source():
+    """What setup.py links (``csrc/**/*_cuda.cu`` + ``csrc/bindings_cuda.cpp``) fits together without nvcc:
+    each ``extern "C"`` launcher the bindings declare is defined, with ``extern "C"`` linkage, in exactly one
+    CUDA source, and each is called by a binding that ``m.def`` exports."""
+    import re
+
     assert SOURCES, "no csrc/**/*_cuda.cu sources found"
+    bindings = open(os.path.join(ROOT, "csrc", "bindings_cuda.cpp"), encoding="utf-8").read()
+    declared = re.findall(r'extern "C" int (\w+)\(', bindings)
+    assert declared, "the bindings declare no CUDA launcher"
+    sources = {path: open(path, encoding="utf-8").read() for path in SOURCES}
+    for name in declared:
+        defined = [p for p, text in sources.items() if re.search(rf'extern "C" int {name}\([^;]*?\)\s*\{{', text, re.S)]
+        assert len(defined) == 1, (name, defined)
+        assert len(re.findall(rf"\b{name}\(", bindings)) >= 2, f"{name} is declared but never called"
+    exported = re.findall(r'm\.def\("(\w+)"', bindings)
+    assert set(exported) >= {"token_stats_partials", "attention_with_mass"}, exported
 
 
 @pytest.mark.subprocess
