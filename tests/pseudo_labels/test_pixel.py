@@ -121,6 +121,24 @@ def test_margin_abstention_at_the_threshold():
     assert "margin 0.5 < delta" in above.info["abstain_reason"]
 
 
+def test_low_entropy_majority_gate_in_nats():
+    """The paper's "low-entropy majority (< 0.2)" gate, read as the entropy in nats of the unweighted votes:
+    7 of 8 votes give -(7/8 ln 7/8 + 1/8 ln 1/8) = 0.3768 nats (abstains under 0.2, passes under 0.4);
+    8 of 8 give 0; off by default."""
+    split = [ro("5")] * 7 + [ro("6")]
+    h = -(7 / 8 * math.log(7 / 8) + 1 / 8 * math.log(1 / 8))
+    off = pseudo_label("pixel", split, duplicate_threshold=None)
+    assert not off.abstain and off.info["vote_entropy"] == pytest.approx(h, abs=1e-12)
+    gated = pseudo_label("pixel", split, duplicate_threshold=None, majority_entropy_max=0.2)
+    assert gated.abstain and gated.rewards == [0.0] * 8
+    assert f"vote entropy {h:.4g} nats >= majority_entropy_max=0.2" in gated.info["abstain_reason"]
+    assert not pseudo_label("pixel", split, duplicate_threshold=None, majority_entropy_max=0.4).abstain
+    unanimous = pseudo_label("pixel", [ro("5")] * 8, duplicate_threshold=None, majority_entropy_max=0.2)
+    assert not unanimous.abstain and unanimous.info["vote_entropy"] == 0.0
+    with pytest.raises(PseudoLabelError, match="majority_entropy_max must be a number >= 0"):
+        pseudo_label("pixel", split, majority_entropy_max=-1)
+
+
 def test_conformal_non_singleton_abstains():
     rollouts = [ro("5"), ro("5"), ro("6")]  # normalised supports 2/3, 1/3: nonconformity 1/3, 2/3
     wide = pseudo_label("pixel", rollouts, conformal_qhat=0.7)

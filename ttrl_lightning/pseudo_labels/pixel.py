@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -164,6 +165,13 @@ def _check_masks(masks, n: int):
     if len(masks) != n:
         raise PseudoLabelError(f"{METHOD}: decisive_masks has {len(masks)} entries for {n} rollouts")
     return list(masks)
+
+
+def vote_entropy(answers: Sequence[str]) -> float:
+    """Shannon entropy (nats) of the unweighted vote shares of ``answers`` (canonical answer classes)."""
+    counts = Counter(answers)
+    n = len(answers)
+    return float(-sum(c / n * math.log(c / n) for c in counts.values())) if n else 0.0
 
 
 # ----------------------------------------------------------------------------------------- calibration
@@ -375,7 +383,8 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
                 reliability: Sequence[float] | None = None,
                 decisive_masks: Sequence[Sequence[bool] | None] | None = None,
                 visual_fidelity: Sequence[float] | None = None,
-                duplicate_threshold: float | None = 0.85) -> PseudoLabel:
+                duplicate_threshold: float | None = 0.85,
+                majority_entropy_max: float | None = None) -> PseudoLabel:
     """Pixel TTRL pseudo-label: uncertainty-weighted vote with margin / conformal abstention; see the module
     docstring for the formulas, the decisive steps and the near-duplicate reading.
 
@@ -392,6 +401,12 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
         visual_fidelity: ``[N]`` ``VisFid_j`` in ``[0, 1]``; ``None``: neutral (1.0).
         duplicate_threshold: reject from the update a rollout whose 3-gram Jaccard similarity to an earlier
             kept rollout exceeds it (``info["update_mask"]``); ``None``: off.
+        majority_entropy_max: the paper's "low-entropy majority (< 0.2)" gate (Pixelis sec. 3.2.3,
+            "Successful set and exemplar"), which the paper gives without a base. Reading here: the Shannon
+            entropy **in nats** of the unweighted answer votes (canonical classes, unextractable answers one
+            class; ``info["vote_entropy"]``); the question abstains unless it is below the bound. At 0.2 nats
+            this asks for near-unanimity: 15 of 16 votes give 0.234, 7 of 8 give 0.377. ``None`` (default):
+            off, the weighted vote and its abstention rules alone decide.
     """
     rollouts = check_rollouts(rollouts, METHOD)
     n = len(rollouts)
@@ -401,6 +416,8 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
         _check_number("conformal_qhat", conformal_qhat, upper=math.inf)
     if duplicate_threshold is not None:
         _check_number("duplicate_threshold", duplicate_threshold, upper=1.0)
+    if majority_entropy_max is not None:
+        _check_number("majority_entropy_max", majority_entropy_max, upper=math.inf)
     rel = _per_rollout(reliability, n, "reliability")
     vis = _per_rollout(visual_fidelity, n, "visual_fidelity", upper=1.0)
     h, _, cal = _signals(rollouts, decisive_masks, temperature)
@@ -416,6 +433,7 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
         "support": dict(decision.support), "margin": decision.margin,
         "confidence": decision.support[decision.answer] / total if total > 0 else 0.0,
         "update_mask": update_mask, "duplicates": update_mask.count(False),
+        "vote_entropy": vote_entropy(answers),
     }
     if conformal_qhat is not None:
         info["prediction_set"] = decision.prediction_set if total > 0 else []
@@ -429,6 +447,9 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
             reasons.append("tie between the two largest weighted supports")
         elif decision.margin < delta:
             reasons.append(f"weighted vote margin {decision.margin:.4g} < delta={delta:g}")
+        if majority_entropy_max is not None and info["vote_entropy"] >= majority_entropy_max:
+            reasons.append(f"vote entropy {info['vote_entropy']:.4g} nats >= majority_entropy_max="
+                           f"{majority_entropy_max:g}")
         if conformal_qhat is not None and len(decision.prediction_set) != 1:
             reasons.append(f"conformal set holds {len(decision.prediction_set)} answers "
                            f"(qhat={conformal_qhat:g})")
@@ -454,7 +475,7 @@ class PixelCalibration:
 #: per-question options of ``pixel_label`` that ``calibrate_pixel`` takes one entry per group of
 _PER_GROUP = ("reliability", "visual_fidelity", "decisive_masks")
 #: options that do not change the weighted support (accepted, unused)
-_UNUSED = ("delta", "duplicate_threshold")
+_UNUSED = ("delta", "duplicate_threshold", "majority_entropy_max")
 
 
 def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alpha: float = 0.1, choices=None,
