@@ -206,6 +206,23 @@ class FixedBatch(GRPOModule):
         return torch.optim.SGD([p for p in self.policy.parameters() if p.requires_grad], lr=1.0)
 
 
+def _fixed_batch_step(rollouts, rewards, reference, aggregation, **masks):
+    """One SGD step of ``FixedBatch`` on ``rollouts`` / ``rewards`` (KL 0.5 to ``reference``); ``masks``:
+    ``abstain`` groups / ``drop`` rows. Returns the module, the weight change and the logged metrics."""
+    m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
+                   loss_aggregation=aggregation, max_grad_norm=None)
+    m.fixed, m.fixed_rewards = rollouts, rewards
+    for name, value in masks.items():
+        setattr(m, name, value)
+    m.set_reference_model(reference)
+    m.configure_model()
+    before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
+    trainer = _trainer(1)
+    trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+    delta = {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}
+    return m, delta, trainer.callback_metrics
+
+
 @pytest.mark.parametrize("aggregation", ["seq_mean", "token_mean"])
 def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
     """With group 0 abstaining, one training step (i) gives group 0's rows advantage exactly 0, (ii) has the
@@ -221,16 +238,7 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
     reference = load_model("tiny:qwen2", source.tokenizer, seed=1)  # a different policy: the KL term is not 0
 
     def step(rollouts, rewards, abstain=()):
-        m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
-                       loss_aggregation=aggregation, max_grad_norm=None)
-        m.fixed, m.fixed_rewards, m.abstain = rollouts, rewards, abstain
-        m.set_reference_model(reference)
-        m.configure_model()
-        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
-        trainer = _trainer(1)
-        trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
-        delta = {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}
-        return m, delta, trainer.callback_metrics
+        return _fixed_batch_step(rollouts, rewards, reference, aggregation, abstain=abstain)
 
     masked, d_masked, logs_masked = step(full, rewards, abstain=(0,))
     kept, d_kept, logs_kept = step(_rows(full, list(range(4, 12))), rewards[4:])
@@ -287,15 +295,8 @@ def test_a_dropped_row_carries_no_policy_or_kl_term_and_no_weight(aggregation):
     reference = load_model("tiny:qwen2", source.tokenizer, seed=1)
 
     def step(rollouts, drop=()):
-        m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
-                       loss_aggregation=aggregation, max_grad_norm=None)
-        m.fixed, m.fixed_rewards, m.drop = rollouts, rewards, drop
-        m.set_reference_model(reference)
-        m.configure_model()
-        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
-        trainer = _trainer(1)
-        trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
-        return {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}, trainer.callback_metrics
+        _, delta, logs = _fixed_batch_step(rollouts, rewards, reference, aggregation, drop=drop)
+        return delta, logs
 
     d_drop, logs_drop = step(full, drop=(5,))
     d_drop_rewritten, logs_rewritten = step(rewritten, drop=(5,))
