@@ -28,6 +28,8 @@ import threading
 import time
 from typing import Iterator
 
+from .latex import matching_brace
+
 __all__ = ["ComparisonTimeout", "time_limit", "too_costly"]
 
 MAX_DEPTH = 12
@@ -52,16 +54,8 @@ def _exponent(text: str, i: int) -> tuple[str, int]:
     while i < n and text[i].isspace():
         i += 1
     if i < n and text[i] == "{":
-        depth, j = 0, i
-        while j < n:
-            if text[j] == "{":
-                depth += 1
-            elif text[j] == "}":
-                depth -= 1
-                if depth == 0:
-                    return text[i + 1:j], j + 1
-            j += 1
-        return text[i + 1:], n
+        close = matching_brace(text, i)
+        return (text[i + 1:close], close + 1) if close >= 0 else (text[i + 1:], n)
     if i < n and text[i] == "\\":
         j = i + 1
         while j < n and text[j].isalpha():
