@@ -3,6 +3,7 @@ ones."""
 import json
 import os
 import re
+import signal
 
 import pytest
 
@@ -166,24 +167,28 @@ def test_no_nan_anywhere_with_the_smallest_settings(tmp_path, capsys):
 
 
 class _InterruptingBar:
-    """A progress bar whose ``after``-th update raises KeyboardInterrupt (Ctrl-C during the evaluation)."""
+    """A progress bar whose ``after``-th update raises KeyboardInterrupt (Ctrl-C during the evaluation), or
+    with ``sigterm`` sends the process SIGTERM, which the ``ttrl`` dispatcher raises as ``Terminated``."""
 
-    def __init__(self, after):
-        self.after, self.updates = after, 0
+    def __init__(self, after, sigterm=False):
+        self.after, self.updates, self.sigterm = after, 0, sigterm
 
     def update(self, k):
         self.updates += 1
         if self.updates == self.after:
+            if self.sigterm:  # the real signal, through the dispatcher's handler
+                os.kill(os.getpid(), signal.SIGTERM)
             raise KeyboardInterrupt
 
     def close(self):
         pass
 
 
-def test_interrupted_rerun_keeps_the_complete_report(tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("sigterm", [False, True], ids=["ctrl_c", "sigterm"])
+def test_interrupted_rerun_keeps_the_complete_report(tmp_path, capsys, monkeypatch, sigterm):
     """A complete report exists; a rerun interrupted after two chunks of 32 questions writes
     report.partial.json / .png beside it, leaves report.json and report.png byte-identical, says where, counts
-    the questions it evaluated (64 of 100, not 100), and exits 130."""
+    the questions it evaluated (64 of 100, not 100), and exits 130 (143 for SIGTERM)."""
     pool = _pool(tmp_path, questions=100, rollouts=4)
     out = tmp_path / "report.json"
     argv = ["bon", "--pool", pool, "--methods", "majority", "visconf_rwc", "--n", "2", "4", "--subsets", "3",
@@ -193,15 +198,16 @@ def test_interrupted_rerun_keeps_the_complete_report(tmp_path, capsys, monkeypat
     complete_json, complete_png = out.read_bytes(), (tmp_path / "report.png").read_bytes()
 
     import ttrl_lightning.eval.bon as bon_module
-    monkeypatch.setattr(bon_module, "progress_bar", lambda **kw: _InterruptingBar(after=2))
-    assert main(argv) == 130
+    monkeypatch.setattr(bon_module, "progress_bar", lambda **kw: _InterruptingBar(after=2, sigterm=sigterm))
+    assert main(argv) == (143 if sigterm else 130)
     printed = capsys.readouterr().out
     assert out.read_bytes() == complete_json and (tmp_path / "report.png").read_bytes() == complete_png
     partial = _strict_json(tmp_path / "report.partial.json")
     assert partial["complete"] is False and partial["num_questions"] == 64
     assert (tmp_path / "report.partial.png").stat().st_size > 1000
     footer = printed.strip().splitlines()[-1]
-    assert "interrupted: 64 of 100 questions" in footer and "report.partial.json" in footer
+    word = "terminated (SIGTERM)" if sigterm else "interrupted"
+    assert f"{word}: 64 of 100 questions" in footer and "report.partial.json" in footer
     assert f"the report at {out} was left as it was" in footer
     assert "INTERRUPTED: only the first 64 questions" in printed
     assert sorted(p.name for p in tmp_path.iterdir()) == ["pool.jsonl", "report.json", "report.partial.json",

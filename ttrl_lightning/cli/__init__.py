@@ -43,7 +43,7 @@ import os
 import sys
 
 from ..errors import UserError
-from .termination import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
+from .termination import interrupt_exit, sigterm_as_interrupt
 
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", one-line help)
@@ -75,8 +75,8 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-#: Exit code of a user error and of an interrupt.
-EXIT_USER_ERROR, EXIT_INTERRUPTED = 1, 130
+#: Exit code of a user error (an interrupt's: ``termination.EXIT_INTERRUPTED`` / ``EXIT_TERMINATED``).
+EXIT_USER_ERROR = 1
 
 #: Errors printed as one line (exit 1): the user's input, and paths the user gave that cannot be used.
 USER_ERRORS = (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:
         if debug:
             raise
-        terminated = isinstance(e, Terminated)
-        print(f"ttrl {name}: {'terminated (SIGTERM)' if terminated else 'interrupted'}", file=sys.stderr)
-        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
+        said, code = interrupt_exit(e)
+        print(f"ttrl {name}: {said}", file=sys.stderr)
+        return code
     return int(rc or 0)

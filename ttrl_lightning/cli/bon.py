@@ -4,7 +4,8 @@ Every option is checked before the pool is read (:mod:`.arguments`; a bad one is
 exit 1), and the budgets against the pool right after it is read (``N <= pool size``). The report and its
 plot are written atomically (:mod:`ttrl_lightning.safe_files`). On Ctrl-C the questions finished so far are
 reported in ``NAME.partial.json`` (and its plot) beside ``--out NAME.json``, so a complete report of an
-earlier run is never replaced by a partial one; the exit code is then 130.
+earlier run is never replaced by a partial one; the exit code is then 130 (143 on SIGTERM, which the ``ttrl``
+dispatcher turns into the same interrupt).
 
 Several pools (``--pool a b c``, one per benchmark) are evaluated one after the other; the table and
 ``report["accuracy"]`` are their macro average, ``report["per_pool"]`` holds each pool's accuracies, and
@@ -26,6 +27,7 @@ from ..eval.report import build_report, format_table, plot_accuracy, write_repor
 from ..safe_files import partial_path, same_file
 from .arguments import (EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_float,
                         given, positive_int, refuse_duplicates, seed, unit_float)
+from .termination import interrupt_exit
 
 #: The method every other one is compared with by the paired bootstrap, unless ``--target`` says otherwise.
 DEFAULT_TARGET = "visconf_rwc"
@@ -204,6 +206,7 @@ def bon_main(argv: list[str]) -> int:
         print(f"\n{evaluated:,} questions{skipped} evaluated in {t_eval:.1f} s; report: {out}; plot: {png}")
         return 0
     kept = f"; the report at {args.out} was left as it was" if os.path.exists(args.out) else ""
-    print(f"\ninterrupted: {evaluated:,} of {graded:,} questions{skipped} evaluated in "
+    said, code = interrupt_exit(next((r.interrupted_by for r in results.values() if not r.complete), None))
+    print(f"\n{said}: {evaluated:,} of {graded:,} questions{skipped} evaluated in "
           f"{t_eval:.1f} s; partial report: {out}; plot: {png}{kept}")
-    return 130
+    return code

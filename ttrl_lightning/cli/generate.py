@@ -26,7 +26,7 @@ from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
                    metrics_lines, top_p)
-from .termination import EXIT_TERMINATED, Terminated
+from .termination import interrupt_exit
 
 __all__ = ["build_parser", "generate_main", "rank_out_path"]
 
@@ -236,7 +236,7 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     bar.update(len(mine) - len(todo))
     tokens = 0
     t1 = time.perf_counter()
-    interrupted = False
+    interrupted = None  # the KeyboardInterrupt (Ctrl-C, or SIGTERM from the dispatcher) that stopped sampling
     try:
         if not batched:
             for i in todo:
@@ -270,8 +270,8 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
                     store.add(rec)
                     bar.update(1)
             bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (termination.Terminated, from the dispatcher)
-        interrupted = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted"
+    except KeyboardInterrupt as e:
+        interrupted = e
     finally:
         bar.close()
         store.flush()  # keep everything finished, also on an error
@@ -282,10 +282,11 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     done = sum(questions[i]["id"] in finished for i in mine)
     speed = (f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded "
              f"in {t_load:.1f} s)")
-    if interrupted:
-        print(f"\n{interrupted}: {done} of {len(mine)} questions are in {store.dir}; run the same command "
+    if interrupted is not None:
+        said, code = interrupt_exit(interrupted)
+        print(f"\n{said}: {done} of {len(mine)} questions are in {store.dir}; run the same command "
               f"again to continue; {speed}", file=sys.stderr)
-        return EXIT_TERMINATED if interrupted.startswith("terminated") else 130
+        return code
     ids = [q["id"] for q in questions]
     if dp.world_size == 1:
         records = merge_records([(store.dir, finished.values())], ids)

@@ -13,13 +13,22 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["EXIT_TERMINATED", "Terminated", "sigterm_as_interrupt"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "Terminated", "interrupt_exit", "sigterm_as_interrupt"]
 
+EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
 
 class Terminated(KeyboardInterrupt):
     """The process received SIGTERM (raised where a Ctrl-C would be)."""
+
+
+def interrupt_exit(error: KeyboardInterrupt | None) -> tuple[str, int]:
+    """What a command stopped by ``error`` says and exits with: ``("terminated (SIGTERM)", 143)`` for
+    :class:`Terminated`, else ``("interrupted", 130)``."""
+    if isinstance(error, Terminated):
+        return "terminated (SIGTERM)", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 def _raise_terminated(signum, frame) -> None:

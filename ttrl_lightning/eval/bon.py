@@ -56,6 +56,8 @@ class BoNResult:
     per_question: dict[str, dict[int, Tensor]] = field(default_factory=dict)
     config: BoNConfig | None = None
     complete: bool = True
+    #: the KeyboardInterrupt (Ctrl-C, or SIGTERM under ``ttrl``) that ended an incomplete evaluation
+    interrupted_by: KeyboardInterrupt | None = None
     num_questions: int = 0
     without_gold: list[str] = field(default_factory=list)
 
@@ -140,8 +142,8 @@ def evaluate_pool(pool, methods: Sequence[str] = DEFAULT_METHODS, cfg: BoNConfig
                     acc[p.report][n][sl] = p.method.correct(chunk, **p.params).mean(-1)
             done = sl.stop
             bar.update(sl.stop - sl.start)
-    except KeyboardInterrupt:
-        result.complete = False
+    except KeyboardInterrupt as e:
+        result.complete, result.interrupted_by = False, e
     finally:
         bar.close()
     # on interrupt, keep the questions finished so far (all budgets and methods are complete for them)
