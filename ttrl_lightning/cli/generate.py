@@ -21,7 +21,7 @@ import time
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
-from ..rollout.base import check_context, context_length
+from ..rollout.base import check_context, context_limit
 from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
@@ -209,7 +209,7 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     engine = build_sampling_engine(args, policy.tokenizer, record_signals=True) if batched else None
     t_load = time.perf_counter() - t0
 
-    limit = getattr(engine, "max_model_len", None) or context_length(policy.model)
+    limit = context_limit(engine, policy.model)
     what = "the model's context (max_position_embeddings)"
     # the context, before anything is written; a question with images is checked once its inputs exist
     for i in rank_indices(len(questions), dp.rank, dp.world_size):

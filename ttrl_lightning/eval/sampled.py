@@ -139,7 +139,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     """
     from ..data.questions import few_ids
     from ..rollout import HFGenerateEngine
-    from ..rollout.base import check_context, context_length
+    from ..rollout.base import check_context, context_limit
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -156,7 +156,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
         raise UserError(f"{len(with_images)} question(s) have images, which the text-only HF engine cannot "
                         f"see: {few_ids(with_images)}")
     engine = HFGenerateEngine(tokenizer) if engine is None else engine
-    limit = getattr(engine, "max_model_len", None) or context_length(model)
+    limit = context_limit(engine, model)
     if limit is not None:  # every question, before anything is sampled
         check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in questions],
                       params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])

@@ -179,6 +179,12 @@ def context_length(model) -> int | None:
     return None
 
 
+def context_limit(engine, model) -> int | None:
+    """The context ``engine`` samples ``model`` within: a vLLM engine's ``max_model_len`` once it is set,
+    else the model's own (:func:`context_length`, also what vLLM defaults to)."""
+    return getattr(engine, "max_model_len", None) or context_length(model)
+
+
 def check_context(prompt_lengths: Sequence[int], max_new_tokens: int, limit: int | None, what: str,
                   names: Sequence[str] | None = None, prompts: Sequence[str] | None = None) -> None:
     """Refuse, before anything is sampled, a prompt whose tokens plus ``max_new_tokens`` exceed ``limit``
