@@ -96,7 +96,8 @@ class RolloutRewards:
     row_mask: torch.Tensor | None = None
 
     def check(self, num_rows: int, num_groups: int) -> RolloutRewards:
-        """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] bool)."""
+        """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] and row_mask [num_rows]
+        bool)."""
         r = self.rewards
         if not isinstance(r, torch.Tensor) or r.shape != (num_rows,):
             got = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
@@ -107,22 +108,21 @@ class RolloutRewards:
 
     def rows(self, num_rows: int) -> torch.Tensor:
         """row_mask as a [num_rows] bool tensor on the rewards' device (all True when None)."""
-        if self.row_mask is None:
-            return torch.ones(num_rows, dtype=torch.bool, device=self.rewards.device)
-        m = torch.as_tensor(self.row_mask, device=self.rewards.device)
-        if m.dtype != torch.bool or m.shape != (num_rows,):
-            raise ValueError(f"row_mask must be a bool tensor of shape [{num_rows}], got {m.dtype} {tuple(m.shape)}")
+        return self._bool_mask("row_mask", num_rows)
+
+    def _bool_mask(self, name: str, size: int) -> torch.Tensor:
+        """The field ``name`` as a [size] bool tensor on the rewards' device (all True when None)."""
+        value = getattr(self, name)
+        if value is None:
+            return torch.ones(size, dtype=torch.bool, device=self.rewards.device)
+        m = torch.as_tensor(value, device=self.rewards.device)
+        if m.dtype != torch.bool or m.shape != (size,):
+            raise ValueError(f"{name} must be a bool tensor of shape [{size}], got {m.dtype} {tuple(m.shape)}")
         return m
 
     def mask(self, num_groups: int) -> torch.Tensor:
         """group_mask as a [num_groups] bool tensor on the rewards' device (all True when None)."""
-        if self.group_mask is None:
-            return torch.ones(num_groups, dtype=torch.bool, device=self.rewards.device)
-        m = torch.as_tensor(self.group_mask, device=self.rewards.device)
-        if m.dtype != torch.bool or m.shape != (num_groups,):
-            raise ValueError(f"group_mask must be a bool tensor of shape [{num_groups}], got {m.dtype} "
-                             f"{tuple(m.shape)}")
-        return m
+        return self._bool_mask("group_mask", num_groups)
 
 
 @dataclass(frozen=True)
