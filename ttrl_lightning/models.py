@@ -276,6 +276,14 @@ def is_tiny(name: str) -> bool:
     return name.startswith("tiny:")
 
 
+def check_tiny_name(name: str, where: str) -> None:
+    """``UserError`` (``"<where>: unknown tiny architecture 'x'; known: tiny:..."``) for a ``tiny:<arch>``
+    name whose architecture is not registered; any other name passes."""
+    if is_tiny(name) and name.split(":", 1)[1] not in TINY_CONFIGS:
+        raise UserError(f"{where}: unknown tiny architecture {name.split(':', 1)[1]!r}; known: "
+                        f"{', '.join('tiny:' + a for a in TINY_CONFIGS.names())}")
+
+
 def checkpoint_model_name(path: str) -> str:
     """The model name saved in the ``ttrl fit`` checkpoint ``path`` (its ``PolicySpec.model``)."""
     spec, _ = policy_state_from_checkpoint(path)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
-from ..models import TINY_CONFIGS, is_tiny, load_checkpoint_policy, load_model, load_tokenizer
+from ..models import check_tiny_name, is_tiny, load_checkpoint_policy, load_model, load_tokenizer
 
 __all__ = ["LoadedPolicy", "load_policy", "policy_kind"]
 
@@ -45,10 +45,7 @@ class LoadedPolicy:
 def policy_kind(name: str, flag: str = "--model") -> str:
     """``"tiny"``, ``"hf"`` or ``"ckpt"`` for ``name``, or a :class:`UserError` saying what it should be."""
     if is_tiny(name):
-        arch = name.split(":", 1)[1]
-        if arch not in TINY_CONFIGS:
-            raise UserError(f"argument {flag}: unknown tiny architecture {arch!r}; known: "
-                            f"{', '.join('tiny:' + a for a in TINY_CONFIGS.names())}")
+        check_tiny_name(name, f"argument {flag}")
         return "tiny"
     if os.path.isdir(name):
         if os.path.isfile(os.path.join(name, "config.json")):

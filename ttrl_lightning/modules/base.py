@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.models import TINY_CONFIGS, is_tiny, load_model, load_tokenizer
+from ttrl_lightning.models import check_tiny_name, load_model, load_tokenizer
 from ttrl_lightning.modules.sharding import shard_policy
 
 
@@ -132,9 +132,7 @@ class PolicySpec:
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
             raise UserError(f"policy.model must be a model name or path, got {self.model!r}")
-        if is_tiny(self.model) and self.model.split(":", 1)[1] not in TINY_CONFIGS:
-            raise UserError(f"policy.model: unknown tiny architecture {self.model.split(':', 1)[1]!r}; known: "
-                            f"{', '.join('tiny:' + a for a in TINY_CONFIGS.names())}")
+        check_tiny_name(self.model, "policy.model")
         check_bounds(asdict(self), POLICY_RULES, "policy.")
         betas = tuple(self.betas) if isinstance(self.betas, (list, tuple)) else (self.betas,)
         if len(betas) != 2 or any(b not in BETA_BOUNDS for b in betas):
