@@ -28,21 +28,11 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", encoding: str | None 
     """
     if mode not in ("w", "wb"):
         raise ValueError(f"atomic_write mode must be 'w' or 'wb', got {mode!r}")
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+    with _atomic_path(os.fspath(path)) as tmp:
+        with open(tmp, mode, encoding=None if "b" in mode else encoding) as fh:
             yield fh
             fh.flush()
             os.fsync(fh.fileno())
-        os.chmod(tmp, _final_mode(path))
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 def _umask() -> int:
@@ -74,6 +64,8 @@ def atomic_write_path(path: str | os.PathLike) -> "contextlib.AbstractContextMan
 
 @contextlib.contextmanager
 def _atomic_path(path: str) -> Iterator[str]:
+    """A unique temporary file beside ``path`` (created by ``mkstemp``), given the target's mode and renamed
+    over ``path`` on a clean exit, removed on any exception: the one mechanism of both atomic writers."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     base, ext = os.path.splitext(os.path.basename(path))
