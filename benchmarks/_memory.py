@@ -156,7 +156,8 @@ def report_ratios(title: str, results: dict, mem_target: float, time_target: flo
     """Print the side-by-side table (peak extra MiB, median s, both as ratios to ``baseline``), a
     ``[MISMATCH]`` line for every ``check`` statistic that differs from the baseline's by more than 1e-3
     (relative), and per candidate whether memory <= ``mem_target`` and time <= ``time_target`` of the
-    baseline (time: ``_verdict.paired_verdict`` over the paired rounds). Adds ``mem_ratio``, ``time_verdict`` and ``time_ratio`` to each result (NaN without a baseline)."""
+    baseline (time: ``_verdict.paired_verdict`` over the paired rounds). Adds ``mem_ratio``, ``time_verdict``
+    and ``time_ratio`` to each result (NaN without a baseline)."""
     base = results.get(baseline)
     print(f"\n{title}")
     print(f"{'candidate':<16}{'peak extra MiB':>16}{'median s':>11}{'mem / base':>12}{'time / base':>13}")

@@ -17,7 +17,8 @@ exist), the questions single-digit additions ("What is a + b? Answer with just t
 template. Robust to a busy machine: the candidates run in turns for ``--rounds`` rounds (the first candidate
 alternates), each round gives a paired ratio (vLLM / HF in the same round), and the verdict against
 ``--margin`` is printed only when every round's ratio is on the same side of it (else "no verdict: the
-rounds' spread straddles the margin"; ``_verdict.py``, the rule of every benchmark here). Writes ``--out`` (JSON). Usage::
+rounds' spread straddles the margin"; ``_verdict.py``, the rule of every benchmark here). Writes ``--out``
+(JSON). Usage::
 
     python benchmarks/rollout_engines.py                     # ~15 min on 2 CPU cores (AVX2, float32)
     python benchmarks/rollout_engines.py --trl               # and TRL's GRPOTrainer

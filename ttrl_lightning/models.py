@@ -336,9 +336,9 @@ def load_model(
         kwargs = {}
         if dtype is not None:
             kwargs["dtype"] = getattr(torch, dtype)
-        from transformers import AutoConfig
-
         import pickle
+
+        from transformers import AutoConfig
 
         try:
             model = _auto_model_class(AutoConfig.from_pretrained(name)).from_pretrained(name, **kwargs)

@@ -160,9 +160,10 @@ def _images(row: dict, where: str, folder: str) -> list[str]:
                 with Image.open(full) as img:
                     img.verify()
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            raise QuestionError(f"{where}: field {name!r}: image {full} is too large to decode safely "
-                                f"({str(e).split('could be')[0].strip(' ,')}; the limit is PIL.Image.MAX_IMAGE_PIXELS "
-                                f"= {Image.MAX_IMAGE_PIXELS:,} pixels)") from None
+            size = str(e).split("could be")[0].strip(" ,")
+            raise QuestionError(f"{where}: field {name!r}: image {full} is too large to decode safely ({size}; "
+                                f"the limit is PIL.Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS:,} pixels)") \
+                from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             reason = (str(e).splitlines() or [type(e).__name__])[0]
             raise QuestionError(f"{where}: field {name!r}: image {full} is not readable ({reason})") from None

@@ -74,9 +74,9 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
     ``on_step(rows [A], tokens [A], raw_logits [A, V], t)``: called once per decode step with the raw
     (unprocessed, float32) logits that predicted the sampled tokens of the rows still active.
 
-    Returns ``completion_ids`` [B * n, C] (C: the longest row; prompt-major, padded with ``pad_token_id``), ``lengths`` [B * n]
-    (tokens sampled per row, EOS and stop string included) and timings ``{"prefill_s", "decode_s",
-    "row_steps"}`` (``row_steps``: rows decoded summed over steps, the decode work done).
+    Returns ``completion_ids`` [B * n, C] (C: the longest row; prompt-major, padded with ``pad_token_id``),
+    ``lengths`` [B * n] (tokens sampled per row, EOS and stop string included) and timings ``{"prefill_s",
+    "decode_s", "row_steps"}`` (``row_steps``: rows decoded summed over steps, the decode work done).
     """
     import time
 
@@ -87,7 +87,8 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
     greedy = params.temperature == 0
     t0 = time.perf_counter()
     cache = DynamicCache(config=model.config)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=_positions(attention_mask),
+    positions = _positions(attention_mask)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
                 past_key_values=cache, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     logits = out.logits[:, -1].to(dtype=torch.float32).repeat_interleave(n, dim=0)
@@ -95,7 +96,7 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
     if n > 1:
         cache.batch_repeat_interleave(n)
     mask = attention_mask.repeat_interleave(n, dim=0)
-    last_pos = _positions(attention_mask)[:, -1].repeat_interleave(n, dim=0)
+    last_pos = positions[:, -1].repeat_interleave(n, dim=0)
     prefill_s = time.perf_counter() - t0
 
     R, C = input_ids.shape[0] * n, params.max_new_tokens
