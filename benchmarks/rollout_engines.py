@@ -92,8 +92,8 @@ def sampling(args, model, tokenizer) -> dict:
                                "avg": avg, "maj": maj})
             print(f"  round {r} {name:<9} {tokens:6d} tokens in {seconds:6.1f} s = {tokens / seconds:7.1f} tok/s  "
                   f"avg@{args.n} {avg:5.1f}  maj@{args.n} {maj:5.1f}", flush=True)
-    rate = {name: [1 / row["tokens_per_s"] for row in rows[name]] for name in rows}  # s per token, per round
-    ratios = {name: paired_ratios(rate["hf"], rate[name]) for name in ("hf_shared", "vllm")}  # tok/s over hf's
+    speed = {name: [row["tokens_per_s"] for row in rows[name]] for name in rows}
+    ratios = {name: paired_ratios(speed[name], speed["hf"]) for name in ("hf_shared", "vllm")}  # over HF's
     engines["vllm"].close()
     return {"rows": rows, "ratios": ratios["vllm"], "shared_ratios": ratios["hf_shared"], "vllm_startup_s": startup}
 
@@ -362,8 +362,8 @@ def main(argv=None) -> int:
               f"(median {statistics.median(s['shared_ratios']):.2f})")
         print(f"vLLM engine start-up: {s['vllm_startup_s']:.1f} s")
     if "ttrl" in report:
-        step_ratios = [a["total_s"] / b["total_s"] for a, b in zip(report["ttrl"]["hf"]["steps"][1:],
-                                                                  report["ttrl"]["vllm"]["steps"][1:])]
+        step_ratios = paired_ratios(*([r["total_s"] for r in report["ttrl"][name]["steps"][1:]]
+                                      for name in ("hf", "vllm")))
         report["ttrl_step_ratios"] = step_ratios
         report["verdicts"]["ttrl_step"] = paired_verdict(step_ratios, args.step_margin)
         print(f"TTRL step HF / vLLM per step: {' '.join(f'{r:.2f}' for r in step_ratios)} -> "
