@@ -245,7 +245,8 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
                 for v, view in enumerate(args.views):
                     seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
                     inputs = builder.inputs(q, view)
-                    check_context([inputs["input_ids"].shape[1]], max_new, limit, what, names=[q["id"]])
+                    if q["images"]:  # text prompts were checked before anything was written
+                        check_context([inputs["input_ids"].shape[1]], max_new, limit, what, names=[q["id"]])
                     got, count = sample_view(policy.model, policy.tokenizer, inputs, view, params, seed_qv,
                                              extract, q["choices"])
                     rollouts.extend(got)
