@@ -72,7 +72,7 @@ def evaluate(policy, tokenizer, rows, chains, cache, *, disabled=(), max_steps=4
         part = rows[i:i + 16]
         greedy = SamplingParams(n=1, temperature=0.0)
         trajs += engine.generate(policy, [r["prompt"] for r in part], greedy).trajectories
-    correct = [answers_match(t.answer, r["answer"]) for t, r in zip(trajs, rows)]
+    correct = [answers_match(t.answer, r["gold"]) for t, r in zip(trajs, rows)]
     kinds = sorted({r["kind"] for r in rows})
     per_kind = {k: statistics.fmean(c for c, r in zip(correct, rows) if r["kind"] == k) for k in kinds}
     return process_report(trajs, chains, correct), trajs, per_kind

@@ -80,7 +80,7 @@ def test_datamodule_and_prompts():
     assert batch["input_ids"].shape[0] == 2 and bool(batch["action_mask"].any())
     rows = agent_prompts(5, 2, ["when"])
     assert rows[0]["prompt"].source == {"kind": "when", "seed": 5, "index": 0}
-    assert rows[0]["prompt"].frames is not None and rows[0]["answer"] == SCENE_TASKS["when"](5, 0).answer
+    assert rows[0]["prompt"].frames is not None and rows[0]["gold"] == SCENE_TASKS["when"](5, 0).answer
     with pytest.raises(KeyError, match="nope"):
         agent_prompts(0, 1, ["nope"])
 

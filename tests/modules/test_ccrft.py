@@ -74,12 +74,12 @@ def test_rewards_add_the_terms():
     m = _module(w_curiosity=0.0, w_coherence=0.0, efficiency_penalty=0.25)
     rows = agent_prompts(0, 2, ["count"])  # the script answers "1"; two SEG calls when the colour is red
     ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=2))
-    batch = {"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows]}
-    got = m.rewards(ro, batch).rewards
+    batch = {"prompt": [r["prompt"] for r in rows], "gold": [r["gold"] for r in rows]}
+    got = m.score(ro, batch).rewards
     expected = []
     for r in rows:
         calls = 2 if "red" in r["prompt"] else 1
-        expected += [float(r["answer"] == "1") - 0.25 * (calls - 1)] * 2
+        expected += [float(r["gold"] == "1") - 0.25 * (calls - 1)] * 2
     assert torch.allclose(got, torch.tensor(expected))
 
 

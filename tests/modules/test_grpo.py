@@ -37,7 +37,7 @@ def test_grpo_loss_matches_hand_assembled_formula():
     m.set_reference_model(ref)
     batch = {"prompt": ["1+2=", "30-4="], "answer": ["3", "26"]}
     r = m.rollout(batch)
-    scored = m.rewards(r, batch)
+    scored = m.score(r, batch)
     rewards = scored.rewards
     assert scored.mask(2).tolist() == [True, True]  # the base hook keeps every group
     torch.testing.assert_close(rewards, torch.tensor(sevens(prompts=None, completions=r.texts)))
@@ -83,7 +83,7 @@ def test_grpo_learns_toy_reward():
 class AlternatingRewards(GRPOModule):
     """A subclass overriding one hook only (as CC-RFT/TTRL do)."""
 
-    def rewards(self, rollouts, batch):
+    def score(self, rollouts, batch):
         self.reward_calls = getattr(self, "reward_calls", 0) + 1
         return RolloutRewards(torch.arange(rollouts.completion_ids.shape[0], dtype=torch.float32) % 2)
 
@@ -128,14 +128,14 @@ def test_reference_none_requires_zero_beta_and_bad_reward_raises():
     m.configure_model()
     batch = {"prompt": ["1+1="], "answer": ["2"]}
     with pytest.raises(ValueError, match="non-finite"):
-        m.rewards(m.rollout(batch), batch)
+        m.score(m.rollout(batch), batch)
 
 
 class MajorityVoteGRPO(GRPOModule):
     """TTRL-style subclass: the label of each prompt is the majority answer of its own N samples (no ground
     truth), passed to the unchanged reward callables as the ``answer`` column."""
 
-    def rewards(self, rollouts, batch):
+    def score(self, rollouts, batch):
         from collections import Counter
 
         from ttrl_lightning.rewards.simple import first_integer
@@ -147,7 +147,7 @@ class MajorityVoteGRPO(GRPOModule):
             votes = Counter(a for a in answers[g * n:(g + 1) * n] if a is not None)
             labels.append(votes.most_common(1)[0][0] if votes else "")
         self.last_labels = labels
-        return super().rewards(rollouts, {"prompt": batch["prompt"], "answer": labels})
+        return super().score(rollouts, {"prompt": batch["prompt"], "answer": labels})
 
 
 def test_subclass_with_pseudo_labels():
@@ -157,7 +157,7 @@ def test_subclass_with_pseudo_labels():
     m.configure_model()
     batch = {"prompt": ["1+2=", "4+4=", "7-2="], "answer": ["3", "8", "5"]}
     r = m.rollout(batch)
-    rewards = m.rewards(r, batch).rewards
+    rewards = m.score(r, batch).rewards
     assert any(m.last_labels)
     for g, label in enumerate(m.last_labels):
         texts = r.texts[g * 6:(g + 1) * 6]
@@ -191,7 +191,7 @@ class FixedBatch(GRPOModule):
     def rollout(self, batch):
         return self.fixed
 
-    def rewards(self, rollouts, batch):
+    def score(self, rollouts, batch):
         keep = torch.ones(rollouts.completion_ids.shape[0] // rollouts.n, dtype=torch.bool)
         keep[list(self.abstain)] = False
         rows = torch.ones(rollouts.completion_ids.shape[0], dtype=torch.bool)
@@ -259,7 +259,7 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
 
 def test_rewards_hook_must_return_rollout_rewards():
     class Bare(GRPOModule):
-        def rewards(self, rollouts, batch):
+        def score(self, rollouts, batch):
             return torch.zeros(rollouts.completion_ids.shape[0])
 
     m = Bare(policy=TINY, num_generations=2, max_new_tokens=2)

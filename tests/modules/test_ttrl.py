@@ -1,7 +1,5 @@
 """TTRLModule: votes -> pseudo-labels -> rewards on the trained rows, abstention, the fused view, the EMA
 baseline, the monitoring metrics against hand counts, and gold never reaching a reward."""
-import copy
-
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -11,7 +9,8 @@ from ttrl_lightning.answers import last_number
 from ttrl_lightning.data.datamodules import collate_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
-from ttrl_lightning.modules.ttrl import StepLabels
+from ttrl_lightning.modules.ttrl import VoteStep
+from ttrl_lightning.modules.ttrl_monitor import ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from ttrl_lightning.rollout import Rollouts, SamplingParams
 
@@ -71,13 +70,16 @@ BATCH = {"prompt": ["1+4=", "2+2=", "3+3="], "id": ["a", "b", "c"], "gold": ["5"
 
 def test_majority_labels_rewards_on_first_n_rows_and_abstention():
     m = _module(SCRIPT)
-    trained = m.rollout(BATCH)
-    assert trained.n == 3 and trained.texts == ["5", "5", "6", "x", "x", "4", "6", "7", "7"]
+    votes = m.rollout(BATCH)  # rollout only samples: all M votes
+    assert votes.n == 6 and votes.texts == [t for p in BATCH["prompt"] for t in SCRIPT[p]]
     assert m.engine.calls[0][1].n == 6  # M votes sampled
-    scored = m.rewards(trained, BATCH)
+    scored = m.scored(votes, BATCH)
+    trained = scored.rollouts
+    assert trained.n == 3 and trained.texts == ["5", "5", "6", "x", "x", "4", "6", "7", "7"]
     assert scored.rewards.tolist() == [1, 1, 0, 0, 0, 0, 0, 1, 1]
     assert scored.group_mask.tolist() == [True, False, True]
-    step = m._step_labels
+    step = scored.detail
+    assert isinstance(step, VoteStep) and step.votes is votes
     assert [lab.label for lab in step.labels] == ["5", None, "7"]
     # the module's label is the registry's label of the full vote set
     assert step.labels[2] == pseudo_label("majority", [{"answer": t} for t in SCRIPT["3+3="]])
@@ -85,9 +87,8 @@ def test_majority_labels_rewards_on_first_n_rows_and_abstention():
 
 def test_monitoring_metrics_by_hand():
     m = _module(SCRIPT)
-    trained = m.rollout(BATCH)
-    m._step_labels.completion_mask = trained.completion_mask
-    got = m.monitor(m._step_labels, BATCH)
+    step = m.scored(m.rollout(BATCH), BATCH).detail
+    got = ttrl_metrics(step, BATCH["gold"], None, m.counters, step_index=0)
     # labelled: a (5 = gold 5) and c (7 != gold 6); b abstains
     assert got["label_accuracy"] == pytest.approx(0.5) and got["err_at_sel"] == pytest.approx(0.5)
     assert got["coverage"] == pytest.approx(2 / 3) and got["abstention_rate"] == pytest.approx(1 / 3)
@@ -100,10 +101,16 @@ def test_monitoring_metrics_by_hand():
     # online (pre-update) majority accuracy: a right, b wrong (majority unextractable), c wrong
     assert got["online_accuracy"] == pytest.approx(1 / 3)
     # a: both right; b: label abstains (counted apart); c: both wrong (7 vs gold 6)
-    assert m.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 1, "abstained": 1}
+    c = m.counters
+    assert c.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 1, "abstained": 1}
+    assert c.label_history == [(0, "a", "5"), (0, "b", None), (0, "c", "7")]
     # cumulative acceptance over a second identical step
-    m.monitor(m._step_labels, BATCH)
-    assert m.questions_seen == 6 and m.questions_accepted == 4
+    ttrl_metrics(step, BATCH["gold"], None, c, step_index=1)
+    assert c.questions_seen == 6 and c.questions_accepted == 4
+    # without gold: the label-free metrics only, nothing counted against gold
+    assert set(ttrl_metrics(step, None, None, c, step_index=2)) == {"coverage", "abstention_rate",
+                                                                     "accepted_per_1k", "majority_ratio"}
+    assert c.label_vs_majority["both_right"] == 2
 
 
 def _train_one_step(m, batch):
@@ -120,7 +127,7 @@ def test_gold_never_reaches_a_reward():
     runs = []
     for batch in (BATCH, shuffled):
         m = _module(SCRIPT)
-        rewards = m.rewards(m.rollout(batch), batch)
+        rewards = m.scored(m.rollout(batch), batch)
         m2 = _module(SCRIPT)
         _train_one_step(m2, batch)
         runs.append((rewards, {k: v.detach().clone() for k, v in m2.policy.state_dict().items()}, m2))
@@ -128,7 +135,7 @@ def test_gold_never_reaches_a_reward():
     assert torch.equal(r0.rewards, r1.rewards) and torch.equal(r0.group_mask, r1.group_mask)
     assert all(torch.equal(w0[k], w1[k]) for k in w0)
     assert any(not torch.equal(w0[k], _module(SCRIPT).policy.state_dict()[k]) for k in w0)  # it did train
-    assert a.label_history == b.label_history
+    assert a.counters.label_history == b.counters.label_history
 
 
 def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
@@ -137,27 +144,27 @@ def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
               FUSED.format(prompt="1+4="): [fused.format(a) for a in ("5", "5", "5", "6", "5", "5")]}
     m = _module(script, pseudo_labeler="self_harmony", fused_prompt_template=FUSED)
     batch = {"prompt": ["1+4="], "id": ["a"]}
-    trained = m.rollout(batch)
+    votes = m.rollout(batch)
     assert m.engine.calls[0][0] == ["1+4=", FUSED.format(prompt="1+4=")]
+    scored = m.scored(votes, batch)
+    trained = scored.rollouts
     assert trained.n == 3 and trained.completion_ids.shape[0] == 6  # two groups: original, fused
     # HMS: p0(5)=2/6 p1(5)=5/6 -> 0.476; p0(6)=3/6 p1(6)=1/6 -> 0.25: label 5, majority over both views too
     expected = pseudo_label("self_harmony", [{"text": t, "answer": last_number(t)} for t in script["1+4="]]
                             + [{"text": t, "answer": last_number(t), "view": "reframed"}
                                for t in script[FUSED.format(prompt="1+4=")]])
     assert expected.label == "5"
-    scored = m.rewards(trained, batch)
     torch.testing.assert_close(scored.rewards, torch.tensor(expected.rewards[0:3] + expected.rewards[6:9]))
     assert scored.rewards[3:].gt(0).all() and scored.rewards[3:].lt(1).all()  # gated by the JS penalty
     # the original view's majority is 6 (3 of 6); HMS recovers 5, the gold
-    m._step_labels.completion_mask = trained.completion_mask
-    m.monitor(m._step_labels, dict(batch, gold=["5"]))
-    assert m.label_vs_majority["recovered"] == 1 and m.label_vs_majority["lost"] == 0
+    ttrl_metrics(scored.detail, ["5"], None, m.counters, step_index=0)
+    assert m.counters.label_vs_majority["recovered"] == 1 and m.counters.label_vs_majority["lost"] == 0
 
 
 def test_ema_baseline_advantages_by_hand():
     m = _module(SCRIPT, advantage="ema_baseline", baseline_momentum=0.5)
-    trained = m.rollout(BATCH)
-    scored = m.rewards(trained, BATCH)
+    scored = m.scored(m.rollout(BATCH), BATCH)
+    trained = scored.rollouts
     adv = m.group_advantages(trained, scored)
     r = torch.tensor([1, 1, 0, 0, 1, 1.0])  # accepted rows (a: 5 5 6 with label 5; c: 6 7 7 with label 7)
     b = r.mean()
@@ -184,8 +191,9 @@ def rejecting_labeler():
 
 def test_rows_rejected_from_the_update_get_zero_advantage(rejecting_labeler):
     m = _module(SCRIPT, pseudo_labeler=rejecting_labeler)
-    trained = m.rollout(BATCH)
-    adv = m.group_advantages(trained, m.rewards(trained, BATCH))
+    scored = m.scored(m.rollout(BATCH), BATCH)
+    adv = m.group_advantages(scored.rollouts, scored)
+    assert scored.row_mask.view(3, 3)[:, 1].eq(False).all()
     assert adv.view(3, 3)[:, 1].eq(0).all()
     assert adv.view(3, 3)[0, 2] != 0  # the others keep theirs
 
@@ -202,12 +210,17 @@ def test_bad_arguments_name_themselves(kwargs, needle):
         TTRLModule(policy=TINY, **kwargs)
 
 
-def test_step_labels_cover_all_views():
+def test_the_module_keeps_no_step_result_between_hooks():
+    """The step's stages hand each other records; scoring twice gives the same record, and nothing of the
+    step is left on the module (its attributes are its settings, its run state and its counters)."""
     m = _module(SCRIPT)
-    trained = m.rollout(BATCH)
-    assert isinstance(m._step_labels, StepLabels)
-    assert m._step_labels.rewards.numel() == trained.completion_ids.shape[0]
-    assert copy.copy(m._step_labels.ids) == ["a", "b", "c"]
+    before = set(vars(m))
+    votes = m.rollout(BATCH)
+    first, second = m.scored(votes, BATCH), m.scored(votes, BATCH)
+    assert torch.equal(first.rewards, second.rewards) and first.detail.ids == second.detail.ids == ["a", "b", "c"]
+    assert first.detail.rewards.numel() == first.rollouts.completion_ids.shape[0]
+    assert set(vars(m)) == before
+    assert not [k for k in vars(m) if "step" in k.lower() or k.endswith("_kl")]
 
 
 def test_pixel_gets_decisive_masks_reliability_and_its_labels():
@@ -215,8 +228,8 @@ def test_pixel_gets_decisive_masks_reliability_and_its_labels():
 
     m = _module(SCRIPT, pseudo_labeler="pixel", labeler_kwargs={"delta": 0.05})
     assert m.hparams.advantage == "ema_baseline" and m.signal_names == ("entropy", "logprob")
-    trained = m.rollout(BATCH)
-    step = m._step_labels
+    scored = m.scored(m.rollout(BATCH), BATCH)
+    trained, step = scored.rollouts, scored.detail
     votes = m.engine.generate(None, BATCH["prompt"], SamplingParams(n=6))
     answers = [[last_number(t) for t in SCRIPT[p]] for p in BATCH["prompt"]]
     rel = batch_reliability([[None if a == "<NO_ANSWER>" else a for a in row] for row in answers])
@@ -240,7 +253,7 @@ def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_i
     script = {"1+4=": ["\\boxed{5}"] * 6, "3+3=": ["x \\boxed{6}", "7", "\\boxed{6}", "6", "6", "\\boxed{6}"]}
     m = _module(script, pseudo_labeler="pixel", perturbation={"name": "flip_answers", "share": 0.5})
     batch = {"prompt": ["1+4=", "3+3="], "id": ["a", "b"], "gold": ["5", "6"]}
-    votes, _ = m.sample_votes(batch["prompt"], 0)
+    votes = m.sample_votes(batch["prompt"], 0)
     from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 
     out = VOTE_PERTURBATIONS["flip_answers"](m, votes, batch, share=0.5)
@@ -255,8 +268,8 @@ def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_i
     keep = out.completion_mask.bool()
     torch.testing.assert_close(out.signals["entropy"][keep], replay["entropy"][keep])
     # within the module: the labeler sees the perturbed votes (half of "a"'s votes now say 15)
-    m.rollout(batch)
-    assert sorted(m._step_labels.answers[0]) == ["15"] * 3 + ["5"] * 3
+    step = m.scored(m.rollout(batch), batch).detail
+    assert sorted(step.answers[0]) == ["15"] * 3 + ["5"] * 3
 
 
 def test_unknown_perturbation_is_named():
@@ -303,17 +316,18 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
     assert m.engine.record_signals
     m.engine = ScriptedAgentEngine(m.tokenizer, script, max_steps=2, record_signals=True)
     m.configure_model()
-    trained = m.rollout(batch)
+    scored = m.scored(m.rollout(batch), batch)
+    trained = scored.rollouts
     assert isinstance(trained, AgentRollouts) and trained.n == 2 and len(trained.trajectories) == 2
     assert [t.tools for t in trained.trajectories] == [["SEG"], ["SEG"]]
     image = rows[0]["prompt"].image
     red, square = (run_tool("SEG", {"query": q}, image=image).artifact for q in ("red", "square"))
     a = STEP_FIDELITY["SEG"](red, square)
     assert 0 < a < 1  # the two queries found partly different objects
-    lab = m._step_labels.labels[0]
+    lab = scored.detail.labels[0]
     # vote 0: references votes 1 (same objects: 1) and 2 (a); vote 3 called nothing: neutral
     assert lab.info["visual_fidelity"] == pytest.approx([(1 + a) / 2, (1 + a) / 2, a, 1.0])
-    assert lab.label == "2" and m._step_labels.rewards.tolist() == [1.0, 1.0]
+    assert lab.label == "2" and scored.rewards.tolist() == [1.0, 1.0]
     # the signals were replayed over the model's own tokens, observations in context
     assert set(trained.signals) >= {"entropy", "logprob"}
     assert bool(torch.isfinite(trained.signals["entropy"][trained.completion_mask.bool()]).all())

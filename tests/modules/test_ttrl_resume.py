@@ -20,8 +20,8 @@ def first_character_answers():
 
 class KeepTTRLState(pl.Callback):
     def on_fit_end(self, trainer, pl_module):
-        self.state = {"labels": list(pl_module.label_history), "baseline": pl_module.baseline,
-                      "seen": pl_module.questions_seen, "accepted": pl_module.questions_accepted,
+        self.state = {"labels": list(pl_module.counters.label_history), "baseline": pl_module.baseline,
+                      "seen": pl_module.counters.questions_seen, "accepted": pl_module.counters.questions_accepted,
                       "calibration": pl_module.calibration}
 
 

@@ -107,7 +107,7 @@ def test_same_completions_give_the_hf_engines_rewards_labels_and_loss():
     for key in ("train/reward", "train/abstained_groups", "train/coverage", "train/majority_ratio"):
         assert v[key] == h[key], key
     assert v["train/loss"] == pytest.approx(h["train/loss"], abs=1e-5)
-    assert vllm.label_history == hf.label_history
+    assert vllm.counters.label_history == hf.counters.label_history
     # (the weights after AdamW's first step, lr * g / |g|, are not compared: a weight whose gradient is ~0 moves
     # by +-lr on a difference of 1e-7 in the TIS weight)
 
@@ -142,7 +142,7 @@ def test_vllm_resume_equals_uninterrupted(tmp_path):
     assert a["global_step"] == b["global_step"] == 4
     for k in a["policy"]:
         torch.testing.assert_close(a["policy"][k], b["policy"][k], rtol=0, atol=0, msg=k)
-    assert full.label_history == resumed.label_history
+    assert full.counters.label_history == resumed.counters.label_history
 
 
 @pytest.mark.subprocess

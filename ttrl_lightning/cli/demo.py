@@ -220,7 +220,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
         module = cli.model
         after = _accuracy(module.policy.eval(), module.tokenizer, unlabeled, **eval_kw)
         curves = _curves(cli.trainer)
-        seen = max(module.questions_seen, 1)
+        counters = module.counters
+        seen = max(counters.questions_seen, 1)
         entry = {
             "accuracy_before": before["avg"], "accuracy_after": after["avg"],
             "maj_accuracy_before": before["maj"], "maj_accuracy_after": after["maj"],
@@ -228,9 +229,9 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
             "label_accuracy": _mean(curves.get("train/label_accuracy", [])),
             "kl_p95": _mean(curves.get("train/kl_p95", [])),
             "kl_p95_max": max((v for _, v in curves.get("train/kl_p95", [])), default=None),
-            "accepted_per_1k": 1000.0 * module.questions_accepted / seen,
-            "coverage": module.questions_accepted / seen,
-            "label_vs_majority": dict(module.label_vs_majority),
+            "accepted_per_1k": 1000.0 * counters.questions_accepted / seen,
+            "coverage": counters.questions_accepted / seen,
+            "label_vs_majority": dict(counters.label_vs_majority),
             "steps": int(cli.trainer.global_step), "seconds": round(time.perf_counter() - t1, 1),
             "curves": curves,
         }

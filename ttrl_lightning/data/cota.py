@@ -134,7 +134,7 @@ def generate_cota_traces(seed: int, n: int, kinds: Sequence[str] | None = None,
 
 
 def agent_prompts(seed: int, n: int, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """``n`` agent rows ``{"prompt": AgentPrompt, "answer", "kind", "id"}`` of ``make_tasks(seed, n, kinds)``;
+    """``n`` agent rows ``{"prompt": AgentPrompt, "gold", "kind", "id"}`` of ``make_tasks(seed, n, kinds)``;
     the prompt carries the task's pixels and its ``source``."""
     kinds = _kinds(kinds)
     rows = []
@@ -142,7 +142,7 @@ def agent_prompts(seed: int, n: int, kinds: Sequence[str] | None = None) -> list
         prompt = AgentPrompt(agent_prompt(task.question), image=task.image,
                              frames=list(task.frames) if task.frames is not None else None,
                              source=scene_task_source(task.kind, seed, i))
-        rows.append({"prompt": prompt, "answer": task.answer, "kind": task.kind, "id": f"{task.kind}-{seed}-{i}"})
+        rows.append({"prompt": prompt, "gold": task.answer, "kind": task.kind, "id": f"{task.kind}-{seed}-{i}"})
     return rows
 
 
@@ -184,7 +184,7 @@ class CoTADataModule(SFTDataModule):
 
 class AgentPromptDataModule(pl.LightningDataModule):
     """Agent prompts of the generated visual tasks for CC-RFT: batches ``{"prompt": [AgentPrompt],
-    "answer": [str], "kind": [str], "id": [str]}``; train from ``seed``, validation from ``seed + 1``. The train loader
+    "gold": [str], "kind": [str], "id": [str]}``; train from ``seed``, validation from ``seed + 1``. The train loader
     is resumable mid-epoch; no shuffling (the tasks are drawn at random already)."""
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 56, n_val: int = 14,

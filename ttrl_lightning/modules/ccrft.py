@@ -4,7 +4,7 @@
                  observations appended and left out of the loss (``AgentRollouts.completion_mask``); a
                  vision-language policy (``models.load_processor`` finds its processor) is shown the image
                  and each ZOOM crop as vision tokens
-    rewards    : R(tau) = w_correct [answer right] + w_curiosity Cur(tau) + w_coherence Coh(tau)
+    score      : R(tau) = w_correct [answer right] + w_curiosity Cur(tau) + w_coherence Coh(tau)
                           - efficiency_penalty * max(0, calls - 1)
     advantages : group-relative over the top-K trajectories of each prompt (K = 8); the others get 0
 
@@ -86,7 +86,7 @@ class CCRFTModule(GRPOModule):
     ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``head_lr`` (5e-5), ``head_weight_decay``
     (0.01); ``max_steps`` tool calls per trajectory, ``max_turn_tokens`` per turn, ``disabled`` tools (a
     single-tool ablation). Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt],
-    "answer": [str], ...}``.
+    "gold": [str], ...}``.
     """
 
     unsaved_init_args: ClassVar[tuple[str, ...]] = ("rewards", "engine")
@@ -141,7 +141,6 @@ class CCRFTModule(GRPOModule):
         self.encoder: StepEncoder | None = None
         self.dynamics: DynamicsHead | None = None
         self._head_opt: torch.optim.Optimizer | None = None
-        self.last_intrinsic: dict[str, torch.Tensor] = {}
 
     # ------------------------------------------------------------------ heads
     def configure_model(self) -> None:
@@ -261,12 +260,13 @@ class CCRFTModule(GRPOModule):
                             f"{type(self.engine).__name__}")
         return rollouts
 
-    def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+    def score(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """``w_correct [answer right] + w_curiosity Cur + w_coherence Coh - efficiency_penalty * max(0,
-        calls - 1)`` per trajectory; the parts are kept in ``last_intrinsic`` and logged."""
+        calls - 1)`` per trajectory; the parts per row are the record's ``detail`` (``correct``,
+        ``curiosity``, ``coherence``, ``calls``) and their means its ``metrics`` (logged)."""
         h = self.hparams
         n = rollouts.n
-        golds = [a for a in batch["answer"] for _ in range(n)]
+        golds = [a for a in batch["gold"] for _ in range(n)]
         trajs = rollouts.trajectories
         device = self.device
         correct = torch.tensor([float(answers_match(t.answer, g)) for t, g in zip(trajs, golds)],
@@ -277,13 +277,13 @@ class CCRFTModule(GRPOModule):
         reward = (h.w_correct * correct + h.w_curiosity * cur + h.w_coherence * coh
                   - h.efficiency_penalty * (calls - 1).clamp_min(0))
         errors = sum(e is not None for t in trajs for e in t.errors)
-        self.last_intrinsic = {"correct": correct, "curiosity": cur, "coherence": coh, "calls": calls,
-                               "tool_error_rate": torch.tensor(errors / max(1.0, float(calls.sum())))}
-        if self._trainer is not None:
-            self.log_dict({"train/correct": correct.mean(), "train/curiosity": cur.mean(),
-                           "train/coherence": coh.mean(), "train/chain_length": calls.mean(),
-                           "train/tool_error_rate": self.last_intrinsic["tool_error_rate"]})
-        return RolloutRewards(reward)
+        metrics = {"correct": correct.mean(), "curiosity": cur.mean(), "coherence": coh.mean(),
+                   "chain_length": calls.mean(),
+                   "tool_error_rate": torch.tensor(errors / max(1.0, float(calls.sum())))}
+        if "dynamics_loss" in intrinsic:
+            metrics["dynamics_loss"] = intrinsic["dynamics_loss"]
+        return RolloutRewards(reward, metrics=metrics,
+                              detail={"correct": correct, "curiosity": cur, "coherence": coh, "calls": calls})
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """Group-relative advantages over each prompt's top-K rewards [G, N]; rows outside the top K get 0
@@ -302,6 +302,6 @@ class CCRFTModule(GRPOModule):
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.hparams.max_turn_tokens)
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
         correct = torch.tensor([float(answers_match(t.answer, g))
-                                for t, g in zip(rollouts.trajectories, batch["answer"])])
+                                for t, g in zip(rollouts.trajectories, batch["gold"])])
         self.val_accuracy(correct)
         self.log("val/accuracy", self.val_accuracy, on_epoch=True, prog_bar=True)

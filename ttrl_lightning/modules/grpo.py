@@ -1,16 +1,17 @@
 """``GRPOModule``: group-relative policy optimisation with a token-level k3 KL to a reference.
 
-One training step (``training_step``), each part a short overridable hook:
+One training step (``training_step``) reads top to bottom; each stage is a short overridable hook and hands
+the next one a returned record (torchtune's ``GRPOTrajectory`` / ``GRPOStats``), never a stashed attribute:
 
-    rollouts   = self.rollout(batch)                  # N samples per prompt (rollout engine)
-    scored     = self.rewards(rollouts, batch)        # RolloutRewards: rewards [R], group_mask [G]
-    advantages = self.group_advantages(rollouts, scored)   # compute_advantages per group; 0 where masked
-    for it in range(num_iterations):                  # optimizer steps on this rollout batch
-        logp   = self.sequence_logprobs(self.policy, rollouts)        # [R, C]
-        loss   = aggregate(w_tis * self.policy_loss(logp, old_logp, advantages)
-                           + beta * self.kl_penalty(logp, ref),
-                           completion_mask of the groups kept by group_mask)
+    rollouts   = self.rollout(batch)                  # samples (N per prompt; TTRL: its M votes)
+    scored     = self.scored(rollouts, batch)         # self.score, checked: RolloutRewards of the rows
+                                                      # trained on (scored.rollouts), group_mask, row_mask
+    advantages = self.group_advantages(scored.rollouts, scored)  # compute_advantages per group; 0 where masked
+    stats      = self.optimize(scored.rollouts, scored, advantages)   # StepStats; num_iterations updates of
+                 #   aggregate(w_tis * policy_loss(logp, old_logp, A) + beta * kl_penalty(logp, ref),
+                 #             the completion tokens of the kept groups and rows)
     self.engine.sync_weights(self.policy)             # an engine with its own weights gets the new ones
+    self.log_dict(self.step_metrics(batch, scored, stats))   # train/<name>; subclasses add their own
 
 The rollout engine is ``engine``: a ``rollout.ROLLOUT_ENGINES`` name (``"hf"``, the default; ``"vllm"``), a
 mapping ``{name: vllm, <options>}`` or an engine object. An engine that samples from its own copy of the
@@ -22,17 +23,17 @@ logged every step (stale weights show up there). Both compare the two models und
 pool's ``logprob``; the policy's come from the training forward itself, no second pass), so the ratio is that
 of the raw distributions, which the tempered ones are the same function of (exact at T = 1).
 
-CC-RFT and TTRL subclass it and override ``rewards`` (curiosity/coherence rewards, pseudo-labels; a group
-without a pseudo-label abstains through ``group_mask``) or ``compute_advantages`` (value-weighted
-baselines) without copying the step. The KL reference is a frozen copy of the initial policy
-(``reference="initial"``), or the EMA policy set by the ``EMAAnchor`` callback; ``beta`` (``self.kl_coef``)
-is fixed or driven by the ``PIDKLController`` callback, which reads ``self.kl_observation`` (mean token KL
-of the last step) after every batch.
+CC-RFT and TTRL subclass it and override ``score`` (curiosity/coherence rewards, pseudo-labels; a group
+without a pseudo-label abstains through ``group_mask``; TTRL scores M votes and trains on N of them through
+``RolloutRewards.rollouts``) or ``compute_advantages`` (value-weighted baselines) without copying the step.
+The KL reference is a frozen copy of the initial policy (``reference="initial"``), or the EMA policy set by the
+``EMAAnchor`` callback; ``beta`` (``self.kl_coef``) is fixed or driven by the ``PIDKLController`` callback,
+which reads ``self.kl_observation`` (mean token KL of the last step) after every batch.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
 from torchmetrics import MeanMetric
@@ -80,7 +81,7 @@ GRPO_RULES: dict[str, Bounds] = {
 
 @dataclass(frozen=True)
 class RolloutRewards:
-    """What the ``rewards`` hook returns for R = G * N rollouts (prompt-major: N rows per group).
+    """What the ``score`` hook returns for the R = G * N rows trained on (prompt-major: N rows per group).
 
     rewards: [R] float, one per rollout row;
     group_mask: [G] bool, False for a group that abstains (e.g. no pseudo-label: TTRL, Pixelis' abstention):
@@ -89,11 +90,19 @@ class RolloutRewards:
     row_mask: [R] bool, False for a single rollout left out of the update (Pixelis' near-duplicates): it
     still counts in its group's advantage statistics (its reward is a vote's), but carries no policy or KL
     term and no weight in the aggregation (``train/dropped_rows``). None: every row is kept.
+    rollouts: the rows these rewards score, when the hook trains on a subset of what ``rollout`` sampled
+    (TTRL: the first N of every prompt's M votes); None: all of them (``scored`` fills it in).
+    metrics: scalars of the reward stage, logged as ``train/<name>`` by ``step_metrics`` (CC-RFT's reward
+    parts).
+    detail: what the reward stage decided, for a subclass's ``step_metrics`` (TTRL: its ``VoteStep``).
     """
 
     rewards: torch.Tensor
     group_mask: torch.Tensor | None = None
     row_mask: torch.Tensor | None = None
+    rollouts: Rollouts | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    detail: Any = None
 
     def check(self, num_rows: int, num_groups: int) -> RolloutRewards:
         """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] and row_mask [num_rows]
@@ -139,6 +148,23 @@ class SamplerCorrection:
         if self.weights is not None:
             out["train/tis_weight"] = masked_token_mean(self.weights, kept_tokens)
         return out
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What the optimisation of one step measured (torchtune's ``GRPOStats``), for ``step_metrics``.
+
+    loss: the last iteration's loss (detached); token_kl: [R, C] k3 KL to the reference of the last iteration
+    (None with ``reference="none"``); clipped: [R, C] the clip indicator of the last iteration; kept_tokens:
+    [R, C] float, the completion tokens that carry loss (kept groups and rows); sampler: the trainer-vs-sampler
+    correction of an engine with its own weights (None otherwise).
+    """
+
+    loss: torch.Tensor
+    token_kl: torch.Tensor | None
+    clipped: torch.Tensor
+    kept_tokens: torch.Tensor
+    sampler: SamplerCorrection | None = None
 
 
 class GRPOModule(PolicyModule):
@@ -281,7 +307,7 @@ class GRPOModule(PolicyModule):
         """Sample N completions per prompt of ``batch["prompt"]``."""
         return self.engine.generate(self.policy, batch["prompt"], self.sampling_params(self.rollout_seed()))
 
-    def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+    def score(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """Rewards [R]: weighted sum of the reward callables, batch columns repeated N times per prompt;
         every group kept (a subclass that abstains on a group returns its ``group_mask``)."""
         n = rollouts.n
@@ -293,13 +319,16 @@ class GRPOModule(PolicyModule):
         return RolloutRewards((per_fn.to(self.reward_weights.device) * self.reward_weights).sum(1))
 
     def scored(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
-        """``self.rewards(rollouts, batch)``, checked: a ``RolloutRewards`` of R rewards and G group flags."""
-        out = self.rewards(rollouts, batch)
+        """``self.score(rollouts, batch)``, checked: a ``RolloutRewards`` of R rewards and G group flags for
+        the rows it scores (``rollouts`` filled in when the hook scored all the sampled rows)."""
+        out = self.score(rollouts, batch)
         if not isinstance(out, RolloutRewards):
-            raise TypeError(f"{type(self).__name__}.rewards must return RolloutRewards, "
+            raise TypeError(f"{type(self).__name__}.score must return RolloutRewards, "
                             f"got {type(out).__name__}")
-        R = rollouts.completion_ids.shape[0]
-        return out.check(R, R // rollouts.n)
+        if out.rollouts is None:
+            out = replace(out, rollouts=rollouts)
+        R = out.rollouts.completion_ids.shape[0]
+        return out.check(R, R // out.rollouts.n)
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """rewards [G, N] -> advantages [G, N] (group-relative)."""
@@ -349,20 +378,36 @@ class GRPOModule(PolicyModule):
     # ------------------------------------------------------------------ the step
     def training_step(self, batch, batch_idx):
         rollouts = self.rollout(batch)
-        R, n = rollouts.completion_ids.shape[0], rollouts.n
         scored = self.scored(rollouts, batch)
-        rewards = scored.rewards.to(self.device)
-        keep_group = scored.mask(R // n).to(self.device)
-        keep_row = keep_group.repeat_interleave(n) & scored.rows(R).to(self.device)
-        advantages = self.group_advantages(rollouts, scored).to(self.device)
-        completion_mask = rollouts.completion_mask.float()
-        kept_tokens = completion_mask * keep_row[:, None]  # abstained groups' and dropped rows carry no loss
+        advantages = self.group_advantages(scored.rollouts, scored)
+        stats = self.optimize(scored.rollouts, scored, advantages)
+        self.engine.sync_weights(self.policy)
+        with torch.no_grad():
+            self.kl_observation = (masked_token_mean(stats.token_kl, scored.rollouts.completion_mask.float())
+                                   if stats.token_kl is not None else torch.zeros((), device=self.device))
+            kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
+            if kept.numel():
+                self.train_reward(kept)
+                self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
+            self.log_dict(self.step_metrics(batch, scored, stats))
+        return stats.loss
+
+    def kept_rows(self, scored: RolloutRewards) -> torch.Tensor:
+        """[R] bool on the module's device: the rows of kept groups that the row mask keeps."""
+        R, n = scored.rollouts.completion_ids.shape[0], scored.rollouts.n
+        return scored.mask(R // n).to(self.device).repeat_interleave(n) & scored.rows(R).to(self.device)
+
+    def optimize(self, rollouts: Rollouts, scored: RolloutRewards, advantages: torch.Tensor) -> StepStats:
+        """``num_iterations`` optimizer steps on this batch (module docstring), then the learning-rate
+        schedule's step; the loss is aggregated over the completion tokens of the kept rows only."""
+        advantages = advantages.to(self.device)
+        kept_tokens = rollouts.completion_mask.float() * self.kept_rows(scored)[:, None]
         use_kl = self.hparams.reference != "none"
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
             old_logp = self.sequence_logprobs(self.policy, rollouts) if self.hparams.num_iterations > 1 else None
         sampler_logp = rollouts.signals.get("logprob") if getattr(self.engine, "owns_weights", False) else None
-        tis = None
+        tis = kl = None
         agg = LOSS_AGGREGATIONS[self.hparams.loss_aggregation]
         opt = self.optimizers()
         for it in range(self.hparams.num_iterations):
@@ -385,29 +430,31 @@ class GRPOModule(PolicyModule):
         schedule = self.lr_schedulers()
         if schedule is not None:  # once per training batch (PolicySpec.lr_schedule), manual optimisation
             schedule.step()
-        self.engine.sync_weights(self.policy)
-        with torch.no_grad():
-            kl_mean = (masked_token_mean(kl.detach(), completion_mask) if use_kl
-                       else torch.zeros((), device=self.device))
-            self.kl_observation = kl_mean
-            kept = rewards[keep_row]
-            if kept.numel():
-                self.train_reward(kept)
-                self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
-            self.log_dict({
-                "train/loss": loss.detach(),
-                "train/kl": kl_mean,
-                "train/beta": torch.tensor(self.kl_coef),
-                "train/clip_frac": masked_token_mean(parts["clipped"].float(), kept_tokens),
-                "train/completion_len": completion_mask.sum(1).mean(),
-                "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
-                "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
-                "train/abstained_groups": (~keep_group).sum().float(),
-                "train/dropped_rows": (~scored.rows(R)).sum().float(),
-            })
-            if tis is not None:
-                self.log_dict(tis.metrics(kept_tokens))
-        return loss.detach()
+        return StepStats(loss.detach(), None if kl is None else kl.detach(), parts["clipped"].detach(),
+                         kept_tokens, tis)
+
+    def step_metrics(self, batch: dict[str, list], scored: RolloutRewards, stats: StepStats) -> dict[str, Any]:
+        """This step's ``train/<name>`` scalars (GRPO's, the reward stage's ``scored.metrics``); a subclass adds
+        its own to ``super().step_metrics(...)``."""
+        rollouts = scored.rollouts
+        R, n = rollouts.completion_ids.shape[0], rollouts.n
+        completion_mask = rollouts.completion_mask.float()
+        kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
+        out = {
+            "train/loss": stats.loss,
+            "train/kl": self.kl_observation,
+            "train/beta": torch.tensor(self.kl_coef),
+            "train/clip_frac": masked_token_mean(stats.clipped.float(), stats.kept_tokens),
+            "train/completion_len": completion_mask.sum(1).mean(),
+            "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
+            "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
+            "train/abstained_groups": (~scored.mask(R // n)).sum().float(),
+            "train/dropped_rows": (~scored.rows(R)).sum().float(),
+        }
+        if stats.sampler is not None:
+            out.update(stats.sampler.metrics(stats.kept_tokens))
+        out.update({f"train/{k}": v for k, v in scored.metrics.items()})
+        return out
 
     def sampler_correction(self, raw: torch.Tensor, sampler_logp: torch.Tensor,
                            rollouts: Rollouts) -> "SamplerCorrection":

@@ -1,44 +1,35 @@
 """``TTRLModule``: test-time RL on unlabeled questions, rewarded by pseudo-labels (TTRL, Zuo et al. 2025;
 Self-Harmony; VisConf; Pixelis sec. 3.2.3 and appendix 6).
 
-One step is GRPO's (:class:`~ttrl_lightning.modules.grpo.GRPOModule`), with three hooks overridden:
+One step is GRPO's (:class:`~ttrl_lightning.modules.grpo.GRPOModule`); its stages hand each other returned
+records, as TTRL-on-verl labels in its reward stage:
 
-    rollout(batch)   M = num_votes samples per question (plus M fused Reframe-and-Solve samples for
-                     ``self_harmony``: prompt ``fused_prompt_template.format(prompt=...)``, one generation
-                     each, view "reframed"); each question's votes -> pool-schema rollouts
-                     (``records_from_rollouts``, no gold) -> ``pseudo_label(pseudo_labeler, ...)``;
-                     returns the first N = num_generations rows of every prompt (the rows trained on; the
-                     samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes / 32 trained)
-    rewards(...)     the pseudo-label's rewards of those rows; a question whose labeler abstains is left out
-                     of the loss (``group_mask``) and counted
-    group_advantages "group": GRPO's group-relative advantages; "ema_baseline" (Pixelis appendix 6):
-                     A_j = vbar [r_j - b] with b an EMA (``baseline_momentum``) of the mean reward of accepted
-                     questions, vbar = 1 (the neighbourhood value is neutral until retrieval exists; logged),
-                     normalised within the batch (the appendix's practical note ii); rows a labeler rejects
-                     from the update (``info["update_mask"]``: Pixelis' near-duplicate rollouts) get 0 and
-                     leave the loss (``RolloutRewards.row_mask``: no policy or KL term, no weight)
+    rollout(batch)      samples only: M = num_votes votes per question (plus M fused Reframe-and-Solve samples
+                        for a labeler whose spec votes over the reframed view, ``self_harmony``: prompt
+                        ``fused_prompt_template.format(prompt=...)``, one generation each)
+    score(votes, batch) labels: each question's votes -> pool-schema rollouts (``records_from_rollouts``, no
+                        gold) -> ``pseudo_label(pseudo_labeler, ...)``, into a ``VoteStep``; returns the
+                        ``RolloutRewards`` of the first N = num_generations rows of every prompt (the rows
+                        trained on; the samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes
+                        / 32 trained), a question whose labeler abstains left out (``group_mask``), rows a
+                        labeler rejects from the update (``info["update_mask"]``: Pixelis' near-duplicate
+                        rollouts) dropped whole (``row_mask``: no policy or KL term, no weight, advantage 0);
+                        the ``VoteStep`` is the record's ``detail``
+    group_advantages    "group": GRPO's group-relative advantages; "ema_baseline" (Pixelis appendix 6):
+                        A_j = vbar [r_j - b] with b an EMA (``baseline_momentum``) of the mean reward of
+                        accepted questions, vbar = 1 (the neighbourhood value is neutral until retrieval
+                        exists; logged), normalised within the batch (the appendix's practical note ii)
+    step_metrics        GRPO's metrics plus ``ttrl_monitor.ttrl_metrics`` of the ``VoteStep`` and the step's
+                        token KL (``StepStats``)
 
 **Gold never reaches a reward**: the pseudo-labels are computed from the rollouts alone; the batch's ``gold``
-column is read afterwards by :meth:`TTRLModule.monitor`, for the logged metrics only (TTRL's names):
+column is read afterwards by ``ttrl_metrics``, for the logged metrics only (its docstring lists them).
 
-* ``label_accuracy``: labelled questions whose pseudo-label equals gold (answer equivalence);
-* ``reward_accuracy``: trained rollouts whose reward agrees with gold correctness (``reward > 0`` iff the
-  answer is right; most wrong rollouts correctly get 0, so it is high even when labels are often wrong);
-* ``majority_ratio``: the most frequent answer's share of the votes (all labelers);
-* ``coverage`` / ``abstention_rate``: questions labelled / abstained; ``err_at_sel``: error of the labels on
-  the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
-  contributed gradient) per 1,000 processed questions, cumulative over the run;
-* ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens; ``beta``;
-* ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
-  accuracy on an online stream; Pixelis' "before" on the stream); ``label_vs_majority`` counts, over the
-  run, over the labelled questions, those whose pseudo-label is right where that majority is wrong
-  (``recovered``) and the reverse (``lost``), and the abstained ones apart: Self-Harmony's claim, counted.
-
-Labeler-specific inputs (``LABELER_INPUTS``, by labeler name): ``pixel`` gets each rollout's decisive-token
-mask (tool calls and the final answer step, from the completion ids), Dawid-Skene reliabilities of the
-rollout slots over the batch's questions, and its temperature / conformal threshold fitted on a labelled
-dev-cal split at the start of training (``calibrate``; the datamodule's ``calibration_questions()``).
-Labeler signals (``LABELER_SIGNALS``) are recorded while sampling.
+What the module supplies around each labeler (its per-token signals, views, default advantage, extra inputs
+and calibration) is the labeler's ``LabelerSpec`` (``modules.ttrl_labelers.TTRL_LABELERS``): ``pixel`` gets
+each rollout's decisive-token mask, Dawid-Skene reliabilities of the rollout slots over the batch's questions,
+and its temperature / conformal threshold fitted on a labelled dev-cal split at the start of training
+(``calibrate``; the datamodule's ``calibration_questions()``).
 
 Regimes: TTRL's epochs over a fixed unlabeled set (``QuestionDataModule(shuffle=True)``, ``max_epochs``) or
 Pixelis' online stream (``shuffle=False``, one epoch: each question seen once; ``online_accuracy`` is the
@@ -48,50 +39,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
-from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER, answers_equal
-from ttrl_lightning.consensus import aggregate
+from ttrl_lightning.answers import ANSWER_EXTRACTORS
 from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
-from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
+from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards, StepStats
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
+from ttrl_lightning.modules.ttrl_labelers import ADVANTAGES, TTRL_LABELERS, LabelerSpec, labeler_spec
+from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
-from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.rollout.records import records_from_rollouts
 from ttrl_lightning.seeding import derive_seed
 
-__all__ = ["TTRLModule", "LABELER_SIGNALS", "LABELER_INPUTS", "LABELER_CALIBRATIONS", "ADVANTAGES",
-           "FUSED_LABELERS", "StepLabels"]
-
-#: labeler -> per-token signals its rollouts need (recorded while sampling); a labeler not listed gets none
-#: unless ``TTRLModule(signals=...)`` names them
-LABELER_SIGNALS: dict[str, tuple[str, ...]] = {
-    "majority": (),
-    "self_harmony": (),
-    "visconf": ("self_certainty",),
-    "self_certainty": ("self_certainty",),
-    "entropy": ("entropy",),
-    "pixel": ("entropy", "logprob"),
-}
-#: labelers that vote over the original and the fused Reframe-and-Solve view
-FUSED_LABELERS = ("self_harmony",)
-#: advantage rules: "group" (GRPO) or "ema_baseline" (Pixelis)
-ADVANTAGES = ("group", "ema_baseline")
-#: the advantage rule of a labeler when ``advantage`` is not given
-DEFAULT_ADVANTAGE = {"pixel": "ema_baseline"}
-
-#: labeler -> ``fn(module, votes, records) -> [per-question extra labeler kwargs]`` (inputs that need the
-#: token ids, the whole batch or the module's calibration)
-LABELER_INPUTS: Registry[Callable[..., list[dict]]] = Registry("pseudo-labeler input")
-#: labeler -> ``fn(module, groups, golds, choices) -> dict`` fitted on a labelled dev-cal split, merged into
-#: the labeler's kwargs
-LABELER_CALIBRATIONS: Registry[Callable[..., dict]] = Registry("pseudo-labeler calibration")
+__all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec", "ADVANTAGES"]
 
 TTRL_RULES: dict[str, Bounds] = {
     "num_votes": Bounds(low=1, integer=True),
@@ -103,22 +69,30 @@ TTRL_RULES: dict[str, Bounds] = {
 }
 
 
-@dataclass
-class StepLabels:
-    """What one step's voting decided (rows of the training rollouts: prompt-major, N per prompt).
+@dataclass(frozen=True)
+class VoteStep:
+    """What one step's voting decided: the record the ``score`` stage returns as ``RolloutRewards.detail``.
 
-    labels: one ``PseudoLabel`` per question; rewards [rows]; group_mask [prompts] (False: abstained);
-    update_mask [rows] (False: rejected from the update by the labeler); answers: each question's canonical
-    vote answers (for monitoring); ids: question ids; completion_mask [rows, C] of the trained rows.
+    votes: the M votes of every prompt (prompt-major; prompts are the questions, then their fused prompts);
+    labels: one ``PseudoLabel`` per question; answers: each question's canonical vote answers, views in
+    order (for monitoring); ids: the question ids; num_votes M and num_trained N per prompt. The rest is laid
+    out on the rows trained on (the first N of every prompt): rewards [rows]; group_mask [prompts] (False:
+    abstained); update_mask [rows] (False: rejected from the update by the labeler).
     """
 
+    votes: Rollouts
     labels: list[PseudoLabel]
+    answers: list[list[str]]
+    ids: list[str]
+    num_votes: int
+    num_trained: int
     rewards: torch.Tensor
     group_mask: torch.Tensor
     update_mask: torch.Tensor
-    answers: list[list[str]]
-    ids: list[str]
-    completion_mask: torch.Tensor | None = None
+
+    def trained_rows(self) -> Rollouts:
+        """The rows trained on: the first N votes of every prompt."""
+        return self.votes.first_per_group(self.num_trained)
 
 
 class TTRLModule(GRPOModule):
@@ -131,13 +105,14 @@ class TTRLModule(GRPOModule):
       answer_extractor: how a completion's answer is read (``answers.ANSWER_EXTRACTORS``: ``final_answer``,
         ``last_number``), the same in the labels and in the monitoring;
       fused_prompt_template: the fused Reframe-and-Solve prompt, ``{prompt}`` replaced by the question
-        (``self_harmony`` only; required there);
+        (required by a labeler that votes over the reframed view, ``self_harmony``);
       warmup_majority_steps: ``self_harmony``'s warm-up: its first steps label by majority over both views
         (``warmup_majority=True``; the public implementation's default is 20);
-      signals: per-token signals recorded while sampling (default: the labeler's, ``LABELER_SIGNALS``);
+      signals: per-token signals recorded while sampling (default: the labeler's, ``LabelerSpec.signals``);
       perturbation: ``{"name": <VOTE_PERTURBATIONS name>, <options>}`` applied to the votes before labelling,
         for robustness studies (``modules.perturbations``: ``flip_answers``; None: off);
-      advantage: "group" or "ema_baseline" (default: "ema_baseline" for pixel, else "group");
+      advantage: "group" or "ema_baseline" (default: the labeler's ``LabelerSpec.advantage``: "ema_baseline"
+        for pixel, else "group");
       baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
@@ -196,8 +171,8 @@ class TTRLModule(GRPOModule):
         if isinstance(num_generations, int) and isinstance(num_votes, int) and num_generations > num_votes:
             raise UserError(f"{where}num_generations (N={num_generations}, the rows trained on) must be <= "
                             f"num_votes (M={num_votes}, the rows voting)")
-        if pseudo_labeler in FUSED_LABELERS and (not fused_prompt_template
-                                                 or "{prompt}" not in fused_prompt_template):
+        spec = labeler_spec(pseudo_labeler)
+        if spec.fused and (not fused_prompt_template or "{prompt}" not in fused_prompt_template):
             raise UserError(f"{where}fused_prompt_template must be a string holding '{{prompt}}' for "
                             f"{pseudo_labeler} (the fused Reframe-and-Solve prompt), got "
                             f"{fused_prompt_template!r}")
@@ -208,15 +183,17 @@ class TTRLModule(GRPOModule):
                                          or perturbation.get("name") not in VOTE_PERTURBATIONS):
             raise UserError(f"{where}perturbation must be {{'name': one of "
                             f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
-        if agent is not None and (engine is not None or pseudo_labeler in FUSED_LABELERS):
+        if agent is not None and (engine is not None or spec.fused):
             raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
                             f"{pseudo_labeler}")
-        if warmup_majority_steps and pseudo_labeler != "self_harmony":
-            raise UserError(f"{where}warmup_majority_steps is an option of self_harmony, not {pseudo_labeler}")
-        advantage = advantage or DEFAULT_ADVANTAGE.get(pseudo_labeler, "group")
+        if warmup_majority_steps and "warmup_majority_steps" not in spec.options:
+            owners = [n for n in TTRL_LABELERS if "warmup_majority_steps" in TTRL_LABELERS[n].options]
+            raise UserError(f"{where}warmup_majority_steps is an option of {', '.join(owners)}, not "
+                            f"{pseudo_labeler}")
+        advantage = advantage or spec.advantage
         if advantage not in ADVANTAGES:
             raise UserError(f"{where}advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
-        signals = tuple(LABELER_SIGNALS.get(pseudo_labeler, ()) if signals is None else signals)
+        signals = tuple(spec.signals if signals is None else signals)
         unknown = [x for x in signals if x not in TOKEN_FIELDS[:3]]
         if unknown:
             raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
@@ -241,39 +218,24 @@ class TTRLModule(GRPOModule):
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
-        self.questions_seen = 0
-        self.questions_accepted = 0
-        #: labelled questions with gold, by (pseudo-label right, the original view's majority right):
-        #: "recovered" counts labels right where the majority was wrong, "lost" the reverse (Self-Harmony's
-        #: claim); abstained questions are counted apart ("abstained")
-        self.label_vs_majority = dict.fromkeys((*_AGREEMENT.values(), "abstained"), 0)
-        self.label_history: list[tuple[int, str, str | None]] = []  # (step, question id, label)
-        self._step_labels: StepLabels | None = None
-        self._token_kl: torch.Tensor | None = None
+        self.counters = TTRLCounters()  # the run's cumulative counts (ttrl_monitor), checkpointed
 
     # ------------------------------------------------------------------ state
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["ttrl"] = {"calibration": self.calibration, "baseline": self.baseline,
-                              "questions_seen": self.questions_seen,
-                              "questions_accepted": self.questions_accepted,
-                              "label_vs_majority": dict(self.label_vs_majority),
-                              "label_history": [list(x) for x in self.label_history]}
+                              **self.counters.state_dict()}
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("ttrl", {})
         self.calibration = state.get("calibration")
         self.baseline = state.get("baseline")
-        self.questions_seen = int(state.get("questions_seen", 0))
-        self.questions_accepted = int(state.get("questions_accepted", 0))
-        self.label_vs_majority.update(state.get("label_vs_majority", {}))
-        self.label_history = [tuple(x) for x in state.get("label_history", [])]
+        self.counters.load_state_dict(state)
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
-        name = self.hparams.pseudo_labeler
-        if self.hparams.calibrate and self.calibration is None and name in LABELER_CALIBRATIONS:
+        if self.hparams.calibrate and self.calibration is None and self.labeler.calibration is not None:
             questions = self._calibration_questions()
             if questions:
                 self.calibration = self.fit_calibration(questions)
@@ -285,44 +247,45 @@ class TTRLModule(GRPOModule):
 
     # ------------------------------------------------------------------ voting
     @property
-    def uses_fused_view(self) -> bool:
-        return self.hparams.pseudo_labeler in FUSED_LABELERS
+    def labeler(self) -> LabelerSpec:
+        """The pseudo-labeler's ``LabelerSpec`` (``TTRL_LABELERS``; the default spec when it has none)."""
+        return labeler_spec(self.hparams.pseudo_labeler)
 
-    def vote_prompts(self, prompts: Sequence[str]) -> tuple[list[str], list[str]]:
-        """The prompts sampled for voting and their views: the questions, then (``self_harmony``) their fused
-        Reframe-and-Solve prompts."""
+    def vote_views(self, num_questions: int) -> list[str]:
+        """The view of every vote prompt: the questions' ("original"), then (a fused labeler) their fused
+        Reframe-and-Solve prompts' ("reframed")."""
+        return [view for view in self.labeler.views for _ in range(num_questions)]
+
+    def vote_prompts(self, prompts: Sequence[str]) -> list[str]:
+        """The prompts sampled for voting: the questions, then (a fused labeler) their fused prompts."""
         prompts = list(prompts)
-        if not self.uses_fused_view:
-            return prompts, [VIEWS[0]] * len(prompts)
-        fused = [self.hparams.fused_prompt_template.format(prompt=p) for p in prompts]
-        return prompts + fused, [VIEWS[0]] * len(prompts) + [VIEWS[1]] * len(prompts)
+        if not self.labeler.fused:
+            return prompts
+        return prompts + [self.hparams.fused_prompt_template.format(prompt=p) for p in prompts]
 
-    def sample_votes(self, prompts: Sequence[str], seed: int | None) -> tuple[Rollouts, list[str]]:
-        """M samples of every vote prompt of ``prompts`` (and its views)."""
-        all_prompts, views = self.vote_prompts(prompts)
+    def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
+        """M samples of every vote prompt of ``prompts`` (``vote_prompts``)."""
         params = replace(self.sampling_params(seed), n=self.hparams.num_votes)
-        return self.engine.generate(self.policy, all_prompts, params), views
+        return self.engine.generate(self.policy, self.vote_prompts(prompts), params)
 
-    def label_votes(self, votes: Rollouts, batch: dict[str, list], views: Sequence[str]) -> StepLabels:
+    def label_votes(self, votes: Rollouts, batch: dict[str, list]) -> VoteStep:
         """Pseudo-label every question of ``batch`` from its votes (never from gold) and lay the rewards out
         on the rows trained on (the first N of every prompt)."""
         Q = len(batch["prompt"])
         ids = _question_ids(batch)
+        views = self.vote_views(Q)
         choices = batch.get("choices") or [None] * Q
-        prompt_ids = ids * (len(views) // Q)
-        records = self.vote_records(votes, prompt_ids, views, choices)
-        extra = (LABELER_INPUTS[self.hparams.pseudo_labeler](self, votes, records)
-                 if self.hparams.pseudo_labeler in LABELER_INPUTS else [{} for _ in records])
+        records = self.vote_records(votes, ids * (len(views) // Q), views, choices)
+        name = self.hparams.pseudo_labeler
+        extra = self.labeler.inputs(self, votes, records) if self.labeler.inputs else [{} for _ in records]
         kwargs = dict(self.labeler_kwargs)
         if self.calibration:
             kwargs.update(self.calibration.get("labeler_kwargs", {}))
         if self.global_step < self.hparams.warmup_majority_steps:
             kwargs["warmup_majority"] = True
-        labels, answers = [], []
-        for q, rec in enumerate(records):
-            labels.append(pseudo_label(self.hparams.pseudo_labeler, rec["rollouts"], choices=choices[q],
-                                       **kwargs, **extra[q]))
-            answers.append(canonical_answers(rec["rollouts"], choices[q]))
+        labels = [pseudo_label(name, rec["rollouts"], choices=choices[q], **kwargs, **extra[q])
+                  for q, rec in enumerate(records)]
+        answers = [canonical_answers(rec["rollouts"], choices[q]) for q, rec in enumerate(records)]
         M, N = self.hparams.num_votes, self.hparams.num_generations
         num_views = len(views) // Q
         rewards = torch.zeros(num_views * Q, N)
@@ -331,7 +294,7 @@ class TTRLModule(GRPOModule):
         for v in range(num_views):
             for q, lab in enumerate(labels):
                 if len(lab.rewards) != num_views * M:
-                    raise RuntimeError(f"{self.hparams.pseudo_labeler} returned {len(lab.rewards)} rewards for "
+                    raise RuntimeError(f"{name} returned {len(lab.rewards)} rewards for "
                                        f"{num_views * M} rollouts of question {ids[q]!r}")
                 g = v * Q + q
                 rewards[g] = torch.tensor(lab.rewards[v * M: v * M + N], dtype=torch.float32)
@@ -340,8 +303,8 @@ class TTRLModule(GRPOModule):
                     update[g] = torch.tensor(list(mask)[v * M: v * M + N], dtype=torch.bool)
                 keep[g] = not lab.abstain
         if not all(math.isfinite(float(r)) for r in rewards.flatten()):
-            raise RuntimeError(f"{self.hparams.pseudo_labeler} returned a non-finite reward")
-        return StepLabels(labels, rewards.reshape(-1), keep, update.reshape(-1), answers, ids)
+            raise RuntimeError(f"{name} returned a non-finite reward")
+        return VoteStep(votes, labels, answers, ids, M, N, rewards.reshape(-1), keep, update.reshape(-1))
 
     def vote_records(self, votes: Rollouts, prompt_ids: Sequence[str], views: Sequence[str],
                      choices: Sequence) -> list[dict]:
@@ -356,7 +319,8 @@ class TTRLModule(GRPOModule):
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
-        """M votes per question (and fused view), labelled; returns the first N rows of each prompt.
+        """The M votes of every question (and its fused prompt), prompt-major; perturbed when
+        ``perturbation`` is set (a robustness study rewrites votes before they are labelled).
 
         Questions with images are refused (``UserError``): the rollout engine samples text only, and training
         a vision-language model on its prompts without their images would be a silent wrong result."""
@@ -364,48 +328,42 @@ class TTRLModule(GRPOModule):
         if with_images:
             raise UserError(f"{type(self).__name__}: question {with_images[0]!r} has images, but the rollout "
                             "engine samples text only (test-time RL on images is not supported yet)")
-        votes, views = self.sample_votes(batch["prompt"], self.rollout_seed())
+        votes = self.sample_votes(batch["prompt"], self.rollout_seed())
         if self.hparams.perturbation:
             options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
             votes = VOTE_PERTURBATIONS[self.hparams.perturbation["name"]](self, votes, batch, **options)
-        step = self.label_votes(votes, batch, views)
-        trained = votes.first_per_group(self.hparams.num_generations)
-        step.completion_mask = trained.completion_mask.detach()
-        self._step_labels = step
-        return trained
+        return votes
 
-    def rewards(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
-        """The pseudo-labels' rewards of the trained rows; abstained questions masked (see ``label_votes``),
-        rows rejected from the update dropped (``row_mask``)."""
-        step = self._step_labels
-        if step is None or step.rewards.numel() != rollouts.completion_ids.shape[0]:
-            raise RuntimeError("TTRLModule.rewards needs the labels of this step's rollout (call rollout first)")
-        device = rollouts.completion_ids.device
-        # rows the labeler rejected from the update (Pixelis' near-duplicates) leave the loss whole: no
-        # policy or KL term, no weight in the aggregation (issue 21, D9)
-        return RolloutRewards(step.rewards.to(device), step.group_mask.to(device),
-                              step.update_mask.to(device).bool())
+    def score(self, votes: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+        """Label the votes (``label_votes``) and score the rows trained on, the first N of every prompt:
+        the pseudo-labels' rewards, abstained questions masked, rows rejected from the update dropped
+        (``row_mask``; issue 21, D9: no policy or KL term, no weight in the aggregation, advantage 0). The
+        ``VoteStep`` is the record's ``detail``."""
+        step = self.label_votes(votes, batch)
+        trained = step.trained_rows()
+        device = trained.completion_ids.device
+        return RolloutRewards(step.rewards.to(device), step.group_mask.to(device), step.update_mask.to(device),
+                              rollouts=trained, detail=step)
 
     @classmethod
     def resolved_hparams(cls, init_args: dict) -> dict:
-        """``advantage: None`` is saved as the labeler's default rule (``DEFAULT_ADVANTAGE``, else "group")."""
+        """``advantage: None`` is saved as the labeler's default rule (``LabelerSpec.advantage``)."""
         out = super().resolved_hparams(init_args)
         if out.get("advantage") is None:
             import inspect
 
             labeler = out.get("pseudo_labeler", inspect.signature(cls.__init__).parameters["pseudo_labeler"].default)
-            out["advantage"] = DEFAULT_ADVANTAGE.get(labeler, "group")
+            out["advantage"] = labeler_spec(labeler).advantage
         return out
 
     def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """GRPO's advantages (``"group"``) or Pixelis' EMA-baseline advantages (``"ema_baseline"``); rows the
-        labeler rejected from the update get 0."""
+        labeler rejected from the update (``scored.row_mask``) get 0."""
         if self.hparams.advantage == "group":
             adv = super().group_advantages(rollouts, scored)
         else:
             adv = self.ema_baseline_advantages(rollouts, scored)
-        step = self._step_labels
-        return adv * step.update_mask.to(adv.device) if step is not None else adv
+        return adv * scored.rows(adv.shape[0]).to(adv.device)
 
     def ema_baseline_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """Pixelis appendix 6: ``A_j = vbar [r_j - b]``, ``b <- rho b + (1 - rho) mean(r of accepted
@@ -428,88 +386,21 @@ class TTRLModule(GRPOModule):
         self.baseline = batch_mean if self.baseline is None else rho * self.baseline + (1 - rho) * batch_mean
         return torch.where(keep, adv, torch.zeros_like(adv))
 
-    def kl_penalty(self, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-        kl = super().kl_penalty(logp, ref_logp)
-        self._token_kl = kl.detach()
-        return kl
-
     # ------------------------------------------------------------------ monitoring (gold read here only)
-    def training_step(self, batch, batch_idx):
-        """GRPO's step, then this step's monitoring (before any callback saves a checkpoint of the batch)."""
-        step_index = int(self.global_step)
-        loss = super().training_step(batch, batch_idx)
-        step = self._step_labels
-        metrics = self.monitor(step, batch)
-        self.log_dict({f"train/{k}": torch.tensor(float(v)) for k, v in metrics.items()})
-        self.label_history.extend((step_index, qid, lab.label) for qid, lab in zip(step.ids, step.labels))
-        self._step_labels = None
-        self._token_kl = None
-        return loss
-
-    def monitor(self, step: StepLabels, batch: dict[str, list]) -> dict[str, float]:
-        """This step's TTRL metrics (module docstring); gold from ``batch["gold"]`` (or ``"answer"``) where
-        present."""
-        Q = len(step.labels)
-        self.questions_seen += Q
-        accepted = [not lab.abstain for lab in step.labels]
-        self.questions_accepted += sum(accepted)
-        out: dict[str, float] = {
-            "coverage": sum(accepted) / Q,
-            "abstention_rate": 1 - sum(accepted) / Q,
-            "accepted_per_1k": 1000.0 * self.questions_accepted / max(self.questions_seen, 1),
-            "majority_ratio": sum(_majority_ratio(a) for a in step.answers) / Q,
-        }
-        kl = self._token_kl
-        if kl is not None and step.completion_mask is not None and step.completion_mask.shape == kl.shape:
-            rows = step.group_mask.repeat_interleave(self.hparams.num_generations).to(kl.device)
-            mask = rows[:, None] & step.completion_mask.to(kl.device).bool()
-            vals = kl[mask].float()
-            if vals.numel():
-                out["kl_p50"] = float(torch.quantile(vals, 0.5))
-                out["kl_p95"] = float(torch.quantile(vals, 0.95))
-        golds = batch.get("gold") or batch.get("answer")  # the agent tasks' batches name it "answer"
-        if not golds or all(g is None for g in golds):
-            return out
-        choices = batch.get("choices") or [None] * Q
-        labelled, right, online = 0, 0, []
-        rew_agree, rew_total = 0, 0
-        N, M = self.hparams.num_generations, self.hparams.num_votes
-        rewards = step.rewards.view(-1, N)
-        for q, (lab, gold) in enumerate(zip(step.labels, golds)):
-            if gold is None:
-                continue
-            correct = _correct_classes(step.answers[q], str(gold), choices[q])
-            majority_right = aggregate(step.answers[q][:M], "majority").answer in correct  # the original view's majority
-            online.append(majority_right)
-            label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold), choices[q])
-            if lab.abstain:
-                self.label_vs_majority["abstained"] += 1
-            elif lab.label is not None:
-                self.label_vs_majority[_AGREEMENT[(label_right, majority_right)]] += 1
-            if lab.label is not None and not lab.abstain:
-                labelled += 1
-                right += int(label_right)
-            if lab.abstain:
-                continue
-            for v in range(rewards.shape[0] // Q):
-                for j in range(N):
-                    ans = step.answers[q][v * M + j]
-                    rew_agree += int((float(rewards[v * Q + q, j]) > 0) == (ans in correct))
-                    rew_total += 1
-        if online:
-            out["online_accuracy"] = sum(online) / len(online)
-        if labelled:
-            out["label_accuracy"] = right / labelled
-            out["err_at_sel"] = 1 - right / labelled
-        if rew_total:
-            out["reward_accuracy"] = rew_agree / rew_total
+    def step_metrics(self, batch: dict[str, list], scored: RolloutRewards, stats: StepStats) -> dict[str, Any]:
+        """GRPO's metrics and TTRL's (``ttrl_monitor.ttrl_metrics`` of the ``VoteStep``; gold from
+        ``batch["gold"]`` where present), counted into ``self.counters``."""
+        out = super().step_metrics(batch, scored, stats)
+        metrics = ttrl_metrics(scored.detail, batch.get("gold"), batch.get("choices"), self.counters,
+                               step_index=int(self.global_step), token_kl=stats.token_kl,
+                               completion_mask=scored.rollouts.completion_mask)
+        out.update({f"train/{k}": torch.tensor(float(v)) for k, v in metrics.items()})
         return out
-
 
     # ------------------------------------------------------------------ calibration
     def fit_calibration(self, questions: list[dict]) -> dict[str, Any]:
         """Sample M votes on the labelled dev-cal ``questions`` and fit the labeler's calibration
-        (``LABELER_CALIBRATIONS``); returns ``{"labeler_kwargs": {...}, "num_questions": n}``."""
+        (``LabelerSpec.calibration``); returns ``{"labeler_kwargs": {...}, "num_questions": n}``."""
         missing = [q.get("id", i) for i, q in enumerate(questions) if q.get("gold") is None]
         if missing:
             raise UserError(f"calibration questions need a gold answer; missing for {missing[:5]}")
@@ -517,10 +408,11 @@ class TTRLModule(GRPOModule):
                                                                      enumerate(questions)],
                  "choices": [q.get("choices") for q in questions]}
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
-        votes, views = self.sample_votes(batch["prompt"], seed)
+        votes = self.sample_votes(batch["prompt"], seed)
+        views = self.vote_views(len(questions))
         records = self.vote_records(votes, batch["id"] * (len(views) // len(questions)), views, batch["choices"])
-        fitted = LABELER_CALIBRATIONS[self.hparams.pseudo_labeler](
-            self, votes, records, [str(q["gold"]) for q in questions], batch["choices"])
+        fitted = self.labeler.calibration(self, votes, records, [str(q["gold"]) for q in questions],
+                                          batch["choices"])
         return {"labeler_kwargs": fitted, "num_questions": len(questions)}
 
     # ------------------------------------------------------------------ validation: avg@k, maj@k, pass@k
@@ -533,7 +425,7 @@ class TTRLModule(GRPOModule):
                                 seed=derive_seed(self.policy_spec.seed, "rollout", batch_idx, self.global_rank))
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
         texts = [rollouts.texts[i * h.eval_k:(i + 1) * h.eval_k] for i in range(len(batch["prompt"]))]
-        golds = batch.get("gold") or batch.get("answer")
+        golds = batch.get("gold")
         if golds is None:
             return
         m = sampled_metrics(texts, [str(g) for g in golds], choices=batch.get("choices"),
@@ -552,72 +444,3 @@ def _question_ids(batch: dict[str, list]) -> list[str]:
     if len(set(ids)) != len(ids):
         raise UserError(f"question ids repeat within a batch: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
     return ids
-
-
-#: (label right, original-view majority right) -> the counter of ``TTRLModule.label_vs_majority``
-_AGREEMENT = {(True, True): "both_right", (True, False): "recovered", (False, True): "lost",
-              (False, False): "both_wrong"}
-
-
-def _majority_ratio(answers: Sequence[str]) -> float:
-    """The winning answer's share of the votes (``consensus`` majority, its tie rule)."""
-    decision = aggregate(answers, "majority")
-    return decision.support[decision.answer] / len(answers)
-
-
-def _same(answer: str, gold: str, choices) -> bool:
-    return answer != NO_ANSWER and answers_equal(answer, gold)
-
-
-def _correct_classes(answers: Sequence[str], gold: str, choices) -> set[str]:
-    """The canonical answers among ``answers`` equal to ``gold``."""
-    return {a for a in set(answers) if _same(a, gold, choices)}
-
-
-# ---------------------------------------------------------------------- pixel: inputs and calibration
-@LABELER_INPUTS.register("pixel")
-def _pixel_inputs(module: TTRLModule, votes: Rollouts, records: list[dict]) -> list[dict]:
-    """Decisive-token masks (from the completion ids), Dawid-Skene slot reliabilities over the batch and,
-    for agent rollouts with tool steps, each rollout's VisFid against the question's other answered rollouts
-    (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question with none as neutral)."""
-    from ttrl_lightning.pseudo_labels.pixel import batch_reliability, decisive_token_mask
-    from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
-
-    tok = module.tokenizer
-    ids = [tok.convert_tokens_to_ids(t) for t in (CALL_START, CALL_END, OBSERVATION_END)]
-    # a tokenizer without the tool tokens: distinct ids no token has, so no step is a tool call
-    ids = [i if i is not None and i != tok.unk_token_id else -1 - k for k, i in enumerate(ids)]
-    masks = []
-    for row, m in zip(votes.completion_ids.tolist(), votes.completion_mask.tolist()):
-        n = int(sum(m))
-        masks.append(decisive_token_mask(row[:n], *ids))
-    per_q = len(votes.texts) // len(records)
-    answers = [canonical_answers(rec["rollouts"]) for rec in records]
-    reliability = batch_reliability([[None if a == NO_ANSWER else a for a in row] for row in answers])
-    out = [{"decisive_masks": masks[q * per_q:(q + 1) * per_q], "reliability": reliability[q]}
-           for q in range(len(records))]
-    trajectories = getattr(votes, "trajectories", None)
-    if trajectories:
-        from ttrl_lightning.fidelity import group_visfid
-
-        for q, extra in enumerate(out):
-            group = trajectories[q * per_q:(q + 1) * per_q]
-            vis = group_visfid([t.evidence for t in group],
-                               [t.answer is not None and not t.truncated for t in group])
-            if any(v is not None for v in vis):
-                extra["visual_fidelity"] = [1.0 if v is None else v for v in vis]
-    return out
-
-
-@LABELER_CALIBRATIONS.register("pixel")
-def _pixel_calibration(module: TTRLModule, votes: Rollouts, records: list[dict], golds: list[str],
-                       choices: list) -> dict:
-    """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split."""
-    from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
-
-    extra = _pixel_inputs(module, votes, records)
-    groups = [rec["rollouts"] for rec in records]
-    kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
-    cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
-                          reliability=[e["reliability"] for e in extra], **kwargs)
-    return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}

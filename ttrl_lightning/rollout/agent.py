@@ -228,6 +228,32 @@ class AgentRollouts(Rollouts):
         ids = self.input_ids()
         return {"input_ids": ids, "attention_mask": self.attention_mask(), **vision_inputs(blocks, ids)}
 
+    def decisive_token_masks(self) -> list[list[bool]]:
+        """Per row, one bool per token the model wrote, in order: the indices its per-token signals are laid
+        on (``records_from_rollouts`` keeps ``completion_mask``'s tokens, observations out). True on the
+        decisive steps of Pixelis sec. 3.2.3 ("tool calls and the final answer step"):
+
+        * each turn that issued a tool call which ran without error (``Trajectory.errors``), read as the
+          whole turn ``[call_start, call_end)`` of its step span. A failed call is not decisive, as VisFid
+          counts only the successful ones;
+        * the final answer step: the model's tokens after the last observation (all of them when no tool
+          was called).
+
+        A row where this selects nothing (its last turn was cut by the budget after a failed call) counts
+        every token, as ``pseudo_labels.pixel.decisive_token_mask`` does."""
+        written = self.completion_mask.bool().tolist()
+        out = []
+        for r, spans in enumerate(self.step_spans):
+            errors = self.trajectories[r].errors
+            if len(errors) != len(spans):
+                raise ValueError(f"row {r}: {len(spans)} step spans for {len(errors)} recorded tool steps")
+            calls = [(c0, c1) for (c0, c1, _, _), err in zip(spans, errors) if err is None]
+            answer_from = spans[-1][3] if spans else 0
+            mask = [j >= answer_from or any(c0 <= j < c1 for c0, c1 in calls)
+                    for j, w in enumerate(written[r]) if w]
+            out.append(mask if any(mask) else [True] * len(mask))
+        return out
+
     def first_per_group(self, k: int) -> "AgentRollouts":
         """The first ``k`` rows of every group, as ``Rollouts.first_per_group``, with their observation
         columns, step spans and trajectories (columns cut to the longest kept row, observations included)."""

@@ -1,0 +1,125 @@
+"""What test-time RL needs to know about each pseudo-labeler, in one spec registered once by labeler name.
+
+A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question's rollouts. Its
+``LabelerSpec`` says what ``TTRLModule`` must supply around it:
+
+* ``signals``: per-token signals its rollouts need, recorded while sampling (``visconf``: self-certainty;
+  ``pixel``: entropy and log-prob);
+* ``views``: the views it votes over (``self_harmony``: the question and its fused Reframe-and-Solve
+  prompt, Self-Harmony sec. 3);
+* ``advantage``: its advantage rule when ``TTRLModule(advantage=None)`` (``pixel``: Pixelis appendix 6's
+  EMA baseline; the others GRPO's group-relative one);
+* ``inputs``: ``fn(module, votes, records) -> [per-question kwargs]`` for inputs that need the token ids,
+  the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
+* ``calibration``: ``fn(module, votes, records, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
+  split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
+* ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``).
+
+A labeler registered without a spec (e.g. a user's own) votes over the original view, needs no signals and
+takes GRPO's advantage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from ttrl_lightning.answers import NO_ANSWER
+from ttrl_lightning.data.pool import VIEWS
+from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
+from ttrl_lightning.registry import Registry
+from ttrl_lightning.rollout.agent import AgentRollouts
+from ttrl_lightning.rollout.base import Rollouts
+
+__all__ = ["LabelerSpec", "TTRL_LABELERS", "labeler_spec", "ADVANTAGES"]
+
+#: advantage rules: "group" (GRPO) or "ema_baseline" (Pixelis)
+ADVANTAGES = ("group", "ema_baseline")
+
+
+@dataclass(frozen=True)
+class LabelerSpec:
+    """What ``TTRLModule`` supplies around one pseudo-labeler (module docstring)."""
+
+    signals: tuple[str, ...] = ()
+    views: tuple[str, ...] = (VIEWS[0],)
+    advantage: str = "group"
+    inputs: Callable[..., list[dict]] | None = None
+    calibration: Callable[..., dict] | None = None
+    options: tuple[str, ...] = ()
+
+    @property
+    def fused(self) -> bool:
+        """Whether it votes over the fused Reframe-and-Solve view too."""
+        return VIEWS[1] in self.views
+
+
+#: labeler name -> its spec
+TTRL_LABELERS: Registry[LabelerSpec] = Registry("pseudo-labeler spec")
+
+
+def labeler_spec(name: str) -> LabelerSpec:
+    """The spec of labeler ``name`` (the default spec for a labeler registered without one)."""
+    return TTRL_LABELERS[name] if name in TTRL_LABELERS else LabelerSpec()
+
+
+# ---------------------------------------------------------------------- pixel: inputs and calibration
+def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
+    """Decisive-token masks, Dawid-Skene slot reliabilities over the batch and, for agent rollouts with tool
+    steps, each rollout's VisFid against the question's other answered rollouts (``fidelity.group_visfid``;
+    a rollout nothing scores counts as 1, a question with none as neutral).
+
+    The decisive steps (Pixelis sec. 3.2.3: "tool calls and the final answer step") are found on the
+    model's own tokens, the indices the entropy and log-prob signals are laid on: for agent rollouts from
+    the trajectory's step spans (``AgentRollouts.decisive_token_masks``: successful tool calls only, as VisFid counts
+    them), for text rollouts from the completion ids (``decisive_token_mask``; a text completion records no
+    tool results, so every call in it counts)."""
+    from ttrl_lightning.pseudo_labels.pixel import batch_reliability, decisive_token_mask
+    from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
+
+    if isinstance(votes, AgentRollouts):
+        masks = votes.decisive_token_masks()
+    else:
+        tok = module.tokenizer
+        ids = [tok.convert_tokens_to_ids(t) for t in (CALL_START, CALL_END, OBSERVATION_END)]
+        # a tokenizer without the tool tokens: distinct ids no token has, so no step is a tool call
+        ids = [i if i is not None and i != tok.unk_token_id else -1 - k for k, i in enumerate(ids)]
+        masks = []
+        for row, m in zip(votes.completion_ids.tolist(), votes.completion_mask.tolist()):
+            masks.append(decisive_token_mask(row[:int(sum(m))], *ids))
+    per_q = len(votes.texts) // len(records)
+    answers = [canonical_answers(rec["rollouts"]) for rec in records]
+    reliability = batch_reliability([[None if a == NO_ANSWER else a for a in row] for row in answers])
+    out = [{"decisive_masks": masks[q * per_q:(q + 1) * per_q], "reliability": reliability[q]}
+           for q in range(len(records))]
+    trajectories = getattr(votes, "trajectories", None)
+    if trajectories:
+        from ttrl_lightning.fidelity import group_visfid
+
+        for q, extra in enumerate(out):
+            group = trajectories[q * per_q:(q + 1) * per_q]
+            vis = group_visfid([t.evidence for t in group],
+                               [t.answer is not None and not t.truncated for t in group])
+            if any(v is not None for v in vis):
+                extra["visual_fidelity"] = [1.0 if v is None else v for v in vis]
+    return out
+
+
+def pixel_calibration(module, votes: Rollouts, records: list[dict], golds: list[str], choices: list) -> dict:
+    """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split."""
+    from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
+
+    extra = pixel_inputs(module, votes, records)
+    groups = [rec["rollouts"] for rec in records]
+    kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
+    cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
+                          reliability=[e["reliability"] for e in extra], **kwargs)
+    return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
+
+
+TTRL_LABELERS.register("majority", LabelerSpec())
+TTRL_LABELERS.register("self_harmony", LabelerSpec(views=VIEWS[:2], options=("warmup_majority_steps",)))
+TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",)))
+TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",)))
+TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",)))
+TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
+                                           inputs=pixel_inputs, calibration=pixel_calibration))

@@ -1,0 +1,139 @@
+"""TTRL's logged metrics of one step (TTRL's names), computed from the step's records; gold is read here only.
+
+``ttrl_metrics(step, golds, choices, counters, token_kl=...)`` is a function of the step's ``VoteStep`` and
+the batch's gold answers; the only state it touches is the run's ``TTRLCounters`` (cumulative counts,
+checkpointed with the module):
+
+* ``label_accuracy``: labelled questions whose pseudo-label equals gold (answer equivalence);
+* ``reward_accuracy``: trained rollouts whose reward agrees with gold correctness (``reward > 0`` iff the
+  answer is right; most wrong rollouts correctly get 0, so it is high even when labels are often wrong);
+* ``majority_ratio``: the most frequent answer's share of the votes (all labelers);
+* ``coverage`` / ``abstention_rate``: questions labelled / abstained; ``err_at_sel``: error of the labels on
+  the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
+  contributed gradient) per 1,000 processed questions, cumulative over the run;
+* ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens;
+* ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
+  accuracy on an online stream; Pixelis' "before" on the stream); ``TTRLCounters.label_vs_majority`` counts,
+  over the run, over the labelled questions, those whose pseudo-label is right where that majority is wrong
+  (``recovered``) and the reverse (``lost``), and the abstained ones apart: Self-Harmony's claim, counted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Sequence
+
+import torch
+
+from ttrl_lightning.answers import NO_ANSWER, answers_equal
+from ttrl_lightning.consensus import aggregate
+
+if TYPE_CHECKING:
+    from ttrl_lightning.modules.ttrl import VoteStep
+
+__all__ = ["TTRLCounters", "ttrl_metrics"]
+
+#: (label right, original-view majority right) -> the counter of ``TTRLCounters.label_vs_majority``
+AGREEMENT = {(True, True): "both_right", (True, False): "recovered", (False, True): "lost",
+             (False, False): "both_wrong"}
+
+
+def _agreement_counts() -> dict[str, int]:
+    return dict.fromkeys((*AGREEMENT.values(), "abstained"), 0)
+
+
+@dataclass
+class TTRLCounters:
+    """What a TTRL run counts across steps: questions seen and accepted (``accepted_per_1k``), labels vs the
+    original view's majority (``label_vs_majority``, by ``AGREEMENT``; abstained questions apart) and every
+    label given (``label_history``: ``(step, question id, label)``)."""
+
+    questions_seen: int = 0
+    questions_accepted: int = 0
+    label_vs_majority: dict[str, int] = field(default_factory=_agreement_counts)
+    label_history: list[tuple[int, str, str | None]] = field(default_factory=list)
+
+    def state_dict(self) -> dict:
+        return {"questions_seen": self.questions_seen, "questions_accepted": self.questions_accepted,
+                "label_vs_majority": dict(self.label_vs_majority),
+                "label_history": [list(x) for x in self.label_history]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.questions_seen = int(state.get("questions_seen", 0))
+        self.questions_accepted = int(state.get("questions_accepted", 0))
+        self.label_vs_majority.update(state.get("label_vs_majority", {}))
+        self.label_history = [tuple(x) for x in state.get("label_history", [])]
+
+
+def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | None, counters: TTRLCounters, *,
+                 step_index: int, token_kl: torch.Tensor | None = None,
+                 completion_mask: torch.Tensor | None = None) -> dict[str, float]:
+    """This step's TTRL metrics (module docstring), counted into ``counters``. ``golds``: the batch's gold
+    answers (None, or None entries: not monitored); ``token_kl`` / ``completion_mask``: [R, C] of the trained
+    rows (the quantiles are taken over the tokens of the kept questions)."""
+    Q = len(step.labels)
+    counters.questions_seen += Q
+    accepted = [not lab.abstain for lab in step.labels]
+    counters.questions_accepted += sum(accepted)
+    counters.label_history.extend((step_index, qid, lab.label) for qid, lab in zip(step.ids, step.labels))
+    out: dict[str, float] = {
+        "coverage": sum(accepted) / Q,
+        "abstention_rate": 1 - sum(accepted) / Q,
+        "accepted_per_1k": 1000.0 * counters.questions_accepted / max(counters.questions_seen, 1),
+        "majority_ratio": sum(_majority_ratio(a) for a in step.answers) / Q,
+    }
+    if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
+        rows = step.group_mask.repeat_interleave(step.num_trained).to(token_kl.device)
+        vals = token_kl[rows[:, None] & completion_mask.to(token_kl.device).bool()].float()
+        if vals.numel():
+            out["kl_p50"] = float(torch.quantile(vals, 0.5))
+            out["kl_p95"] = float(torch.quantile(vals, 0.95))
+    if not golds or all(g is None for g in golds):
+        return out
+    choices = choices or [None] * Q
+    labelled, right, online = 0, 0, []
+    rew_agree, rew_total = 0, 0
+    N, M = step.num_trained, step.num_votes
+    rewards = step.rewards.view(-1, N)
+    for q, (lab, gold) in enumerate(zip(step.labels, golds)):
+        if gold is None:
+            continue
+        correct = _correct_classes(step.answers[q], str(gold))
+        majority_right = aggregate(step.answers[q][:M], "majority").answer in correct  # the original view's
+        online.append(majority_right)
+        label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold))
+        if lab.abstain:
+            counters.label_vs_majority["abstained"] += 1
+        elif lab.label is not None:
+            counters.label_vs_majority[AGREEMENT[(label_right, majority_right)]] += 1
+        if lab.label is not None and not lab.abstain:
+            labelled += 1
+            right += int(label_right)
+        if lab.abstain:
+            continue
+        for v in range(rewards.shape[0] // Q):
+            for j in range(N):
+                rew_agree += int((float(rewards[v * Q + q, j]) > 0) == (step.answers[q][v * M + j] in correct))
+                rew_total += 1
+    if online:
+        out["online_accuracy"] = sum(online) / len(online)
+    if labelled:
+        out["label_accuracy"] = right / labelled
+        out["err_at_sel"] = 1 - right / labelled
+    if rew_total:
+        out["reward_accuracy"] = rew_agree / rew_total
+    return out
+
+
+def _majority_ratio(answers: Sequence[str]) -> float:
+    """The winning answer's share of the votes (``consensus`` majority, its tie rule)."""
+    decision = aggregate(answers, "majority")
+    return decision.support[decision.answer] / len(answers)
+
+
+def _same(answer: str, gold: str) -> bool:
+    return answer != NO_ANSWER and answers_equal(answer, gold)
+
+
+def _correct_classes(answers: Sequence[str], gold: str) -> set[str]:
+    """The canonical answers among ``answers`` equal to ``gold``."""
+    return {a for a in set(answers) if _same(a, gold)}
