@@ -81,15 +81,22 @@ def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
     rows = [r for r in csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))) if r.get("pid/beta")]
     assert len(rows) == 4
     # beta_t by hand from the logged KL observations k_t (Pixelis appendix 6.1 gains, the PIDKLController
-    # defaults of the config: form "log", target 0.15, Kp 0.30, EMA 0.9, beta_0 = kl_coef = 0.1). In the
-    # 100 warm-up steps Ki_t = Kd_t = 0, so the velocity rule u_t = u_{t-1} + Kp (e_t - e_{t-1}), e_{-1} = 0,
-    # telescopes to beta_t = beta_0 * exp(Kp * e_t) with the relative error e_t = s_t / 0.15 - 1.
-    smoothed, beta_prev = None, 0.1
-    for r in rows:
+    # defaults of the config: form "log", target 0.15, Kp 0.30, Ki 0.05, Kd 0.10, EMA 0.9, beta_0 = kl_coef =
+    # 0.1, warm-up 1 step): u_t = u_{t-1} + Kp (e_t - e_{t-1}) + Ki_t e_t + Kd_t (D_t - D_{t-1}) with the
+    # relative error e_t = s_t / 0.15 - 1, D_t = e_t - e_{t-1} (D_0 = 0, e_{-1} = D_{-1} = 0), and
+    # Ki_t = Kd_t = 0 in the warm-up step t = 0
+    smoothed, beta_prev, u = None, 0.1, math.log(0.1)
+    e_prev, d_prev = None, 0.0
+    for t, r in enumerate(rows):
         k = float(r["train/kl"])
         smoothed = k if smoothed is None else 0.9 * smoothed + 0.1 * k
         error = smoothed / 0.15 - 1
-        beta = min(max(0.1 * math.exp(0.30 * error), 1e-3), 100.0)
+        d = 0.0 if e_prev is None else error - e_prev
+        ki, kd = (0.0, 0.0) if t < 1 else (0.05, 0.10)
+        u = min(max(u + 0.30 * (error - (e_prev or 0.0)) + ki * error + kd * (d - d_prev), math.log(1e-3)),
+                math.log(100.0))
+        e_prev, d_prev = error, d
+        beta = math.exp(u)
         assert float(r["train/beta"]) == pytest.approx(beta_prev, rel=1e-6)  # step t's loss used beta_{t-1}
         assert float(r["pid/beta"]) == pytest.approx(beta, rel=1e-6)
         assert float(r["pid/kl_smoothed"]) == pytest.approx(smoothed, rel=1e-6, abs=1e-12)

@@ -71,3 +71,22 @@ def test_settles_in_corridor_on_simulated_plant(k_free, beta_half, beta_0):
     # the KL the plant would reach at beta_0 without control is off target; the controller must have moved beta
     open_loop = k_free / (1 + beta_0 / beta_half)
     assert abs(open_loop - 0.15) > 0.02 and abs(c.beta - beta_0) > 1e-3
+
+
+@pytest.mark.parametrize("max_steps, warmup, warns", [(3, 100, True), (3, 3, True), (3, 2, False), (-1, 100, False)])
+def test_a_run_inside_its_warm_up_is_warned_about(max_steps, warmup, warns):
+    """Kd (and, by default, Ki) are held at 0 in warm-up: a run that ends inside it is proportional-only, and
+    the callback says so when it starts (issue 21, D13)."""
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from ttrl_lightning.callbacks import PIDKLController
+
+    cb = PIDKLController(warmup_steps=warmup)
+    module = SimpleNamespace(kl_coef=0.1, kl_observation=None)
+    with mock.patch("ttrl_lightning.callbacks.pid.rank_zero_warn") as warn:
+        cb.on_fit_start(SimpleNamespace(max_steps=max_steps), module)
+    assert warn.called == warns
+    if warns:
+        assert f"end inside the {warmup}-step warm-up" in warn.call_args[0][0]
+    assert module.kl_coef == 0.1

@@ -31,9 +31,19 @@ def test_ttrl_demo_writes_the_report(tmp_path, capsys):
     assert rc == 0
     report = json.loads((out / "ttrl_report.json").read_text())
     assert set(report["labelers"]) == set(DEMO_LABELERS)
-    for entry in report["labelers"].values():
+    entries = report["labelers"].values()
+    # one SFT checkpoint and one seeded evaluation: every labeler starts from the same accuracy
+    assert len({e["accuracy_before"] for e in entries}) == 1
+    for entry in entries:
         assert set(REPORT_FIELDS) <= set(entry) and entry["steps"] == 1
-        assert 0 <= entry["accuracy_before"] <= 1 and 0 <= entry["accuracy_after"] <= 1
+        for key in ("accuracy_before", "accuracy_after", "maj_accuracy_before", "maj_accuracy_after"):
+            scaled = entry[key] * 8 if key.startswith("acc") else entry[key] * 4  # 4 questions x 2 samples
+            assert 0 <= entry[key] <= 1 and abs(scaled - round(scaled)) < 1e-9, (key, entry[key])
+        # one step of 4 questions with gold: each is counted once, labelled (by agreement) or abstained
+        counts = entry["label_vs_majority"]
+        assert sum(counts.values()) == 4
+        assert entry["coverage"] == pytest.approx(1 - counts["abstained"] / 4)
+        assert entry["accepted_per_1k"] == pytest.approx(1000 * entry["coverage"])
     assert (out / "ttrl_accuracy.png").stat().st_size > 0 and (out / "ttrl_kl.png").stat().st_size > 0
     printed = capsys.readouterr().out
     assert "avg@2 before -> after" in printed and "self_harmony" in printed

@@ -8,7 +8,7 @@ from tests.rollout._scripted import ScriptedAgentEngine
 from ttrl_lightning.data.cota import AgentPromptDataModule, agent_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import CCRFTModule, GRPOModule, PolicySpec
-from ttrl_lightning.modules.losses import group_advantages
+from ttrl_lightning.modules.losses import LOSS_AGGREGATIONS, group_advantages
 from ttrl_lightning.rewards.curiosity_coherence import (
     DynamicsHead,
     gated_curiosity,
@@ -107,25 +107,51 @@ def test_top_k_advantages():
     assert torch.allclose(m4.compute_advantages(r), group_advantages(r, scale=True))
 
 
-def test_training_step_runs_with_observation_tokens_outside_the_loss_mask(tmp_path):
-    m = _module(reference="initial", kl_coef=0.05)
+def test_training_step_trains_the_model_tokens_only_and_moves_the_weights(tmp_path):
+    """One Lightning step: the rows of a group differ (one calls SEG once, the other twice, so the efficiency
+    penalty separates them), the loss carries the model's own tokens only (an observation token's log-prob
+    gets exactly 0 gradient, a model token's does not) and the step changes the policy's weights."""
+    m = _module(reference="initial", kl_coef=0.05, w_curiosity=0.0, w_coherence=0.0, efficiency_penalty=0.5)
+    seen_in_turn = {}
+
+    def alternating(prompt, turn):  # the rows of a turn come in order; even rows call once, odd rows twice
+        k = seen_in_turn[turn] = seen_in_turn.get(turn, -1) + 1
+        if turn == 0 or (turn == 1 and k % 2):
+            return "look.\n" + format_tool_call("SEG", {"query": "objects"})
+        return "Answer: 1<eos>"
+
+    m.engine = ScriptedAgentEngine(m.tokenizer, alternating)
     dm = AgentPromptDataModule(kinds=["count"], n_train=2, n_val=1, batch_size=2)
     seen = {}
-    original = m.sequence_logprobs
+    original = m.optimize
 
-    def spy(model, rollouts):
-        seen["rollouts"] = rollouts
-        return original(model, rollouts)
+    def spy(rollouts, scored, advantages):
+        seen.update(rollouts=rollouts, scored=scored, advantages=advantages.detach().clone())
+        seen["stats"] = original(rollouts, scored, advantages)
+        return seen["stats"]
 
-    m.sequence_logprobs = spy
+    m.optimize = spy
+    before = [p.detach().clone() for p in m.policy.parameters()]
     trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
                          limit_val_batches=0, default_root_dir=tmp_path)
     trainer.fit(m, dm)
-    ro = seen["rollouts"]
-    assert bool(ro.observation_mask.any())
-    assert bool((ro.completion_mask * ro.observation_mask == 0).all())
-    assert "train/curiosity" in trainer.callback_metrics and "train/chain_length" in trainer.callback_metrics
+    ro, stats, adv = seen["rollouts"], seen["stats"], seen["advantages"]
+    assert [len(t.steps) for t in ro.trajectories] == [1, 2, 1, 2]
+    assert adv.abs().min() > 0  # within each group the two rows' rewards differ
+    obs, own = ro.observation_mask.bool(), ro.completion_mask.bool()
+    assert bool(obs.any()) and not bool((obs & own).any())
+    assert torch.equal(stats.kept_tokens.bool(), own)  # every group kept: the loss mask is the model's tokens
+    # the gradient of the step's loss with respect to each token's log-prob, at the weights after the step
+    logp = m.sequence_logprobs(m.policy, ro).detach().requires_grad_(True)
+    loss = LOSS_AGGREGATIONS[m.hparams.loss_aggregation](m.policy_loss(logp, logp.detach(), adv)["pg"],
+                                                         stats.kept_tokens)
+    (grad,) = torch.autograd.grad(loss, logp)
+    assert float(grad[obs].abs().max()) == 0.0 and float(grad[own].abs().min()) > 0
+    moved = max(float((a - b).abs().max()) for a, b in zip(before, m.policy.parameters()))
+    assert moved > 1e-6
+    assert float(trainer.callback_metrics["train/chain_length"]) == 1.5
+    assert "train/curiosity" in trainer.callback_metrics
 
 
 def test_sampling_params_read_only_this_modules_own_arguments():
@@ -134,3 +160,24 @@ def test_sampling_params_read_only_this_modules_own_arguments():
         m.hparams.pop(key, None)
     p = m.sampling_params(5)
     assert (p.n, p.max_new_tokens, p.temperature, p.seed) == (3, 40, 0.7, 5)
+
+
+def test_step_features_are_read_from_the_feature_layer():
+    """E_t's v_t and x_t come from hidden-state layer ``feature_layer`` (issue 21, D12): the mean over a
+    step's observation columns of that layer's states, and an index outside the model is one UserError."""
+    rows = agent_prompts(0, 1, ["count"])
+    feats = {}
+    for layer in (-1, -2):
+        m = _module(feature_layer=layer)
+        ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=1))
+        feats[layer] = m.step_features(ro)
+        with torch.no_grad():
+            hs = m.policy(**ro.forward_inputs(), output_hidden_states=True).hidden_states[layer]
+        c0, c1, o0, o1 = ro.step_spans[0][0]
+        P = ro.prompt_ids.shape[1]
+        torch.testing.assert_close(feats[layer]["v"][0], hs[0, P + o0:P + o1].float().mean(0))
+    assert not torch.allclose(feats[-1]["v"], feats[-2]["v"])
+    m = _module(feature_layer=-9)
+    ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=1))
+    with pytest.raises(UserError, match="feature_layer=-9 is outside"):
+        m.step_features(ro)

@@ -296,7 +296,9 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
 
     rows = agent_prompts(0, 1, ["count"])
     batch = collate_prompts(rows)
-    plan = [("red", "2"), ("red", "2"), ("square", "2"), (None, "3")]  # per vote: SEG query, answer
+    # per vote: SEG query, answer. The majority answer is 2, so VisFid's references are the set S of votes
+    # 0-2 (issue 21, D10): vote 3 answered too, but another answer, and is no one's reference
+    plan = [("red", "2"), ("red", "2"), ("square", "2"), ("square", "3")]
     seen = {0: 0, 1: 0}
 
     called = [j for j, (q, _) in enumerate(plan) if q]
@@ -325,8 +327,8 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
     a = STEP_FIDELITY["SEG"](red, square)
     assert 0 < a < 1  # the two queries found partly different objects
     lab = scored.detail.labels[0]
-    # vote 0: references votes 1 (same objects: 1) and 2 (a); vote 3 called nothing: neutral
-    assert lab.info["visual_fidelity"] == pytest.approx([(1 + a) / 2, (1 + a) / 2, a, 1.0])
+    # vote 0: references votes 1 (same objects: 1) and 2 (a), not 3; vote 2: votes 0 and 1; vote 3: all of S
+    assert lab.info["visual_fidelity"] == pytest.approx([(1 + a) / 2, (1 + a) / 2, a, (2 * a + 1) / 3])
     assert lab.label == "2" and scored.rewards.tolist() == [1.0, 1.0]
     # the signals were replayed over the model's own tokens, observations in context
     assert set(trained.signals) >= {"entropy", "logprob"}

@@ -16,7 +16,7 @@ from ttrl_lightning.rollout.agent import (
     replay_trajectory,
     save_trajectories,
 )
-from ttrl_lightning.rollout.base import SamplingParams
+from ttrl_lightning.rollout.base import SamplingParams, build_engine
 from ttrl_lightning.tools import format_tool_call, run_tool
 from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, observation_view
 from ttrl_lightning.tools.protocol import OBSERVATION_END, OBSERVATION_START
@@ -40,8 +40,17 @@ def _prop_script(prompt, turn):
     return "Answer: red<eos>"
 
 
-def test_agent_engine_is_a_rollout_engine(tok):
-    assert isinstance(AgentEngine(tok), RolloutEngine)
+def test_agent_engine_is_a_rollout_engine_the_training_step_can_use(tok, model):
+    """The agent engine meets the engine contract the GRPO step relies on: taken as it is by build_engine,
+    samples from the policy it is handed (no own weights, so no importance correction and a no-op weight
+    sync), and returns prompt-major rows, n per prompt, with a group index and one text per row."""
+    engine = AgentEngine(tok, max_steps=1, max_turn_tokens=4)
+    assert isinstance(engine, RolloutEngine) and build_engine(engine, tok) is engine
+    assert not getattr(engine, "owns_weights", False) and engine.sync_weights(model) is None
+    rows = agent_prompts(0, 2, ["shape"])
+    ro = engine.generate(model, [r["prompt"] for r in rows], SamplingParams(n=3, seed=0))
+    assert ro.n == 3 and ro.group.tolist() == [0, 0, 0, 1, 1, 1] and len(ro.texts) == 6
+    assert ro.completion_ids.shape == ro.completion_mask.shape and len(ro.trajectories) == 6
 
 
 def test_observation_tokens_are_attended_but_outside_the_loss_mask(tok, model):

@@ -27,6 +27,11 @@ the smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, ch
     the integral, so the rise from KL = 0 does not wind it up; bumpless, since a velocity form keeps no
     integral to reset), ``"corridor"`` (Ki_t = 0 until s_t first reaches the corridor's lower edge or
     t >= warmup, whichever comes first). The P and I terms logged are the step's increments.
+    Departure from appendix 6.1: the paper holds only Kd at 0 in warm-up; ``integral_start="immediate"`` is
+    its rule. The default ``"warmup"`` also holds Ki, because from KL = 0 the relative error is -1 for the
+    whole rise and the integral would drive beta to beta_min before KL arrives (``benchmarks/kl_control.py``
+    compares the rules). A run shorter than its warm-up is then proportional-only: the callback warns when
+    ``trainer.max_steps`` does not pass ``warmup_steps``; size ``warmup_steps`` to the run.
 
 ``ziegler`` (Ziegler et al. 2019, the adaptive controller of TRL, verl and OpenRLHF; gains unused):
     e_t = clip(k_t / KL_tgt - 1, -0.2, 0.2)     on the raw KL, as they ship it
@@ -50,6 +55,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 import lightning.pytorch as pl
+from lightning.pytorch.utilities import rank_zero_warn
 import torch
 
 from ttrl_lightning.registry import Registry
@@ -223,6 +229,11 @@ class PIDKLController(pl.Callback):
         if not hasattr(pl_module, "kl_coef") or not hasattr(pl_module, "kl_observation"):
             raise TypeError("PIDKLController needs a module with `kl_coef` and `kl_observation` (e.g. GRPOModule)")
         pl_module.kl_coef = self._ensure(pl_module).beta
+        steps, warmup = trainer.max_steps, self.kwargs["warmup_steps"]
+        if self.kwargs["form"] not in ("ziegler", "fixed") and 0 < steps <= warmup:
+            rank_zero_warn(f"PIDKLController: the run's {steps} steps end inside the {warmup}-step warm-up, so "
+                           "beta is driven by Kp alone (Kd, and Ki under integral_start='warmup', are held "
+                           "at 0); set warmup_steps below max_steps to use the whole controller")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         kl = pl_module.kl_observation

@@ -17,7 +17,16 @@ the answer (the answer's tokens stand for both its x and v).
 
 KL to the EMA anchor in the PID corridor is the GRPO step's KL with ``reference="external"`` plus the
 ``EMAAnchor`` and ``PIDKLController`` callbacks (configs/rft/tiny_ccrft.yaml; Pixelis: target 0.15,
-corridor [0.10, 0.20], Kp 0.30, Ki 0.05, Kd 0.10, EMA rho 0.99).
+corridor [0.10, 0.20], Kp 0.30, Ki 0.05, Kd 0.10, EMA rho 0.99). Reading of the reference (issue 21, D11):
+the paper names two. Sec. 3.2.2 and appendix 1 ("KL anchor") penalise the KL to the frozen SFT policy;
+sec. 4 and appendix 6 keep a "KL-to-EMA corridor" in every phase. The default is the EMA anchor, the one
+the reported runs name; ``reference="initial"`` is the frozen SFT policy (the run's starting checkpoint).
+
+Reading of the layer (D12): E_t is computed from the hidden states of layer ``feature_layer`` (an index
+into ``output_hidden_states``; default -1, the last layer), for both v_t and x_t. Pixelis appendix
+"Which multimodal layer for E_t" reads v_t from "the 3rd fusion block from the top", ``feature_layer=-3``;
+the tiny agents here have 2 layers, which have no third block from the top, so the default is the last
+one. x_t's layer is not given by the paper; it is read from the same layer.
 
 The paper gives no weights for the reward terms; ours: correctness 1, curiosity 0.1, coherence 0.1,
 efficiency 0.05 per call beyond the first (Pixel Reasoner's -0.05 (n_calls - 1)).
@@ -59,6 +68,7 @@ CCRFT_RULES: dict[str, Bounds] = {
     "gate_beta": Bounds(low=0),
     "embed_hidden": Bounds(low=1, integer=True),
     "embed_dim": Bounds(low=1, integer=True),
+    "feature_layer": Bounds(integer=True),
     "head_lr": Bounds(low=0),
     "head_weight_decay": Bounds(low=0),
     "max_steps": Bounds(low=1, integer=True),
@@ -83,7 +93,8 @@ class CCRFTModule(GRPOModule):
     Args beyond ``GRPOModule``'s: ``top_k_trajectories`` K (8: the prompt's K best-rewarded rows get
     group-relative advantages, the rest 0; K >= num_generations keeps all); ``w_correct``, ``w_curiosity``,
     ``w_coherence``, ``efficiency_penalty``; ``mc_samples`` (4), ``mc_dropout`` (0.1), ``gate_beta`` (5);
-    ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``head_lr`` (5e-5), ``head_weight_decay``
+    ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``feature_layer`` (-1): the hidden-state
+    layer E_t's features are read from (module docstring, D12); ``head_lr`` (5e-5), ``head_weight_decay``
     (0.01); ``max_steps`` tool calls per trajectory, ``max_turn_tokens`` per turn, ``disabled`` tools (a
     single-tool ablation). Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt],
     "gold": [str], ...}``.
@@ -105,6 +116,7 @@ class CCRFTModule(GRPOModule):
         gate_beta: float = 5.0,
         embed_hidden: int = 768,
         embed_dim: int = 512,
+        feature_layer: int = -1,
         head_lr: float = 5e-5,
         head_weight_decay: float = 0.01,
         max_steps: int = 4,
@@ -170,7 +182,11 @@ class CCRFTModule(GRPOModule):
         ``action`` (its tool) and ``prev_action`` one-hots [S, A], ``row`` [S] and ``next`` [S] (index of the
         following step of the same row, -1 for the last)."""
         out = self.policy(**rollouts.forward_inputs(), output_hidden_states=True)
-        hidden = out.hidden_states[-1].float()[:, rollouts.prompt_ids.shape[1]:]  # [R, C, d]
+        layer = self.hparams.feature_layer
+        if not -len(out.hidden_states) <= layer < len(out.hidden_states):
+            raise UserError(f"{type(self).__name__} argument feature_layer={layer} is outside the model's "
+                            f"{len(out.hidden_states)} hidden-state layers (embeddings included)")
+        hidden = out.hidden_states[layer].float()[:, rollouts.prompt_ids.shape[1]:]  # [R, C, d]
         v, x, rows, actions, prev = [], [], [], [], []
         lengths = rollouts.completion_attention.sum(1).tolist()
         for r, (spans, traj) in enumerate(zip(rollouts.step_spans, rollouts.trajectories)):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from ttrl_lightning.answers import NO_ANSWER
+from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool import VIEWS
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 from ttrl_lightning.registry import Registry
@@ -65,8 +66,14 @@ def labeler_spec(name: str) -> LabelerSpec:
 # ---------------------------------------------------------------------- pixel: inputs and calibration
 def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
     """Decisive-token masks, Dawid-Skene slot reliabilities over the batch and, for agent rollouts with tool
-    steps, each rollout's VisFid against the question's other answered rollouts (``fidelity.group_visfid``;
-    a rollout nothing scores counts as 1, a question with none as neutral).
+    steps, each rollout's VisFid (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question
+    with none as neutral).
+
+    VisFid's pseudo-references are Pixelis sec. 3.2.3's successful set S, found in two passes: first the
+    unweighted majority answer of the question's votes (``consensus`` majority, its tie rule), then S = the
+    other votes that predict it (an unextractable majority leaves S empty: no VisFid). The paper takes that
+    majority "under a low-entropy majority (< 0.2)"; that gate is pixel's ``majority_entropy_max`` option of
+    the label, and S is formed without it.
 
     The decisive steps (Pixelis sec. 3.2.3: "tool calls and the final answer step") are found on the
     model's own tokens, the indices the entropy and log-prob signals are laid on: for agent rollouts from
@@ -97,8 +104,9 @@ def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
 
         for q, extra in enumerate(out):
             group = trajectories[q * per_q:(q + 1) * per_q]
-            vis = group_visfid([t.evidence for t in group],
-                               [t.answer is not None and not t.truncated for t in group])
+            majority = aggregate(answers[q], "majority").answer  # pass 1: the unweighted majority
+            in_s = [a == majority != NO_ANSWER for a in answers[q]]  # pass 2: the votes that predict it
+            vis = group_visfid([t.evidence for t in group], in_s)
             if any(v is not None for v in vis):
                 extra["visual_fidelity"] = [1.0 if v is None else v for v in vis]
     return out

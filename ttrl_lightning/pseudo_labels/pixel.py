@@ -8,7 +8,10 @@ For one question's ``N`` rollouts (pool schema, every rollout with per-token ``e
 3. calibrated confidence (temperature scaling): ``p_j = exp(mean_{t in D_j} logprob_{j,t})`` (the geometric
    mean token probability), clamped into ``[1e-6, 1 - 1e-6]``, and ``Cal_j = sigmoid(logit(p_j) / T)``;
    ``T = temperature`` (1.0 = uncalibrated), fitted on a labelled dev-cal split by :func:`fit_temperature`
-   (or :func:`calibrate_pixel`);
+   (or :func:`calibrate_pixel`). Reading of ``Cal_j`` (issue 21, D18): the paper names it "a calibrated
+   confidence (temperature scaling on a dev-cal split)" without saying of what; the confidence scaled here is
+   ``p_j``, the rollout's own probability on its decisive tokens. Its remark that ``r_j`` is "absorbed into
+   ``Cal_j``" is the same product as the separate factor ``r_j`` of step 5;
 4. pixel fidelity ``VisFid_j`` (``visual_fidelity``; ``None``: 1.0 for every rollout and
    ``info["visual_fidelity"] = "neutral"``, as long as no tool output is scored) and Dawid-Skene reliability
    ``r_j`` (``reliability``; ``None``: 1.0; :func:`batch_reliability` computes it over a batch);
@@ -55,7 +58,7 @@ from ..consensus import (aggregate, conformal_threshold, dawid_skene, dawid_sken
 from .label import PSEUDO_LABELERS, PseudoLabel
 from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches, token_signal
 
-__all__ = ["pixel_label", "decisive_token_mask", "calibrated_confidence", "fit_temperature",
+__all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
            "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",
            "CONFIDENCE_CLAMP", "TEMPERATURE_BOUNDS", "TIE_TOLERANCE"]
 
@@ -188,7 +191,7 @@ def _logits(confidences) -> torch.Tensor:
     return torch.log(p) - torch.log1p(-p)
 
 
-def calibrated_confidence(confidences, temperature: float = 1.0) -> torch.Tensor:
+def temperature_scale(confidences, temperature: float = 1.0) -> torch.Tensor:
     """Temperature scaling (Guo et al. 2017) of confidences ``p``: ``sigmoid(logit(p) / T)``, ``p`` clamped
     into ``[1e-6, 1 - 1e-6]``. ``T > 1`` softens overconfident scores, ``T = 1`` leaves them (clamped)."""
     return torch.sigmoid(_logits(confidences) / _check_temperature(temperature))
@@ -373,7 +376,7 @@ def _signals(rollouts, decisive_masks, temperature: float):
         ent, lp = _decisive(rollouts, j, masks)
         h.append(float(ent.mean()))
         p.append(math.exp(min(float(lp.mean()), 0.0)))
-    cal = calibrated_confidence(p, temperature).tolist()
+    cal = temperature_scale(p, temperature).tolist()
     return h, p, cal
 
 
