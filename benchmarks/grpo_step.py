@@ -24,6 +24,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 
 class TokenCounter:
@@ -60,10 +61,11 @@ def run_ours(model_dir, prompts, args) -> dict:
 
     counter = TokenCounter()
     pl.seed_everything(args.seed)
-    module = GRPOModule(policy=PolicySpec(model=model_dir, lr=args.lr, seed=args.seed),
-                        num_generations=args.n, max_new_tokens=args.max_new_tokens, temperature=1.0,
-                        rewards=[ExactAnswer(), counter], reward_weights=[1.0, 0.0], kl_coef=args.beta,
-                        reference="initial", loss_aggregation="token_mean", max_grad_norm=1.0)
+    module = GRPOModule(policy=PolicySpec(model=model_dir, lr=args.lr, seed=args.seed), num_generations=args.n,
+                        rewards=[ExactAnswer(), counter], reward_weights=[1.0, 0.0],
+                        sampling=SamplingSpec(max_new_tokens=args.max_new_tokens, temperature=1.0),
+                        grpo=GRPOSpec(kl_coef=args.beta, reference="initial", loss_aggregation="token_mean",
+                                      max_grad_norm=1.0))
     data = PromptDataModule(task="arith", n_train=len(prompts), batch_size=args.prompts, seed=args.seed)
     times = {}
 

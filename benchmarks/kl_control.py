@@ -40,7 +40,8 @@ Real run: ``GRPOModule`` on the tiny random Qwen2 (the settings of ``configs/rft
 learning rate of 1e-2 so that the KL to the EMA anchor reaches the corridor within the run), EMA anchor
 (rho 0.99), ``PIDKLController`` of each form, ``--real-steps`` steps on CPU (same seed for every form).
 
-    python benchmarks/kl_control.py                       # plants + real run (200 steps per controller, 1-5 min on 2 cores)
+    python benchmarks/kl_control.py                       # plants + real run (200 steps per controller,
+                                                                               1-5 min on 2 cores)
     python benchmarks/kl_control.py --real-steps 0        # plants only (seconds)
 
 Writes ``<out>/kl_control.json`` and step-response plots ``<out>/plant_<name>.png``, ``<out>/real_grpo.png``.
@@ -62,6 +63,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttrl_lightning.callbacks.pid import PIDController  # noqa: E402
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 BETA_0 = 0.04
 TARGET, CORRIDOR, SMOOTHING = 0.15, (0.10, 0.20), 0.9
@@ -191,7 +193,8 @@ def _tiny_grpo(lr: float, seed: int):
         kw = {"policy": policy}
     else:  # the signature before PolicySpec
         kw = dict(policy)
-    return GRPOModule(**kw, num_generations=4, max_new_tokens=4, kl_coef=BETA_0, reference="external")
+    return GRPOModule(**kw, num_generations=4, sampling=SamplingSpec(max_new_tokens=4),
+                      grpo=GRPOSpec(kl_coef=BETA_0, reference="external"))
 
 
 def run_real(steps: int, lr: float = 1e-2, seed: int = 0) -> dict:

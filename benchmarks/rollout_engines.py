@@ -37,6 +37,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _verdict import paired_ratios, paired_verdict  # noqa: E402
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 QUESTION = "What is {a} + {b}? Answer with just the number."
 
@@ -188,8 +189,9 @@ def ttrl_steps(args, engine_name: str) -> dict:
     pl.seed_everything(args.seed)
     module = TTRLModule(policy=PolicySpec(model=args.model, lr=1e-6, seed=args.seed, dtype=args.dtype),
                         num_votes=args.n, num_generations=max(args.n // 2, 1), answer_extractor="last_number",
-                        max_new_tokens=args.new_tokens, temperature=args.temperature, kl_coef=0.0,
-                        reference="none", engine=engine)
+                        engine=engine,
+                        sampling=SamplingSpec(max_new_tokens=args.new_tokens, temperature=args.temperature),
+                        grpo=GRPOSpec(kl_coef=0.0, reference="none"))
     clock = StepClock(module.engine)
     module.engine = clock
     steps = Steps()

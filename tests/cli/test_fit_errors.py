@@ -25,11 +25,18 @@ def _no_debug(monkeypatch, tmp_path):
      "policy.model: unknown tiny architecture 'bogus'; known: tiny:"),
     ("--model.init_args.policy.dtype=int8",
      "policy.dtype must be one of float32, bfloat16, float16, float64"),
-    ("--model.init_args.top_p=0", "GRPOModule argument top_p must be in (0, 1], got 0.0"),
+    ("--model.init_args.sampling.top_p=0", "sampling.top_p must be in (0, 1], got 0.0"),
+    ("--model.init_args.grpo.reference=ema", "grpo.reference must be one of initial, none, external"),
     ("--model.init_args.num_generations=0", "GRPOModule argument num_generations must be an integer >= 1"),
     # jsonargparse's own errors, condensed
-    ("--model.init_args.temperature=abc",
-     "model.init_args.temperature: Expected a <class 'float'>. Got value: abc (GRPOModule)"),
+    ("--model.init_args.sampling.temperature=abc",
+     "model.init_args.sampling.temperature: Expected a <class 'float'>. Got value: abc (GRPOModule)"),
+    # a former flat option: where it moved
+    ("--model.init_args.temperature=0.5",
+     "model.init_args: Option 'temperature' is not accepted (GRPOModule): it moved to "
+     "model.init_args.sampling.temperature"),
+    ("--model.init_args.kl_coef=0.2",
+     "model.init_args: Option 'kl_coef' is not accepted (GRPOModule): it moved to model.init_args.grpo.kl_coef"),
     ("--model.init_args.nosuch=1", "model.init_args: Option 'nosuch' is not accepted (GRPOModule)"),
     ("--trainer.max_stepz=3", "unrecognized arguments: --trainer.max_stepz=3"),
 ])
@@ -58,7 +65,7 @@ def test_debug_shows_the_full_report(monkeypatch):
     with pytest.raises(UserError, match="policy.lr must be > 0"):
         main(["fit", *GRPO, "--model.init_args.policy.lr=-1"])
     with pytest.raises(SystemExit) as e:  # jsonargparse's own report (usage + nested errors), exit 2
-        main(["fit", *GRPO, "--model.init_args.temperature=abc"])
+        main(["fit", *GRPO, "--model.init_args.sampling.temperature=abc"])
     assert e.value.code == 2
 
 

@@ -11,6 +11,7 @@ from ttrl_lightning.data.datamodules import SFTDataModule
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import GRPOModule, PolicySpec, SFTModule
 from ttrl_lightning.modules.base import Bounds
+from ttrl_lightning.modules.specs import SamplingSpec
 
 
 def test_policy_spec_from_mappings():
@@ -92,18 +93,24 @@ def _zero_reward(**kw):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"num_generations": 0}, r"GRPOModule argument num_generations must be an integer >= 1, got 0"),
-    ({"temperature": -0.5}, r"GRPOModule argument temperature must be >= 0, got -0\.5"),
-    ({"top_p": 0.0}, r"GRPOModule argument top_p must be in \(0, 1\], got 0\.0"),
-    ({"top_p": 1.5}, r"top_p must be in \(0, 1\]"),
-    ({"top_k": -1}, r"top_k must be an integer >= 0"),
-    ({"max_new_tokens": 0}, r"max_new_tokens must be an integer >= 1"),
-    ({"eps_low": -0.1}, r"eps_low must be >= 0"),
-    ({"eps_high": float("nan")}, r"eps_high must be >= 0, got nan"),
-    ({"kl_coef": -1.0}, r"kl_coef must be >= 0"),
-    ({"num_iterations": 0}, r"num_iterations must be an integer >= 1"),
-    ({"max_grad_norm": -1.0}, r"max_grad_norm must be >= 0 or null"),
-    ({"reference": "ema"}, r"reference must be one of initial, none, external, got 'ema'"),
-    ({"loss_aggregation": "mean"}, r"loss_aggregation must be one of seq_mean, token_mean, got 'mean'"),
+    ({"sampling": {"temperature": -0.5}}, r"sampling.temperature must be >= 0, got -0\.5"),
+    ({"sampling": {"top_p": 0.0}}, r"sampling.top_p must be in \(0, 1\], got 0\.0"),
+    ({"sampling": {"top_p": 1.5}}, r"sampling.top_p must be in \(0, 1\]"),
+    ({"sampling": {"top_k": -1}}, r"sampling.top_k must be an integer >= 0"),
+    ({"sampling": {"max_new_tokens": 0}}, r"sampling.max_new_tokens must be an integer >= 1"),
+    ({"grpo": {"eps_low": -0.1}}, r"grpo.eps_low must be >= 0"),
+    ({"grpo": {"eps_high": float("nan")}}, r"grpo.eps_high must be >= 0, got nan"),
+    ({"grpo": {"kl_coef": -1.0}}, r"grpo.kl_coef must be >= 0"),
+    ({"grpo": {"num_iterations": 0}}, r"grpo.num_iterations must be an integer >= 1"),
+    ({"grpo": {"max_grad_norm": -1.0}}, r"grpo.max_grad_norm must be >= 0 or null"),
+    ({"grpo": {"reference": "ema"}}, r"grpo.reference must be one of initial, none, external, got 'ema'"),
+    ({"grpo": {"loss_aggregation": "mean"}},
+     r"grpo.loss_aggregation must be one of seq_mean, token_mean, got 'mean'"),
+    ({"grpo": {"reference": "none", "kl_coef": 0.1}}, r"grpo.reference='none' needs grpo.kl_coef=0"),
+    ({"grpo": {"logprob_impl": "chunked"}}, r"grpo.logprob_impl must be one of auto, fused, materialized"),
+    ({"sampling": {"temprature": 1.0}}, r"unknown sampling field\(s\) \['temprature'\]; known: temperature, "),
+    ({"sampling": {"stop": "\n"}}, r"sampling.stop must be a list of non-empty strings"),
+    ({"grpo": 0.1}, r"grpo must be a GRPOSpec or a mapping, got float"),
     ({"reward_weights": [float("inf")]}, r"reward_weights must be finite numbers"),
     ({"rewards": ["nosuch"]}, r"unknown reward 'nosuch'; known: digits_only, exact_answer"),
     ({"rewards": [3]},
@@ -145,7 +152,7 @@ def test_lr_schedule_by_hand_in_a_manual_optimisation_run():
             seen.append(trainer.optimizers[0].param_groups[0]["lr"])
 
     spec = PolicySpec(model="tiny:qwen2", lr=1e-3, lr_schedule="cosine", warmup_ratio=0.25)
-    m = GRPOModule(policy=spec, num_generations=2, max_new_tokens=2)
+    m = GRPOModule(policy=spec, num_generations=2, sampling=SamplingSpec(max_new_tokens=2))
     trainer = pl.Trainer(accelerator="cpu", max_steps=8, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          callbacks=[Record()])

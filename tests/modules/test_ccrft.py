@@ -17,6 +17,7 @@ from ttrl_lightning.rewards.curiosity_coherence import (
 )
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 pytest.importorskip("cv2")
 SPEC = PolicySpec(model="tiny:qwen2", tiny_kwargs={"max_pos": 1024}, lr=1e-3)
@@ -111,7 +112,8 @@ def test_training_step_trains_the_model_tokens_only_and_moves_the_weights(tmp_pa
     """One Lightning step: the rows of a group differ (one calls SEG once, the other twice, so the efficiency
     penalty separates them), the loss carries the model's own tokens only (an observation token's log-prob
     gets exactly 0 gradient, a model token's does not) and the step changes the policy's weights."""
-    m = _module(reference="initial", kl_coef=0.05, w_curiosity=0.0, w_coherence=0.0, efficiency_penalty=0.5)
+    m = _module(w_curiosity=0.0, w_coherence=0.0, efficiency_penalty=0.5,
+                grpo=GRPOSpec(reference="initial", kl_coef=0.05))
     seen_in_turn = {}
 
     def alternating(prompt, turn):  # the rows of a turn come in order; even rows call once, odd rows twice
@@ -144,7 +146,7 @@ def test_training_step_trains_the_model_tokens_only_and_moves_the_weights(tmp_pa
     assert torch.equal(stats.kept_tokens.bool(), own)  # every group kept: the loss mask is the model's tokens
     # the gradient of the step's loss with respect to each token's log-prob, at the weights after the step
     logp = m.sequence_logprobs(m.policy, ro).detach().requires_grad_(True)
-    loss = LOSS_AGGREGATIONS[m.hparams.loss_aggregation](m.policy_loss(logp, logp.detach(), adv)["pg"],
+    loss = LOSS_AGGREGATIONS[m.grpo.loss_aggregation](m.policy_loss(logp, logp.detach(), adv)["pg"],
                                                          stats.kept_tokens)
     (grad,) = torch.autograd.grad(loss, logp)
     assert float(grad[obs].abs().max()) == 0.0 and float(grad[own].abs().min()) > 0
@@ -155,7 +157,7 @@ def test_training_step_trains_the_model_tokens_only_and_moves_the_weights(tmp_pa
 
 
 def test_sampling_params_read_only_this_modules_own_arguments():
-    m = CCRFTModule(policy=SPEC, num_generations=3, max_turn_tokens=40, temperature=0.7)
+    m = CCRFTModule(policy=SPEC, num_generations=3, sampling=SamplingSpec(max_new_tokens=40, temperature=0.7))
     for key in ("max_new_tokens", "stop"):  # as under the CLI, which saves the subclass's own arguments
         m.hparams.pop(key, None)
     p = m.sampling_params(5)

@@ -11,6 +11,7 @@ from ttrl_lightning.data.datamodules import PromptDataModule
 from ttrl_lightning.modules import GRPOModule, PolicySpec, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.rollout import HFGenerateEngine, Rollouts, SamplingParams
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 TINY = PolicySpec(model="tiny:qwen2")
 
@@ -27,8 +28,8 @@ def _trainer(steps, callbacks=(), **kw):
 
 
 def test_grpo_loss_matches_hand_assembled_formula():
-    m = GRPOModule(policy=TINY, rewards=[sevens], num_generations=4, max_new_tokens=5, kl_coef=0.3,
-                   loss_aggregation="seq_mean")
+    m = GRPOModule(policy=TINY, rewards=[sevens], num_generations=4, sampling=SamplingSpec(max_new_tokens=5),
+                   grpo=GRPOSpec(kl_coef=0.3, loss_aggregation="seq_mean"))
     m.configure_model()
     ref = copy.deepcopy(m.policy)
     with torch.no_grad():
@@ -63,8 +64,8 @@ def test_grpo_loss_matches_hand_assembled_formula():
 
 def test_grpo_learns_toy_reward():
     pl.seed_everything(0)
-    m = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=1e-2, seed=0), rewards=[sevens],
-                   num_generations=8, max_new_tokens=6, kl_coef=0.0, reference="none")
+    m = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=1e-2, seed=0), rewards=[sevens], num_generations=8,
+                   sampling=SamplingSpec(max_new_tokens=6), grpo=GRPOSpec(kl_coef=0.0, reference="none"))
     data = PromptDataModule(task="arith", n_train=64, batch_size=4)
     trainer = _trainer(16)
     trainer.fit(m, data)
@@ -91,7 +92,7 @@ class AlternatingRewards(GRPOModule):
 def test_hooks_are_overridable_and_ema_pid_run():
     pl.seed_everything(0)
     m = AlternatingRewards(policy=PolicySpec(model="tiny:qwen2", lr=1e-2), num_generations=2,
-                           max_new_tokens=4, kl_coef=0.1, reference="external")
+                           sampling=SamplingSpec(max_new_tokens=4), grpo=GRPOSpec(kl_coef=0.1, reference="external"))
     ema, pid = EMAAnchor(rho=0.9), PIDKLController(warmup_steps=1)
 
     class Weights(pl.Callback):  # the policy's weights at the start and after every step
@@ -122,9 +123,9 @@ def test_hooks_are_overridable_and_ema_pid_run():
 
 def test_reference_none_requires_zero_beta_and_bad_reward_raises():
     with pytest.raises(ValueError, match="kl_coef=0"):
-        GRPOModule(reference="none", kl_coef=0.1)
-    m = GRPOModule(policy=TINY, rewards=[lambda **kw: [float("nan")] * len(kw["completions"])],
-                   num_generations=2, max_new_tokens=2)
+        GRPOModule(grpo=GRPOSpec(reference="none", kl_coef=0.1))
+    m = GRPOModule(policy=TINY, rewards=[lambda **kw: [float("nan")] * len(kw["completions"])], num_generations=2,
+                   sampling=SamplingSpec(max_new_tokens=2))
     m.configure_model()
     batch = {"prompt": ["1+1="], "answer": ["2"]}
     with pytest.raises(ValueError, match="non-finite"):
@@ -153,7 +154,8 @@ class MajorityVoteGRPO(GRPOModule):
 def test_subclass_with_pseudo_labels():
     from ttrl_lightning.rewards.simple import first_integer
 
-    m = MajorityVoteGRPO(policy=TINY, num_generations=6, max_new_tokens=4, kl_coef=0.0, reference="none")
+    m = MajorityVoteGRPO(policy=TINY, num_generations=6, sampling=SamplingSpec(max_new_tokens=4),
+                         grpo=GRPOSpec(kl_coef=0.0, reference="none"))
     m.configure_model()
     batch = {"prompt": ["1+2=", "4+4=", "7-2="], "answer": ["3", "8", "5"]}
     r = m.rollout(batch)
@@ -209,8 +211,8 @@ class FixedBatch(GRPOModule):
 def _fixed_batch_step(rollouts, rewards, reference, aggregation, **masks):
     """One SGD step of ``FixedBatch`` on ``rollouts`` / ``rewards`` (KL 0.5 to ``reference``); ``masks``:
     ``abstain`` groups / ``drop`` rows. Returns the module, the weight change and the logged metrics."""
-    m = FixedBatch(policy=TINY, num_generations=4, max_new_tokens=5, kl_coef=0.5, reference="external",
-                   loss_aggregation=aggregation, max_grad_norm=None)
+    m = FixedBatch(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5),
+                   grpo=GRPOSpec(kl_coef=0.5, reference="external", loss_aggregation=aggregation, max_grad_norm=None))
     m.fixed, m.fixed_rewards = rollouts, rewards
     for name, value in masks.items():
         setattr(m, name, value)
@@ -231,7 +233,7 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
     abstention the update differs, so (ii) is not trivially true."""
     from ttrl_lightning.models import load_model
 
-    source = GRPOModule(policy=TINY, num_generations=4, max_new_tokens=5)
+    source = GRPOModule(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5))
     source.configure_model()
     full = source.rollout({"prompt": ["1+2=", "30-4=", "7+7="]})  # G = 3 groups of N = 4
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
@@ -262,7 +264,7 @@ def test_rewards_hook_must_return_rollout_rewards():
         def score(self, rollouts, batch):
             return torch.zeros(rollouts.completion_ids.shape[0])
 
-    m = Bare(policy=TINY, num_generations=2, max_new_tokens=2)
+    m = Bare(policy=TINY, num_generations=2, sampling=SamplingSpec(max_new_tokens=2))
     m.configure_model()
     batch = {"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}
     r = m.rollout(batch)
@@ -283,7 +285,7 @@ def test_a_dropped_row_carries_no_policy_or_kl_term_and_no_weight(aggregation):
 
     from ttrl_lightning.models import load_model
 
-    source = GRPOModule(policy=TINY, num_generations=4, max_new_tokens=5)
+    source = GRPOModule(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5))
     source.configure_model()
     full = source.rollout({"prompt": ["1+2=", "30-4="]})
     rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0])
@@ -315,7 +317,7 @@ def test_generate_signals_match_training_logprobs():
     ``sequence_logprobs`` all equal those of one full forward + log_softmax over the vocabulary."""
     from tests.rollout._full_forward import full_forward_signals
 
-    module = GRPOModule(policy=TINY, temperature=1.0, num_generations=3, max_new_tokens=8)
+    module = GRPOModule(policy=TINY, num_generations=3, sampling=SamplingSpec(temperature=1.0, max_new_tokens=8))
     module.configure_model()
     eng = HFGenerateEngine(module.tokenizer, record_signals=True)
     r = eng.generate(module.policy, ["1+1=", "17-12="], SamplingParams(n=3, max_new_tokens=8, seed=0))
@@ -340,7 +342,7 @@ def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
 
     arch = "tiny:llama" if untied else "tiny:qwen2"
     spec = PolicySpec(model=arch, seed=2)
-    source = GRPOModule(policy=spec, num_generations=3, max_new_tokens=6)
+    source = GRPOModule(policy=spec, num_generations=3, sampling=SamplingSpec(max_new_tokens=6))
     source.configure_model()
     rollouts = source.rollout({"prompt": ["1+2=", "30-4="]})
     rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0])
@@ -350,9 +352,9 @@ def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
         policy, reference = untied_with_bias(policy, seed=1), untied_with_bias(reference, seed=2)
 
     def step(impl):
-        m = FixedBatch(policy=spec, num_generations=3, max_new_tokens=6, kl_coef=0.5, reference="external",
-                       temperature=0.7,
-                       num_iterations=2, max_grad_norm=None, logprob_impl=impl)
+        m = FixedBatch(policy=spec, num_generations=3, sampling=SamplingSpec(max_new_tokens=6, temperature=0.7),
+                       grpo=GRPOSpec(kl_coef=0.5, reference="external", num_iterations=2, max_grad_norm=None,
+                                     logprob_impl=impl))
         m.fixed, m.fixed_rewards = rollouts, rewards
         m.policy = copy.deepcopy(policy)
         m.set_reference_model(reference)
@@ -382,7 +384,7 @@ def test_fused_grpo_step_equals_materialised_step(untied, monkeypatch):
 def test_raw_logprobs_come_from_the_same_forward_as_the_tempered_ones(impl):
     """``sequence_logprobs(raw=True)``: the tempered log-probs (with gradient) and the raw ones (temperature 1, no
     gradient, what the TIS weight compares with the sampler's) equal two separate passes."""
-    m = GRPOModule(policy=TINY, temperature=0.7, logprob_impl=impl)
+    m = GRPOModule(policy=TINY, sampling=SamplingSpec(temperature=0.7), grpo=GRPOSpec(logprob_impl=impl))
     m.configure_model()
     r = HFGenerateEngine(m.tokenizer).generate(m.policy, ["1+2=", "9-3="], SamplingParams(n=2, max_new_tokens=5,
                                                                                             seed=0))

@@ -6,6 +6,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 
 from ttrl_lightning.callbacks import EMAAnchor, PIDKLController, RankStateDump
 from ttrl_lightning.data.datamodules import PromptDataModule
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 
 def _run(tmp, steps, ckpt_path=None, save_every=None):
@@ -13,7 +14,8 @@ def _run(tmp, steps, ckpt_path=None, save_every=None):
 
     pl.seed_everything(0)
     module = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), num_generations=4,
-                        max_new_tokens=5, kl_coef=0.1, reference="external", num_iterations=2)
+                        sampling=SamplingSpec(max_new_tokens=5),
+                        grpo=GRPOSpec(kl_coef=0.1, reference="external", num_iterations=2))
     cbs = [EMAAnchor(rho=0.9), PIDKLController(warmup_steps=3), RankStateDump(str(tmp / "dump"))]
     if save_every:
         cbs.append(ModelCheckpoint(dirpath=str(tmp / "ckpt"), every_n_train_steps=save_every, save_top_k=-1))

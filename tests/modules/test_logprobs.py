@@ -16,6 +16,7 @@ from ttrl_lightning.models import load_model, load_tokenizer
 from ttrl_lightning.modules import GRPOModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs, fused_unsupported_reason
 from ttrl_lightning.rollout import Rollouts
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 TINY = PolicySpec(model="tiny:qwen2")
 
@@ -55,7 +56,7 @@ def test_soft_capped_model_falls_back_with_one_notice_and_the_materialised_resul
     """Gemma 2 with final_logit_softcapping: 'auto' logs one notice naming the reason (not one per call) and
     returns exactly the materialised path's log-probs, which differ from an uncapped fused computation;
     'fused' raises naming the reason."""
-    auto = GRPOModule(policy=TINY, temperature=0.8)
+    auto = GRPOModule(policy=TINY, sampling=SamplingSpec(temperature=0.8))
     model = tiny_gemma2(len(auto.tokenizer))
     r = _rollouts(len(auto.tokenizer))
     with caplog.at_level(logging.WARNING, logger="ttrl_lightning.modules"):
@@ -63,7 +64,8 @@ def test_soft_capped_model_falls_back_with_one_notice_and_the_materialised_resul
         second = auto.sequence_logprobs(model, r)
     notices = [rec for rec in caplog.records if "materialised" in rec.getMessage()]
     assert len(notices) == 1 and "final_logit_softcapping" in notices[0].getMessage()
-    want = GRPOModule(policy=TINY, temperature=0.8, logprob_impl="materialized").sequence_logprobs(model, r)
+    want = GRPOModule(policy=TINY, sampling=SamplingSpec(temperature=0.8),
+                      grpo=GRPOSpec(logprob_impl="materialized")).sequence_logprobs(model, r)
     assert torch.equal(first, want) and torch.equal(second, want)
     with torch.no_grad():
         uncapped = fused_logprobs(model, r.completion_ids, 0.8, input_ids=r.input_ids(),
@@ -71,10 +73,10 @@ def test_soft_capped_model_falls_back_with_one_notice_and_the_materialised_resul
     assert float((uncapped - want.detach()).abs().max()) > 1e-2  # falling back does matter here
     with pytest.raises(UserError, match="logprob_impl='fused' cannot be used with Gemma2ForCausalLM: .*"
                                         "final_logit_softcapping"):
-        GRPOModule(policy=TINY, logprob_impl="fused").sequence_logprobs(model, r)
-    with pytest.raises(UserError, match="GRPOModule argument logprob_impl must be one of auto, fused, "
-                                        "materialized, got 'chunked'"):
-        GRPOModule(policy=TINY, logprob_impl="chunked")
+        GRPOModule(policy=TINY, grpo=GRPOSpec(logprob_impl="fused")).sequence_logprobs(model, r)
+    with pytest.raises(UserError, match="grpo.logprob_impl must be one of auto, fused, materialized, "
+                                        "got 'chunked'"):
+        GRPOModule(policy=TINY, grpo=GRPOSpec(logprob_impl="chunked"))
 
 
 def test_lora_on_the_body_stays_fused_with_the_same_values_and_lora_gradients():
@@ -112,7 +114,7 @@ def test_grpo_logprob_pass_never_holds_full_logits():
     r = _rollouts(V, R=R, P=4, C=C)
 
     def step(impl, rollouts=r):
-        m = GRPOModule(policy=TINY, logprob_impl=impl)
+        m = GRPOModule(policy=TINY, grpo=GRPOSpec(logprob_impl=impl))
 
         def run():
             model.zero_grad(set_to_none=True)

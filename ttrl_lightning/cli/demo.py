@@ -190,16 +190,16 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     n_questions = questions or data.n
     unlabeled = questions_from_task(data.task, n_questions, seed_value)
     tokenizer = load_tokenizer(ckpt)
-    eval_kw = dict(k=k, temperature=h.temperature, max_new_tokens=h.max_new_tokens, seed_value=seed_value,
-                   extractor=h.answer_extractor)
+    eval_kw = dict(k=k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
+                   seed_value=seed_value, extractor=h.answer_extractor)
     print(f"\n== 2/{steps}  accuracy of the SFT model on {n_questions} unlabeled, shifted questions "
-          f"({data.task}, {k} samples each at T={h.temperature})", flush=True)
+          f"({data.task}, {k} samples each at T={h.sampling.temperature})", flush=True)
     before = _accuracy(load_model(ckpt, tokenizer).eval(), tokenizer, unlabeled, **eval_kw)
     print(f"avg@{k} {100 * before['avg']:.1f}%  maj@{k} {100 * before['maj']:.1f}%", flush=True)
 
     report: dict[str, Any] = {
         "settings": {"seed": seed_value, "ttrl_seed": seed_value if ttrl_seed is None else ttrl_seed, "k": k, "questions": n_questions, "task": data.task,
-                     "temperature": h.temperature, "sft_checkpoint": ckpt, "ttrl_config": TTRL_CONFIG,
+                     "temperature": h.sampling.temperature, "sft_checkpoint": ckpt, "ttrl_config": TTRL_CONFIG,
                      "num_votes": h.num_votes, "num_generations": h.num_generations,
                      "answer_extractor": h.answer_extractor},
         "before": before, "labelers": {}, "seconds": {"sft": round(t_sft, 1)},

@@ -96,4 +96,18 @@ class ShortErrorParser(LightningArgumentParser):
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error or self.verbose:
             return super().error(message, ex)
-        raise CommandLineError(condense(message)) from ex
+        raise CommandLineError(with_moved_option(condense(message))) from ex
+
+
+_NOT_ACCEPTED = re.compile(r"^(\S*init_args): (?:Option|Key) '([\w.]+)' is not (?:accepted|expected)")
+
+
+def with_moved_option(line: str) -> str:
+    """``line``, plus where the option moved when it names a former flat module option (``temperature`` ->
+    ``sampling.temperature``: ``modules.specs.MOVED_ARGUMENTS``)."""
+    from ttrl_lightning.modules.specs import MOVED_ARGUMENTS
+
+    m = _NOT_ACCEPTED.match(line)
+    if m and m.group(2) in MOVED_ARGUMENTS:
+        return f"{line}: it moved to {m.group(1)}.{MOVED_ARGUMENTS[m.group(2)]}"
+    return line

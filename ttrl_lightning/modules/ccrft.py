@@ -43,6 +43,7 @@ from ttrl_lightning.models import load_processor
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.rewards.curiosity_coherence import (
     DynamicsHead,
     StepEncoder,
@@ -72,7 +73,6 @@ CCRFT_RULES: dict[str, Bounds] = {
     "head_lr": Bounds(low=0),
     "head_weight_decay": Bounds(low=0),
     "max_steps": Bounds(low=1, integer=True),
-    "max_turn_tokens": Bounds(low=1, integer=True),
 }
 #: the actions of the one-hot codes: the tools, then "no valid tool" (a call that did not parse / name one)
 ACTIONS = (*TOOLS.names(), None)
@@ -95,9 +95,10 @@ class CCRFTModule(GRPOModule):
     ``w_coherence``, ``efficiency_penalty``; ``mc_samples`` (4), ``mc_dropout`` (0.1), ``gate_beta`` (5);
     ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``feature_layer`` (-1): the hidden-state
     layer E_t's features are read from (module docstring, D12); ``head_lr`` (5e-5), ``head_weight_decay``
-    (0.01); ``max_steps`` tool calls per trajectory, ``max_turn_tokens`` per turn, ``disabled`` tools (a
-    single-tool ablation). Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt],
-    "gold": [str], ...}``.
+    (0.01); ``max_steps`` tool calls per trajectory, ``disabled`` tools (a single-tool ablation);
+    ``sampling`` and ``grpo`` as GRPO's (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo``
+    defaults to kl_coef 0.1 to the EMA anchor, ``reference="external"``).
+    Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt], "gold": [str], ...}``.
     """
 
     unsaved_init_args: ClassVar[tuple[str, ...]] = ("rewards", "engine")
@@ -120,33 +121,22 @@ class CCRFTModule(GRPOModule):
         head_lr: float = 5e-5,
         head_weight_decay: float = 0.01,
         max_steps: int = 4,
-        max_turn_tokens: int = 160,
         disabled: Sequence[str] = (),
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        scale_rewards: bool = True,
-        eps_low: float = 0.2,
-        eps_high: float = 0.2,
-        kl_coef: float = 0.1,
-        reference: str = "external",
-        loss_aggregation: str = "seq_mean",
-        num_iterations: int = 1,
-        max_grad_norm: float | None = 1.0,
+        sampling: SamplingSpec = SamplingSpec(max_new_tokens=160),
+        grpo: GRPOSpec = GRPOSpec(kl_coef=0.1, reference="external"),
         engine=None,
-        logprob_impl: str = "auto",
     ):
         check_bounds(locals(), CCRFT_RULES, f"{type(self).__name__} argument ")
-        super().__init__(
-            policy=policy, num_generations=num_generations, temperature=temperature, top_p=top_p, top_k=top_k,
-            max_new_tokens=max_turn_tokens, stop=(), rewards=("exact_answer",), scale_rewards=scale_rewards,
-            eps_low=eps_low, eps_high=eps_high, kl_coef=kl_coef, reference=reference,
-            loss_aggregation=loss_aggregation, num_iterations=num_iterations, max_grad_norm=max_grad_norm,
-            engine=engine, logprob_impl=logprob_impl)
+        sampling = spec_of(SamplingSpec, sampling, "sampling")
+        if sampling.stop:
+            raise UserError(f"{type(self).__name__}: sampling.stop must be empty (the agent engine ends each turn "
+                            f"at </tool_call> or EOS), got {list(sampling.stop)}")
+        super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
+                         rewards=("exact_answer",), engine=engine)
         if engine is None:
             try:
                 self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
-                                          max_turn_tokens=max_turn_tokens, disabled=tuple(disabled),
+                                          max_turn_tokens=sampling.max_new_tokens, disabled=tuple(disabled),
                                           processor=load_processor(self.policy_spec.model))
             except ValueError as err:
                 raise UserError(f"{type(self).__name__}: {err}") from None
@@ -262,13 +252,6 @@ class CCRFTModule(GRPOModule):
         return out
 
     # ------------------------------------------------------------------ hooks
-    def sampling_params(self, seed: int | None) -> SamplingParams:
-        """GRPO's sampling settings; a turn's token budget is ``max_turn_tokens`` (no stop strings: the
-        engine stops each turn at ``</tool_call>`` or EOS)."""
-        h = self.hparams
-        return SamplingParams(n=h.num_generations, temperature=h.temperature, top_p=h.top_p, top_k=h.top_k,
-                              max_new_tokens=h.max_turn_tokens, seed=seed)
-
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         rollouts = super().rollout(batch)
         if not isinstance(rollouts, AgentRollouts):
@@ -307,15 +290,15 @@ class CCRFTModule(GRPOModule):
         G, N = rewards.shape
         K = min(int(self.hparams.top_k_trajectories), N)
         if K >= N:
-            return group_advantages(rewards, scale=self.hparams.scale_rewards)
+            return group_advantages(rewards, scale=self.grpo.scale_rewards)
         order = torch.sort(rewards, dim=1, descending=True, stable=True).indices[:, :K]
         top = torch.gather(rewards, 1, order)
-        adv = group_advantages(top, scale=self.hparams.scale_rewards)
+        adv = group_advantages(top, scale=self.grpo.scale_rewards)
         return torch.zeros_like(rewards).scatter(1, order, adv)
 
     def validation_step(self, batch, batch_idx):
         """Greedy agent rollouts; ``val/accuracy`` (no intrinsic rewards, no head training)."""
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.hparams.max_turn_tokens)
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.sampling.max_new_tokens)
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
         correct = torch.tensor([float(answers_match(t.answer, g))
                                 for t, g in zip(rollouts.trajectories, batch["gold"])])

@@ -32,7 +32,7 @@ which reads ``self.kl_observation`` (mean token KL of the last step) after every
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar, Mapping, Sequence
 
 import torch
@@ -42,6 +42,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -62,20 +63,9 @@ from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
 from ttrl_lightning.seeding import derive_seed
 
-REFERENCES = ("initial", "none", "external")
-#: bounds of GRPOModule's numeric arguments, checked when it is built (before the policy is loaded)
+#: bounds of GRPOModule's own numeric arguments (the grouped specs check theirs: ``modules.specs``)
 GRPO_RULES: dict[str, Bounds] = {
     "num_generations": Bounds(low=1, integer=True),
-    "temperature": Bounds(low=0),
-    "top_p": Bounds(low=0, high=1, low_open=True),
-    "top_k": Bounds(low=0, integer=True),
-    "max_new_tokens": Bounds(low=1, integer=True),
-    "eps_low": Bounds(low=0),
-    "eps_high": Bounds(low=0),
-    "kl_coef": Bounds(low=0),
-    "num_iterations": Bounds(low=1, integer=True),
-    "max_grad_norm": Bounds(low=0, optional=True),
-    "tis_cap": Bounds(low=0, low_open=True, optional=True),
 }
 
 
@@ -170,19 +160,13 @@ class StepStats:
 class GRPOModule(PolicyModule):
     """GRPO (DeepSeekMath; Pixelis 3.2.2 and appendix 6).
 
-    Args beyond ``policy`` (``PolicySpec``; GRPO's default learning rate is 1e-4): ``num_generations`` N
-    samples per prompt; decoding ``temperature``, ``top_p``, ``top_k``, ``max_new_tokens``, ``stop``;
-    ``rewards`` (registry names or callables) with ``reward_weights``; ``scale_rewards`` (divide by group
-    std); ``eps_low``/``eps_high`` clip range; ``kl_coef`` initial beta; ``reference``: ``"initial"`` (frozen
-    copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as ``EMAAnchor``) or
-    ``"none"`` (no KL term, kl_coef must be 0); ``loss_aggregation``: ``"seq_mean"`` or ``"token_mean"``;
-    ``num_iterations`` optimizer steps per rollout batch (> 1 makes the clip active); ``max_grad_norm``;
-    ``logprob_impl``: ``"auto"`` (default), ``"fused"`` or ``"materialized"`` (see ``sequence_logprobs``);
-    ``engine``: the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object);
-    ``tis_cap``: C of the truncated importance weight of an engine with its own weights (default 2; None: no
-    correction, the gap is still logged).
-    Numeric arguments are checked against ``GRPO_RULES`` when the module is built (a ``UserError`` names the
-    argument).
+    Args: ``policy`` (``PolicySpec``; GRPO's default learning rate is 1e-4); ``num_generations`` N samples
+    per prompt; ``sampling`` (``SamplingSpec``: temperature, top-p, top-k, max new tokens, stop); ``grpo``
+    (``GRPOSpec``: reward scaling, clip range, KL coefficient and reference, loss aggregation, iterations,
+    gradient norm, TIS cap, log-prob path); ``rewards`` (registry names or callables) with
+    ``reward_weights``; ``record_signals``: record the engine's per-token signals while sampling; ``engine``:
+    the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object).
+    The specs are taken and kept whole (``self.sampling``, ``self.grpo``) and saved as mappings.
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
     """
 
@@ -192,40 +176,21 @@ class GRPOModule(PolicyModule):
         self,
         policy: PolicySpec = PolicySpec(lr=1e-4),
         num_generations: int = 4,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 8,
-        stop: Sequence[str] = (),
+        sampling: SamplingSpec = SamplingSpec(),
+        grpo: GRPOSpec = GRPOSpec(),
         rewards: Sequence[str | RewardFn] = ("exact_answer",),
         reward_weights: Sequence[float] | None = None,
-        scale_rewards: bool = True,
-        eps_low: float = 0.2,
-        eps_high: float = 0.2,
-        kl_coef: float = 0.04,
-        reference: str = "initial",
-        loss_aggregation: str = "seq_mean",
-        num_iterations: int = 1,
-        max_grad_norm: float | None = 1.0,
         record_signals: bool = False,
         engine: str | dict[str, Any] | None = None,
-        logprob_impl: str = "auto",
-        tis_cap: float | None = 2.0,
     ):
         check_bounds(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
-        if reference not in REFERENCES:
-            raise UserError(f"{type(self).__name__} argument reference must be one of "
-                            f"{', '.join(REFERENCES)}, got {reference!r}")
-        if reference == "none" and kl_coef != 0:
-            raise UserError(f"{type(self).__name__}: reference='none' needs kl_coef=0, "
-                            f"got kl_coef={kl_coef!r}")
-        if loss_aggregation not in LOSS_AGGREGATIONS:
-            raise UserError(f"{type(self).__name__} argument loss_aggregation must be one of "
-                            f"{', '.join(LOSS_AGGREGATIONS.names())}, got {loss_aggregation!r}")
+        self.sampling = spec_of(SamplingSpec, sampling, "sampling")
+        self.grpo = spec_of(GRPOSpec, grpo, "grpo")
         if reward_weights is not None and any(w not in Bounds() for w in reward_weights):
             raise UserError(f"{type(self).__name__} argument reward_weights must be finite numbers, "
                             f"got {list(reward_weights)}")
         super().__init__(policy)
+        self.save_hyperparameters({"sampling": asdict(self.sampling), "grpo": asdict(self.grpo)})
         self.automatic_optimization = False
         self.reward_fns: list[RewardFn] = [resolve_reward(r) for r in rewards]
         if not self.reward_fns:
@@ -236,13 +201,13 @@ class GRPOModule(PolicyModule):
                             f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
         self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals)
-        self.kl_coef = float(kl_coef)
+        self.kl_coef = float(self.grpo.kl_coef)
         self.kl_observation: torch.Tensor | None = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of this module's parameters
         self._pending_reference_state: dict | None = None
         self.train_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
-        self.logprob_path = LogprobPath(logprob_impl, type(self).__name__)
+        self.logprob_path = LogprobPath(self.grpo.logprob_impl, type(self).__name__)
 
     # ------------------------------------------------------------------ reference model
     def set_reference_model(self, model: torch.nn.Module | None) -> None:
@@ -254,7 +219,7 @@ class GRPOModule(PolicyModule):
         return self._reference[0] if self._reference else None
 
     def on_fit_start(self) -> None:
-        ref = self.hparams.reference
+        ref = self.grpo.reference
         if ref == "external" and self.reference_model is None:
             raise RuntimeError("reference='external' but no callback (e.g. EMAAnchor) set a reference model")
         if ref == "initial" and self.reference_model is None:
@@ -267,7 +232,7 @@ class GRPOModule(PolicyModule):
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["grpo"] = {"kl_coef": self.kl_coef}
         ref = self.reference_model
-        if self.hparams.reference == "initial" and ref is not None:
+        if self.grpo.reference == "initial" and ref is not None:
             if is_sharded(ref):  # its shards join the distributed checkpoint, or its full tensors this entry
                 checkpoint["grpo"]["sharded_reference"] = checkpoint_entry(ref, checkpoint, "reference")
             else:
@@ -294,9 +259,9 @@ class GRPOModule(PolicyModule):
 
     # ------------------------------------------------------------------ hooks
     def sampling_params(self, seed: int | None) -> SamplingParams:
-        h = self.hparams
-        return SamplingParams(n=h.num_generations, temperature=h.temperature, top_p=h.top_p, top_k=h.top_k,
-                              max_new_tokens=h.max_new_tokens, stop=tuple(h.stop), seed=seed)
+        s = self.sampling
+        return SamplingParams(n=self.hparams.num_generations, temperature=s.temperature, top_p=s.top_p,
+                              top_k=s.top_k, max_new_tokens=s.max_new_tokens, stop=s.stop, seed=seed)
 
     def rollout_seed(self) -> int:
         """Seed of this step's sampling: ``derive_seed(seed, "rollout", global_step, global_rank)``, so
@@ -332,7 +297,7 @@ class GRPOModule(PolicyModule):
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """rewards [G, N] -> advantages [G, N] (group-relative)."""
-        return group_advantages(rewards, scale=self.hparams.scale_rewards)
+        return group_advantages(rewards, scale=self.grpo.scale_rewards)
 
     def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """Advantages [R]: ``compute_advantages`` of the [G, N] rewards, exactly 0 on the rows of groups
@@ -345,7 +310,7 @@ class GRPOModule(PolicyModule):
 
     def policy_loss(self, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor) -> dict:
         """Token-level clipped surrogate [R, C] (+ the clip indicator)."""
-        loss, clipped = clipped_policy_loss(logp, old_logp, advantages, self.hparams.eps_low, self.hparams.eps_high)
+        loss, clipped = clipped_policy_loss(logp, old_logp, advantages, self.grpo.eps_low, self.grpo.eps_high)
         return {"pg": loss, "clipped": clipped}
 
     def kl_penalty(self, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -365,7 +330,7 @@ class GRPOModule(PolicyModule):
         inputs are ``rollouts.forward_inputs()`` (with the pixel inputs of a vision-language agent rollout)."""
         inputs = rollouts.forward_inputs()
         C = rollouts.completion_ids.shape[1]
-        t = self.hparams.temperature if temperature is None else temperature
+        t = self.sampling.temperature if temperature is None else temperature
         if self.logprob_path.fused(model):
             return fused_logprobs(model, rollouts.completion_ids, t if t > 0 else 1.0, raw=raw, **inputs)
         logits = model(**inputs, logits_to_keep=C + 1).logits[:, :-1]
@@ -402,15 +367,15 @@ class GRPOModule(PolicyModule):
         schedule's step; the loss is aggregated over the completion tokens of the kept rows only."""
         advantages = advantages.to(self.device)
         kept_tokens = rollouts.completion_mask.float() * self.kept_rows(scored)[:, None]
-        use_kl = self.hparams.reference != "none"
+        use_kl = self.grpo.reference != "none"
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
-            old_logp = self.sequence_logprobs(self.policy, rollouts) if self.hparams.num_iterations > 1 else None
+            old_logp = self.sequence_logprobs(self.policy, rollouts) if self.grpo.num_iterations > 1 else None
         sampler_logp = rollouts.signals.get("logprob") if getattr(self.engine, "owns_weights", False) else None
         tis = kl = None
-        agg = LOSS_AGGREGATIONS[self.hparams.loss_aggregation]
+        agg = LOSS_AGGREGATIONS[self.grpo.loss_aggregation]
         opt = self.optimizers()
-        for it in range(self.hparams.num_iterations):
+        for it in range(self.grpo.num_iterations):
             if it == 0 and sampler_logp is not None:  # the policy before this batch's updates vs the sampler
                 logp, raw = self.sequence_logprobs(self.policy, rollouts, raw=True)
                 tis = self.sampler_correction(raw, sampler_logp.to(logp.device), rollouts)
@@ -424,8 +389,8 @@ class GRPOModule(PolicyModule):
             loss = agg(token_loss, kept_tokens)
             opt.zero_grad()
             self.manual_backward(loss)
-            if self.hparams.max_grad_norm:
-                self.clip_gradients(opt, gradient_clip_val=self.hparams.max_grad_norm, gradient_clip_algorithm="norm")
+            if self.grpo.max_grad_norm:
+                self.clip_gradients(opt, gradient_clip_val=self.grpo.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
         schedule = self.lr_schedulers()
         if schedule is not None:  # once per training batch (PolicySpec.lr_schedule), manual optimisation
@@ -461,12 +426,12 @@ class GRPOModule(PolicyModule):
         """TIS weights and the log-prob gap of this batch (module docstring): ``raw`` is the policy's [R, C]
         log-probs under the raw logits before any update (from the training forward itself)."""
         mask = rollouts.completion_mask.to(raw.device).bool()
-        weights, gap = truncated_importance_weights(raw, sampler_logp, mask, self.hparams.tis_cap)
+        weights, gap = truncated_importance_weights(raw, sampler_logp, mask, self.grpo.tis_cap)
         return SamplerCorrection(weights, gap)
 
     def validation_step(self, batch, batch_idx):
-        h = self.hparams
-        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=h.max_new_tokens, stop=tuple(h.stop))
+        params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.sampling.max_new_tokens,
+                                stop=self.sampling.stop)
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
         scored = self.scored(rollouts, batch)
         kept = scored.rewards[scored.mask(len(batch["prompt"]))]

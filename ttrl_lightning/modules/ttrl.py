@@ -49,6 +49,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards, StepStats
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 from ttrl_lightning.modules.ttrl_labelers import ADVANTAGES, TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
@@ -98,7 +99,8 @@ class VoteStep:
 class TTRLModule(GRPOModule):
     """Test-time RL with pseudo-labels (see the module docstring).
 
-    Args beyond ``GRPOModule``'s (``num_generations`` is N, the rows trained on per prompt):
+    Args beyond ``GRPOModule``'s (``num_generations`` is N, the rows trained on per prompt; ``sampling`` and
+    ``grpo`` as there, ``grpo.kl_coef`` 0 by default, the TTRL recipe's):
       pseudo_labeler: a name in ``PSEUDO_LABELERS`` (majority, self_harmony, visconf, pixel, self_certainty,
         entropy); labeler_kwargs: its options (e.g. ``{"delta": 0.1}`` for pixel);
       num_votes: M >= N samples per prompt for the label (TTRL: 64 votes, 32 trained);
@@ -146,22 +148,9 @@ class TTRLModule(GRPOModule):
         eval_temperature: float = 0.6,
         eval_top_p: float = 0.95,
         agent: dict[str, Any] | None = None,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        max_new_tokens: int = 8,
-        stop: Sequence[str] = (),
-        scale_rewards: bool = True,
-        eps_low: float = 0.2,
-        eps_high: float = 0.2,
-        kl_coef: float = 0.0,
-        reference: str = "initial",
-        loss_aggregation: str = "seq_mean",
-        num_iterations: int = 1,
-        max_grad_norm: float | None = 1.0,
+        sampling: SamplingSpec = SamplingSpec(),
+        grpo: GRPOSpec = GRPOSpec(kl_coef=0.0),
         engine: str | dict[str, Any] | None = None,
-        logprob_impl: str = "auto",
-        tis_cap: float | None = 2.0,
     ):
         where = f"{type(self).__name__} argument "
         check_bounds(locals(), TTRL_RULES, where)
@@ -198,12 +187,8 @@ class TTRLModule(GRPOModule):
         if unknown:
             raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
                             f"{', '.join(TOKEN_FIELDS[:3])}")
-        super().__init__(
-            policy=policy, num_generations=num_generations, temperature=temperature, top_p=top_p, top_k=top_k,
-            max_new_tokens=max_new_tokens, stop=stop, rewards=("exact_answer",), scale_rewards=scale_rewards,
-            eps_low=eps_low, eps_high=eps_high, kl_coef=kl_coef, reference=reference,
-            loss_aggregation=loss_aggregation, num_iterations=num_iterations, max_grad_norm=max_grad_norm,
-            record_signals=bool(signals), engine=engine, logprob_impl=logprob_impl, tis_cap=tis_cap)
+        super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
+                         rewards=("exact_answer",), record_signals=bool(signals), engine=engine)
         self.save_hyperparameters({"advantage": advantage})
         if agent is not None:
             from ttrl_lightning.models import load_processor
@@ -421,7 +406,7 @@ class TTRLModule(GRPOModule):
 
         h = self.hparams
         params = SamplingParams(n=h.eval_k, temperature=h.eval_temperature, top_p=h.eval_top_p,
-                                max_new_tokens=h.max_new_tokens, stop=tuple(h.stop),
+                                max_new_tokens=self.sampling.max_new_tokens, stop=self.sampling.stop,
                                 seed=derive_seed(self.policy_spec.seed, "rollout", batch_idx, self.global_rank))
         rollouts = self.engine.generate(self.policy, batch["prompt"], params)
         texts = [rollouts.texts[i * h.eval_k:(i + 1) * h.eval_k] for i in range(len(batch["prompt"]))]
