@@ -24,7 +24,7 @@ ALLOWED = {
     "rollout": {"data", "errors", "integrations", "masking", "models", "registry", "safe_files", "signals",
                 "tools"},
     "modules": {"answers", "consensus", "data", "errors", "eval", "fidelity", "integrations", "masking", "models",
-                "ops", "pseudo_labels", "registry", "rewards", "rollout", "seeding", "tools"},
+                "ops", "prompt_format", "pseudo_labels", "registry", "rewards", "rollout", "seeding", "tools"},
 }
 
 

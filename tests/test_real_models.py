@@ -38,6 +38,11 @@ def test_the_import_loads_as_a_local_checkpoint_and_generates(smollm2, capsys):
     model = load_model(smollm2, tok).eval()
     prompt = tok.apply_chat_template([{"role": "user", "content": "What is 2 + 3? Answer with just the number."}],
                                      tokenize=False, add_generation_prompt=True)
+    # the one prompt rule on the real template: auto applies it once, and never to a prompt that holds it
+    from ttrl_lightning.prompt_format import format_prompt
+
+    question = "What is 2 + 3? Answer with just the number."
+    assert format_prompt(question, "auto", tok) == prompt and format_prompt(prompt, "auto", tok) == prompt
     ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=8, do_sample=False)

@@ -13,6 +13,7 @@ import time
 
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..errors import UserError
+from ..prompt_format import PROMPT_FORMATS
 from ..safe_files import atomic_write, same_file
 from .arguments import (EXIT_CODES, CommandParser, given, nonnegative_float, nonnegative_int, positive_int,
                         seed, unit_float)
@@ -86,6 +87,10 @@ def build_parser() -> CommandParser:
     p.add_argument("--answer-extractor", choices=ANSWER_EXTRACTORS.names(), default="final_answer",
                    help="how a completion's answer is read (default final_answer; last_number for the "
                         "generated arithmetic tasks)")
+    p.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="auto",
+                   help="how a prompt becomes the model input, as in ttrl fit and ttrl generate: chat (the "
+                        "model's chat template), plain (as written), auto (chat when the model has a template; "
+                        "default). A prompt that already holds the template is not wrapped again")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -220,7 +225,14 @@ def eval_main(argv: list[str]) -> int:
     t_load = time.perf_counter() - t0
 
     from ..eval.sampled import evaluate_sampled
+    from ..prompt_format import format_prompt, resolve_prompt_format
     from ..rollout import SamplingParams
+
+    try:
+        prompt_format = resolve_prompt_format(args.prompt_format, policy.tokenizer)
+    except UserError as err:
+        parser.error(str(err))
+    questions = [dict(q, prompt=format_prompt(q["prompt"], prompt_format, policy.tokenizer)) for q in questions]
 
     params = SamplingParams(n=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_new_tokens=max_new, seed=args.seed)
@@ -229,7 +241,7 @@ def eval_main(argv: list[str]) -> int:
                 "k": args.k, "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                 "max_new_tokens": max_new, "seed": args.seed, "batch_size": args.batch_size,
                 "device": device, "dtype": args.dtype, "answer_extractor": args.answer_extractor,
-                "engine": args.engine}
+                "engine": args.engine, "prompt_format": prompt_format}
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
     # hf: evaluate_sampled's own HF engine (None)

@@ -5,9 +5,11 @@ Views (Self-Harmony): ``original`` asks the question as written; ``reframed`` as
 ``reframed_prompt`` when it has one, else the question behind :data:`FUSED_REFRAME_INSTRUCTION`, the
 fused Reframe-and-Solve prompt (one generation restates the question, then solves the restatement).
 
-Prompt formats (``--prompt-format``): ``chat`` applies the tokenizer's / processor's chat template to one
+Prompt formats (``--prompt-format``; the package's one prompt rule, :mod:`ttrl_lightning.prompt_format`, as
+``ttrl fit`` and ``ttrl eval`` apply it): ``chat`` applies the tokenizer's / processor's chat template to one
 user message (images first, then the text, as Qwen2-VL's examples do) with the generation prompt; ``plain``
 tokenizes the prompt as it is; ``auto`` is ``chat`` when the checkpoint has a chat template, else ``plain``.
+A prompt that already holds the template is not wrapped again.
 A question with images needs ``chat`` (the template places the image tokens); a model without a chat
 template for a chat prompt, an image for a text-only model, and (for a vision-language model) a mix of
 questions with and without images (a pool has visual signals for every record or for none) are
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from ..data.pool import VIEWS
 from ..errors import UserError
+from ..prompt_format import PROMPT_FORMATS, chat_template, format_prompt
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt"]
 
@@ -24,7 +27,6 @@ __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view
 #: row has no ``reframed_prompt``
 FUSED_REFRAME_INSTRUCTION = ("First restate the question below in your own words without changing its "
                              "meaning, then solve the restated question.\n\n")
-PROMPT_FORMATS = ("auto", "chat", "plain")
 
 
 def view_prompt(question: dict, view: str) -> str:
@@ -34,14 +36,6 @@ def view_prompt(question: dict, view: str) -> str:
     if view != VIEWS[1]:
         raise ValueError(f"unknown view {view!r}; views are {VIEWS}")
     return question["reframed_prompt"] or FUSED_REFRAME_INSTRUCTION + question["prompt"]
-
-
-def _chat_template(tokenizer, processor) -> str | None:
-    for owner in (processor, tokenizer):
-        template = getattr(owner, "chat_template", None) if owner is not None else None
-        if template:
-            return template
-    return None
 
 
 class PromptBuilder:
@@ -57,7 +51,7 @@ class PromptBuilder:
         self.tokenizer = tokenizer
         self.processor = processor
         self.source = source
-        self.has_template = _chat_template(tokenizer, processor) is not None
+        self.has_template = chat_template(tokenizer, processor) is not None
         self.format = ("chat" if self.has_template else "plain") if prompt_format == "auto" else prompt_format
 
     def _where(self, index: int, question: dict) -> str:
@@ -88,17 +82,14 @@ class PromptBuilder:
                             "signals for every record or for none, so give every question an image or none")
 
     def text(self, question: dict, view: str) -> str:
-        """The prompt text of ``view`` after the chat template (``chat``) or as written (``plain``)."""
+        """The prompt text of ``view`` after the chat template (``chat``) or as written (``plain``): the
+        package's one prompt rule (``prompt_format.format_prompt``), which never wraps a prompt that already
+        holds the template."""
         prompt = view_prompt(question, view)
         if self.format == "plain":
             return prompt
-        owner = self.processor if self.processor is not None else self.tokenizer
-        if self.processor is not None:
-            content = [{"type": "image"} for _ in question["images"]] + [{"type": "text", "text": prompt}]
-        else:
-            content = prompt
-        return owner.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                         add_generation_prompt=True)
+        images = len(question["images"]) if self.processor is not None else 0
+        return format_prompt(prompt, "chat", self.tokenizer, self.processor, images=images)
 
     def inputs(self, question: dict, view: str) -> dict:
         """``{input_ids [1, T0], attention_mask [1, T0], ...}``: and ``pixel_values``, ``image_grid_thw``

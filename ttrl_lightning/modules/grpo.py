@@ -43,6 +43,7 @@ from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
+from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -165,7 +166,10 @@ class GRPOModule(PolicyModule):
     (``GRPOSpec``: reward scaling, clip range, KL coefficient and reference, loss aggregation, iterations,
     gradient norm, TIS cap, log-prob path); ``rewards`` (registry names or callables) with
     ``reward_weights``; ``record_signals``: record the engine's per-token signals while sampling; ``engine``:
-    the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object).
+    the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object);
+    ``prompt_format``: ``auto`` (default), ``chat`` or ``plain``, how a text prompt becomes the model input,
+    the rule ``ttrl eval`` and ``ttrl generate`` apply too (``prompt_format.format_prompt``: the chat template
+    when the model has one under ``auto``, never twice).
     The specs are taken and kept whole (``self.sampling``, ``self.grpo``) and saved as mappings.
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
     """
@@ -182,6 +186,7 @@ class GRPOModule(PolicyModule):
         reward_weights: Sequence[float] | None = None,
         record_signals: bool = False,
         engine: str | dict[str, Any] | None = None,
+        prompt_format: str = "auto",
     ):
         check_bounds(locals(), GRPO_RULES, f"{type(self).__name__} argument ")
         self.sampling = spec_of(SamplingSpec, sampling, "sampling")
@@ -201,6 +206,7 @@ class GRPOModule(PolicyModule):
                             f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
         self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals)
+        resolve_prompt_format(prompt_format, self.tokenizer)  # "chat" without a chat template: refused here
         self.kl_coef = float(self.grpo.kl_coef)
         self.kl_observation: torch.Tensor | None = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of this module's parameters
@@ -268,9 +274,16 @@ class GRPOModule(PolicyModule):
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
+    def model_prompts(self, prompts: Sequence) -> list:
+        """The model inputs of ``prompts`` under ``prompt_format`` (``prompt_format.format_prompt``); a prompt
+        that is not text (an agent's ``AgentPrompt``) as it is."""
+        fmt = self.hparams.get("prompt_format", "auto")
+        return [format_prompt(p, fmt, self.tokenizer) if isinstance(p, str) else p for p in prompts]
+
     def rollout(self, batch: dict[str, list]) -> Rollouts:
-        """Sample N completions per prompt of ``batch["prompt"]``."""
-        return self.engine.generate(self.policy, batch["prompt"], self.sampling_params(self.rollout_seed()))
+        """Sample N completions per prompt of ``batch["prompt"]`` (``model_prompts``)."""
+        return self.engine.generate(self.policy, self.model_prompts(batch["prompt"]),
+                                    self.sampling_params(self.rollout_seed()))
 
     def score(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """Rewards [R]: weighted sum of the reward callables, batch columns repeated N times per prompt;
@@ -432,7 +445,7 @@ class GRPOModule(PolicyModule):
     def validation_step(self, batch, batch_idx):
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.sampling.max_new_tokens,
                                 stop=self.sampling.stop)
-        rollouts = self.engine.generate(self.policy, batch["prompt"], params)
+        rollouts = self.engine.generate(self.policy, self.model_prompts(batch["prompt"]), params)
         scored = self.scored(rollouts, batch)
         kept = scored.rewards[scored.mask(len(batch["prompt"]))]
         if kept.numel():

@@ -151,6 +151,7 @@ class TTRLModule(GRPOModule):
         sampling: SamplingSpec = SamplingSpec(),
         grpo: GRPOSpec = GRPOSpec(kl_coef=0.0),
         engine: str | dict[str, Any] | None = None,
+        prompt_format: str = "auto",
     ):
         where = f"{type(self).__name__} argument "
         check_bounds(locals(), TTRL_RULES, where)
@@ -188,7 +189,8 @@ class TTRLModule(GRPOModule):
             raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
                             f"{', '.join(TOKEN_FIELDS[:3])}")
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
-                         rewards=("exact_answer",), record_signals=bool(signals), engine=engine)
+                         rewards=("exact_answer",), record_signals=bool(signals), engine=engine,
+                         prompt_format=prompt_format)
         self.save_hyperparameters({"advantage": advantage})
         if agent is not None:
             from ttrl_lightning.models import load_processor
@@ -242,11 +244,14 @@ class TTRLModule(GRPOModule):
         return [view for view in self.labeler.views for _ in range(num_questions)]
 
     def vote_prompts(self, prompts: Sequence[str]) -> list[str]:
-        """The prompts sampled for voting: the questions, then (a fused labeler) their fused prompts."""
+        """The model inputs sampled for voting: the questions, then (a fused labeler) their fused prompts,
+        each built from the question as written and then given to the model by ``prompt_format``
+        (``model_prompts``), so the fused instruction lies inside the user turn of a chat template, never in
+        the assistant's (issue 21, D15)."""
         prompts = list(prompts)
-        if not self.labeler.fused:
-            return prompts
-        return prompts + [self.hparams.fused_prompt_template.format(prompt=p) for p in prompts]
+        if self.labeler.fused:
+            prompts = prompts + [self.hparams.fused_prompt_template.format(prompt=p) for p in prompts]
+        return self.model_prompts(prompts)
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
         """M samples of every vote prompt of ``prompts`` (``vote_prompts``)."""
@@ -408,7 +413,7 @@ class TTRLModule(GRPOModule):
         params = SamplingParams(n=h.eval_k, temperature=h.eval_temperature, top_p=h.eval_top_p,
                                 max_new_tokens=self.sampling.max_new_tokens, stop=self.sampling.stop,
                                 seed=derive_seed(self.policy_spec.seed, "rollout", batch_idx, self.global_rank))
-        rollouts = self.engine.generate(self.policy, batch["prompt"], params)
+        rollouts = self.engine.generate(self.policy, self.model_prompts(batch["prompt"]), params)
         texts = [rollouts.texts[i * h.eval_k:(i + 1) * h.eval_k] for i in range(len(batch["prompt"]))]
         golds = batch.get("gold")
         if golds is None:

@@ -1,0 +1,67 @@
+"""One prompt rule (``prompt_format``) for ttrl fit, ttrl eval and ttrl generate: the same question gives the
+same model input in all three, the chat template is applied under ``auto`` when the model has one, and a
+prompt that already holds it is never wrapped twice (issue 22, item 2; issue 21, D15)."""
+import pytest
+
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.generate import PromptBuilder
+from ttrl_lightning.models import load_tokenizer
+from ttrl_lightning.modules import PolicySpec, TTRLModule
+from ttrl_lightning.prompt_format import format_prompt, is_templated, resolve_prompt_format
+
+#: a ChatML template with a system turn, as SmolLM2-Instruct's (the real one is tested in tests/test_real_models.py)
+CHATML = ("{% if messages[0]['role'] != 'system' %}<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+          "{% endif %}{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+WRAPPED = ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n2+3=<|im_end|>\n"
+           "<|im_start|>assistant\n")
+
+
+@pytest.fixture
+def chat_tok():
+    tok = load_tokenizer("tiny:qwen2")
+    tok.chat_template = CHATML
+    return tok
+
+
+def test_formats_and_auto(chat_tok):
+    plain_tok = load_tokenizer("tiny:qwen2")
+    assert format_prompt("2+3=", "chat", chat_tok) == WRAPPED
+    assert format_prompt("2+3=", "auto", chat_tok) == WRAPPED
+    assert format_prompt("2+3=", "plain", chat_tok) == "2+3="
+    assert format_prompt("2+3=", "auto", plain_tok) == "2+3="  # no template: as written (the tiny demo)
+    assert resolve_prompt_format("auto", plain_tok) == "plain"
+    with pytest.raises(UserError, match="prompt_format chat asks for the model's chat template, but it has none"):
+        format_prompt("2+3=", "chat", plain_tok)
+    with pytest.raises(UserError, match="prompt_format must be one of auto, chat, plain"):
+        resolve_prompt_format("chatml", chat_tok)
+
+
+def test_a_templated_prompt_is_never_wrapped_twice(chat_tok):
+    assert format_prompt(WRAPPED, "chat", chat_tok) == WRAPPED
+    assert is_templated(WRAPPED, chat_tok) and not is_templated("2+3=", chat_tok)
+    # another system turn, the same generation prompt at the end: still recognised
+    other = WRAPPED.replace("You are a helpful assistant.", "Answer with a number.")
+    assert format_prompt(other, "auto", chat_tok) == other
+    # a prompt that merely mentions a role word is wrapped
+    assert format_prompt("the assistant says 2+3=", "chat", chat_tok).endswith("<|im_start|>assistant\n")
+
+
+def test_fit_and_generate_give_the_same_model_input(chat_tok):
+    m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), pseudo_labeler="self_harmony",
+                   fused_prompt_template="{prompt} reframe:")
+    m.tokenizer = chat_tok
+    original, fused = m.vote_prompts(["2+3="])
+    builder = PromptBuilder(chat_tok, None, "auto")
+    assert original == builder.text({"prompt": "2+3=", "images": []}, "original") == WRAPPED
+    # the fused prompt is built from the question as written, then templated: its instruction lies in the
+    # user turn, before the assistant's header (D15), never after it
+    assert fused == format_prompt("2+3= reframe:", "chat", chat_tok)
+    assert fused.index("reframe:") < fused.index("<|im_start|>assistant")
+    # a question file whose prompt already holds the template gives the same input
+    assert m.vote_prompts([WRAPPED])[0] == WRAPPED
+
+
+def test_a_module_refuses_chat_without_a_template():
+    with pytest.raises(UserError, match="chat asks for the model's chat template"):
+        TTRLModule(policy=PolicySpec(model="tiny:qwen2"), prompt_format="chat")
