@@ -34,7 +34,8 @@ from torch.utils.data import DataLoader
 
 from ..errors import UserError
 from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompts
-from .pool import _PARQUET_MAGIC, PoolError, _kind, _looks_like, _parse_jsonl, _parse_parquet
+from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
+from .pool_schema import PoolError, value_kind
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
@@ -63,13 +64,13 @@ def _rows(path: str) -> Iterator[tuple[str, Any]]:
     with open(path, "rb") as fh:
         head = fh.read(16)
     if path.endswith(".parquet"):
-        if not head.startswith(_PARQUET_MAGIC):
-            raise QuestionError(f"{path}: not a Parquet file: {_looks_like(head)}")
-        parsed = _parse_parquet(path)
-    elif head.startswith(_PARQUET_MAGIC) or head.startswith(b"\x1f\x8b"):
-        raise QuestionError(f"{path}: not a JSONL file: {_looks_like(head)}")
+        if not head.startswith(PARQUET_MAGIC):
+            raise QuestionError(f"{path}: not a Parquet file: {looks_like(head)}")
+        parsed = parse_parquet(path)
+    elif head.startswith(PARQUET_MAGIC) or head.startswith(b"\x1f\x8b"):
+        raise QuestionError(f"{path}: not a JSONL file: {looks_like(head)}")
     else:
-        parsed = _parse_jsonl(path)
+        parsed = parse_jsonl(path)
     try:
         yield from parsed
     except PoolError as e:  # the pool reader's byte / JSON / Parquet errors, raised as a question error
@@ -94,7 +95,7 @@ def _text(row: dict, key: str, where: str, required: bool = False) -> str | None
             raise QuestionError(f"{where}: missing field {key!r}")
         return None
     if not isinstance(value, str):
-        raise QuestionError(f"{where}: field {key!r} must be a string, got {_kind(value)}")
+        raise QuestionError(f"{where}: field {key!r} must be a string, got {value_kind(value)}")
     if not value.strip():
         raise QuestionError(f"{where}: field {key!r} is empty")
     return _unicode(value, key, where)
@@ -105,7 +106,7 @@ def _question_id(row: dict, where: str) -> str:
     if qid is None:
         raise QuestionError(f"{where}: missing field 'id'")
     if isinstance(qid, bool) or not isinstance(qid, (str, int)):
-        raise QuestionError(f"{where}: field 'id' must be a string or an integer, got {_kind(qid)}")
+        raise QuestionError(f"{where}: field 'id' must be a string or an integer, got {value_kind(qid)}")
     qid = str(qid)
     if not qid.strip():
         raise QuestionError(f"{where}: field 'id' is empty")
@@ -117,7 +118,7 @@ def _gold(row: dict, where: str) -> str | None:
     if gold is None:
         return None
     if isinstance(gold, bool) or not isinstance(gold, (str, int)):
-        raise QuestionError(f"{where}: field 'gold' must be a string, an integer or null, got {_kind(gold)} "
+        raise QuestionError(f"{where}: field 'gold' must be a string, an integer or null, got {value_kind(gold)} "
                             "(write a decimal or a fraction as a string)")
     gold = str(gold)
     if not gold.strip():
@@ -132,7 +133,7 @@ def _choices(row: dict, where: str) -> dict[str, str] | None:
     if (not isinstance(choices, dict) or not choices
             or not all(isinstance(k, str) and isinstance(v, str) for k, v in choices.items())):
         raise QuestionError(f"{where}: field 'choices' must map option letters to option texts, "
-                            f"got {_kind(choices)}")
+                            f"got {value_kind(choices)}")
     for letter, text in choices.items():
         _unicode(letter + text, "choices", where)
     return dict(choices)
@@ -145,7 +146,7 @@ def _images(row: dict, where: str, folder: str) -> list[str]:
         return []
     paths = [value] if isinstance(value, str) else value
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
-        raise QuestionError(f"{where}: field 'image' must be a path or a list of paths, got {_kind(value)}")
+        raise QuestionError(f"{where}: field 'image' must be a path or a list of paths, got {value_kind(value)}")
     from PIL import Image, UnidentifiedImageError
 
     out = []
@@ -183,7 +184,7 @@ def _unknown_column(row: dict, where: str) -> None:
 def question_from_row(row: Any, where: str, folder: str) -> dict:
     """One validated question (keys :data:`QUESTION_KEYS`) from a raw row; ``where`` names the row."""
     if not isinstance(row, dict):
-        raise QuestionError(f"{where}: must be a JSON object, got {_kind(row)}")
+        raise QuestionError(f"{where}: must be a JSON object, got {value_kind(row)}")
     qid = row.get("id")
     if isinstance(qid, (str, int)) and not isinstance(qid, bool):
         where = f"{where} (id={str(qid)!r})"

@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ttrl_lightning.answers import ANSWER_EXTRACTORS
-from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS
+from ttrl_lightning.data.pool_schema import TOKEN_FIELDS, VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards, StepStats

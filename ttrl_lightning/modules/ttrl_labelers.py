@@ -25,7 +25,7 @@ from typing import Callable
 
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate
-from ttrl_lightning.data.pool import VIEWS
+from ttrl_lightning.data.pool_schema import VIEWS
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import torch
 
 from ..answers import NO_ANSWER, canonical_answer_classes, extract_answer
-from ..data.pool import TOKEN_FIELDS, VIEWS
+from ..data.pool_schema import TOKEN_FIELDS, VIEWS
 from ..errors import UserError
 
 __all__ = ["PseudoLabelError", "check_rollouts", "canonical_answers", "rollout_views", "token_signal",

@@ -44,7 +44,7 @@ from typing import Sequence
 
 from ..answers import NO_ANSWER
 from ..consensus import harmonic_mean_select
-from ..data.pool import VIEWS
+from ..data.pool_schema import VIEWS
 from ..registry import Registry
 from ..answers.fused_format import fused_format_score
 from .label import PSEUDO_LABELERS, PseudoLabel

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ttrl_lightning.data.pool import TOKEN_FIELDS, VIEWS, validate_record
+from ttrl_lightning.data.pool_schema import TOKEN_FIELDS, VIEWS, validate_record
 from ttrl_lightning.rollout.base import Rollouts
 
 __all__ = ["records_from_rollouts"]
