@@ -155,57 +155,32 @@ class TTRLModule(GRPOModule):
     ):
         where = f"{type(self).__name__} argument "
         check_bounds(locals(), TTRL_RULES, where)
-        if pseudo_labeler not in PSEUDO_LABELERS:
-            raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
-                            f"got {pseudo_labeler!r}")
-        if isinstance(num_generations, int) and isinstance(num_votes, int) and num_generations > num_votes:
-            raise UserError(f"{where}num_generations (N={num_generations}, the rows trained on) must be <= "
-                            f"num_votes (M={num_votes}, the rows voting)")
-        spec = labeler_spec(pseudo_labeler)
-        if spec.fused and (not fused_prompt_template or "{prompt}" not in fused_prompt_template):
-            raise UserError(f"{where}fused_prompt_template must be a string holding '{{prompt}}' for "
-                            f"{pseudo_labeler} (the fused Reframe-and-Solve prompt), got "
-                            f"{fused_prompt_template!r}")
-        if answer_extractor not in ANSWER_EXTRACTORS:
-            raise UserError(f"{where}answer_extractor must be one of {', '.join(ANSWER_EXTRACTORS.names())}, "
-                            f"got {answer_extractor!r}")
-        if perturbation is not None and (not isinstance(perturbation, dict)
-                                         or perturbation.get("name") not in VOTE_PERTURBATIONS):
-            raise UserError(f"{where}perturbation must be {{'name': one of "
-                            f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
-        if agent is not None and (engine is not None or spec.fused):
-            raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
-                            f"{pseudo_labeler}")
-        if warmup_majority_steps and "warmup_majority_steps" not in spec.options:
-            owners = [n for n in TTRL_LABELERS if "warmup_majority_steps" in TTRL_LABELERS[n].options]
-            raise UserError(f"{where}warmup_majority_steps is an option of {', '.join(owners)}, not "
-                            f"{pseudo_labeler}")
-        advantage = advantage or spec.advantage
-        if advantage not in ADVANTAGES:
-            raise UserError(f"{where}advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
-        signals = tuple(spec.signals if signals is None else signals)
-        unknown = [x for x in signals if x not in TOKEN_FIELDS[:3]]
-        if unknown:
-            raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
-                            f"{', '.join(TOKEN_FIELDS[:3])}")
+        advantage, signals = _checked_labeler_options(
+            where, pseudo_labeler, num_votes, num_generations, answer_extractor, fused_prompt_template,
+            warmup_majority_steps, signals, perturbation, advantage, agent, engine)
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
                          rewards=("exact_answer",), record_signals=bool(signals), engine=engine,
                          prompt_format=prompt_format)
         self.save_hyperparameters({"advantage": advantage})
         if agent is not None:
-            from ttrl_lightning.models import load_processor
-            from ttrl_lightning.rollout.agent import AgentEngine
-
-            try:
-                self.engine = AgentEngine(self.tokenizer, record_signals=bool(signals),
-                                          processor=load_processor(self.policy_spec.model), **dict(agent))
-            except (TypeError, ValueError) as err:
-                raise UserError(f"{where}agent: {err}") from None
+            self.engine = self.agent_engine(dict(agent), bool(signals))
         self.labeler_kwargs = dict(labeler_kwargs or {})
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
         self.counters = TTRLCounters()  # the run's cumulative counts (ttrl_monitor), checkpointed
+
+    def agent_engine(self, options: dict[str, Any], record_signals: bool):
+        """The tool-using agent engine of ``agent=options`` (``rollout.agent.AgentEngine``), shown the pixels
+        through the policy's processor when it has one."""
+        from ttrl_lightning.models import load_processor
+        from ttrl_lightning.rollout.agent import AgentEngine
+
+        try:
+            return AgentEngine(self.tokenizer, record_signals=record_signals,
+                               processor=load_processor(self.policy_spec.model), **options)
+        except (TypeError, ValueError) as err:
+            raise UserError(f"{type(self).__name__} argument agent: {err}") from None
 
     # ------------------------------------------------------------------ state
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -434,3 +409,46 @@ def _question_ids(batch: dict[str, list]) -> list[str]:
     if len(set(ids)) != len(ids):
         raise UserError(f"question ids repeat within a batch: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
     return ids
+
+
+def _checked_labeler_options(where, pseudo_labeler, num_votes, num_generations, answer_extractor,
+                             fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage,
+                             agent, engine) -> tuple[str, tuple[str, ...]]:
+    """``(advantage, signals)`` resolved from the labeler's spec, after refusing (``UserError`` naming the
+    argument) an unknown labeler or extractor, N > M, a fused labeler without its template, a perturbation or
+    ``warmup_majority_steps`` the labeler does not take, an agent with an engine or a fused view, and signals
+    that cannot be recorded while sampling."""
+    if pseudo_labeler not in PSEUDO_LABELERS:
+        raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
+                        f"got {pseudo_labeler!r}")
+    if isinstance(num_generations, int) and isinstance(num_votes, int) and num_generations > num_votes:
+        raise UserError(f"{where}num_generations (N={num_generations}, the rows trained on) must be <= "
+                        f"num_votes (M={num_votes}, the rows voting)")
+    spec = labeler_spec(pseudo_labeler)
+    if spec.fused and (not fused_prompt_template or "{prompt}" not in fused_prompt_template):
+        raise UserError(f"{where}fused_prompt_template must be a string holding '{{prompt}}' for "
+                        f"{pseudo_labeler} (the fused Reframe-and-Solve prompt), got "
+                        f"{fused_prompt_template!r}")
+    if answer_extractor not in ANSWER_EXTRACTORS:
+        raise UserError(f"{where}answer_extractor must be one of {', '.join(ANSWER_EXTRACTORS.names())}, "
+                        f"got {answer_extractor!r}")
+    if perturbation is not None and (not isinstance(perturbation, dict)
+                                     or perturbation.get("name") not in VOTE_PERTURBATIONS):
+        raise UserError(f"{where}perturbation must be {{'name': one of "
+                        f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
+    if agent is not None and (engine is not None or spec.fused):
+        raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
+                        f"{pseudo_labeler}")
+    if warmup_majority_steps and "warmup_majority_steps" not in spec.options:
+        owners = [n for n in TTRL_LABELERS if "warmup_majority_steps" in TTRL_LABELERS[n].options]
+        raise UserError(f"{where}warmup_majority_steps is an option of {', '.join(owners)}, not "
+                        f"{pseudo_labeler}")
+    advantage = advantage or spec.advantage
+    if advantage not in ADVANTAGES:
+        raise UserError(f"{where}advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
+    signals = tuple(spec.signals if signals is None else signals)
+    unknown = [x for x in signals if x not in TOKEN_FIELDS[:3]]
+    if unknown:
+        raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
+                        f"{', '.join(TOKEN_FIELDS[:3])}")
+    return advantage, signals
