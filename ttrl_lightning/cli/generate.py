@@ -178,13 +178,27 @@ def generate_main(argv: list[str]) -> int:
         dp.close()
 
 
-def _run(parser, args, questions, kind, max_new, device, dp) -> int:
-    from ..generate import (PromptBuilder, ShardStore, merge_pool_files, merge_records, rank_indices,
-                            sample_batch, sample_view)
-    from ..generate.merge import write_pool_settings
+class _Tokens:
+    """Completion tokens sampled so far and their rate, for the progress bar and the closing line."""
+
+    def __init__(self):
+        self.count, self.t0 = 0, time.perf_counter()
+
+    def add(self, n: int, bar) -> None:
+        self.count += n
+        bar.set_postfix_str(f"{self.rate:.1f} tok/s")
+
+    @property
+    def rate(self) -> float:
+        return self.count / max(time.perf_counter() - self.t0, 1e-9)
+
+
+def _load(parser, args, questions, max_new, device):
+    """``(policy, max_new, builder, engine, seconds)``: the policy, the token budget (a tiny model's default
+    when not given), the prompt builder (questions checked against it) and the batched sampling engine (None
+    for the one-question-at-a-time HF path)."""
+    from ..generate import PromptBuilder
     from ..models import load_processor
-    from ..rollout import SamplingParams
-    from ..seeding import derive_seed
     from .policy_source import _from_pretrained_error, load_policy
 
     t0 = time.perf_counter()
@@ -207,100 +221,69 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
         raise UserError(f"{args.data}: question {with_images!r} has an image; --engine vllm and --batch-size "
                         "above 1 sample text prompts only (use --engine hf --batch-size 1)")
     engine = build_sampling_engine(args, policy.tokenizer, record_signals=True) if batched else None
-    t_load = time.perf_counter() - t0
+    return policy, max_new, builder, engine, time.perf_counter() - t0
 
-    limit = context_limit(engine, policy.model)
-    what = "the model's context (max_position_embeddings)"
-    # the context, before anything is written; a question with images is checked once its inputs exist
-    for i in rank_indices(len(questions), dp.rank, dp.world_size):
+
+def _sample_one_by_one(args, questions, todo, policy, builder, params, extract, limit, store, bar, tokens):
+    """The HF path: each question's views sampled in turn, each with its own seed."""
+    from ..generate import sample_view
+    from ..seeding import derive_seed
+
+    for i in todo:
         q = questions[i]
-        if not q["images"]:
-            lengths = [len(policy.tokenizer(builder.text(q, view), add_special_tokens=False)["input_ids"])
-                       for view in args.views]
-            check_context(lengths, max_new, limit, what, names=[q["id"]] * len(lengths))
-    settings = _settings(args, max_new)
-    store = ShardStore(args.out, settings, dp.rank, dp.world_size, args.shard_size)
-    finished = store.open()
-    mine = rank_indices(len(questions), dp.rank, dp.world_size)
-    todo = [i for i in mine if questions[i]["id"] not in finished]
-    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
-                            max_new_tokens=max_new, seed=args.seed)
-    extract = ANSWER_EXTRACTORS[args.answer_extractor]
-    rank_note = f" (rank {dp.rank} of {dp.world_size}: {len(mine)} questions)" if dp.world_size > 1 else ""
-    print(f"ttrl generate: {len(questions)} questions x {args.n} rollouts x {len(args.views)} view(s), "
-          f"{builder.format} prompts, {len(mine) - len(todo)} already in {store.dir}{rank_note}", flush=True)
+        rollouts = []
+        for view in args.views:
+            seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
+            inputs = builder.inputs(q, view)
+            if q["images"]:  # text prompts were checked before anything was written
+                check_context([inputs["input_ids"].shape[1]], params.max_new_tokens, limit, _CONTEXT,
+                              names=[q["id"]])
+            got, count = sample_view(policy.model, policy.tokenizer, inputs, view, params, seed_qv, extract,
+                                     q["choices"])
+            rollouts.extend(got)
+            tokens.add(count, bar)
+        store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
+        bar.update(1)
 
-    from ..eval.progress import progress_bar
 
-    bar = progress_bar(total=len(mine), desc="questions", enabled=not args.no_progress)
-    bar.update(len(mine) - len(todo))
-    tokens = 0
-    t1 = time.perf_counter()
-    interrupted = None  # the KeyboardInterrupt (Ctrl-C, or SIGTERM from the dispatcher) that stopped sampling
-    try:
-        if not batched:
-            for i in todo:
-                q = questions[i]
-                rollouts = []
-                for v, view in enumerate(args.views):
-                    seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
-                    inputs = builder.inputs(q, view)
-                    if q["images"]:  # text prompts were checked before anything was written
-                        check_context([inputs["input_ids"].shape[1]], max_new, limit, what, names=[q["id"]])
-                    got, count = sample_view(policy.model, policy.tokenizer, inputs, view, params, seed_qv,
-                                             extract, q["choices"])
-                    rollouts.extend(got)
-                    tokens += count
-                store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
+def _sample_batches(args, questions, mine, finished, policy, builder, engine, params, extract, store, bar,
+                    tokens):
+    """Batches of fixed positions in this rank's share: a re-run redoes an unfinished batch whole, with the
+    same seed, and keeps the questions it did not have."""
+    from ..generate import sample_batch
+    from ..seeding import derive_seed
+
+    for b in range(0, len(mine), args.batch_size):
+        members = mine[b:b + args.batch_size]
+        if all(questions[i]["id"] in finished for i in members):
+            continue
+        batch = [questions[i] for i in members]
+        prompts = [builder.text(q, view) for q in batch for view in args.views]
+        records, count = sample_batch(engine, policy.model, prompts, batch, list(args.views), params,
+                                      derive_seed(args.seed, "generate_batch", members[0], args.batch_size),
+                                      extract)
+        for rec in records:
+            if rec["id"] not in finished:
+                store.add(rec)
                 bar.update(1)
-                bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
-        # batches of fixed positions in this rank's share: a re-run redoes an unfinished batch whole, with the
-        # same seed, and keeps the questions it did not have
-        for b in range(0, len(mine) if batched else 0, args.batch_size):
-            members = mine[b:b + args.batch_size]
-            if all(questions[i]["id"] in finished for i in members):
-                continue
-            batch = [questions[i] for i in members]
-            prompts = [builder.text(q, view) for q in batch for view in args.views]
-            records, count = sample_batch(engine, policy.model, prompts, batch, list(args.views), params,
-                                          derive_seed(args.seed, "generate_batch", members[0], args.batch_size),
-                                          extract)
-            tokens += count
-            for rec in records:
-                if rec["id"] not in finished:
-                    store.add(rec)
-                    bar.update(1)
-            bar.set_postfix_str(f"{tokens / max(time.perf_counter() - t1, 1e-9):.1f} tok/s")
-    except KeyboardInterrupt as e:
-        interrupted = e
-    finally:
-        bar.close()
-        store.flush()  # keep everything finished, also on an error
-        store.close()
-    t_gen = time.perf_counter() - t1
-    finished = store.open()
-    store.close()
-    done = sum(questions[i]["id"] in finished for i in mine)
-    speed = (f"{tokens:,} tokens in {t_gen:.1f} s ({tokens / max(t_gen, 1e-9):.1f} tokens/s; model loaded "
-             f"in {t_load:.1f} s)")
-    if interrupted is not None:
-        said, code = interrupt_exit(interrupted)
-        print(f"\n{said}: {done} of {len(mine)} questions are in {store.dir}; run the same command "
-              f"again to continue; {speed}", file=sys.stderr)
-        return code
+        tokens.add(count, bar)
+
+
+def _write_pools(args, questions, mine, finished, store_dir, settings, dp, speed: str) -> int:
+    """The pool at ``--out`` (one rank), or this rank's pool and, under a process group, rank 0's merge."""
+    from ..data.pool import read_records, write_records
+    from ..generate import merge_pool_files, merge_records
+    from ..generate.merge import write_pool_settings
+
     ids = [q["id"] for q in questions]
     if dp.world_size == 1:
-        records = merge_records([(store.dir, finished.values())], ids)
-        from ..data.pool import write_records
-
+        records = merge_records([(store_dir, finished.values())], ids)
         write_records(records, args.out)
         write_pool_settings(args.out, settings)
         print(f"wrote {len(records)} questions to {args.out}; {speed}")
         _print_metrics(records, args.views, args.answer_extractor)
         return 0
     rank_path = rank_out_path(args.out, dp.rank, dp.world_size)
-    from ..data.pool import write_records
-
     write_records([finished[questions[i]["id"]] for i in mine], rank_path)
     write_pool_settings(rank_path, {**settings, "rank": dp.rank, "world_size": dp.world_size})
     print(f"rank {dp.rank}: wrote {len(mine)} questions to {rank_path}; {speed}")
@@ -314,8 +297,66 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     if dp.rank == 0:
         count = merge_pool_files(paths, args.out, ids)
         print(f"merged {dp.world_size} rank pools ({count} questions) into {args.out}")
-        from ..data.pool import read_records
-
         _print_metrics(list(read_records(args.out)), args.views, args.answer_extractor)
     dp.barrier()
     return 0
+
+
+#: what a prompt's tokens plus the budget must fit
+_CONTEXT = "the model's context (max_position_embeddings)"
+
+
+def _run(parser, args, questions, kind, max_new, device, dp) -> int:
+    from ..eval.progress import progress_bar
+    from ..generate import ShardStore, rank_indices
+    from ..rollout import SamplingParams
+
+    policy, max_new, builder, engine, t_load = _load(parser, args, questions, max_new, device)
+    limit = context_limit(engine, policy.model)
+    mine = rank_indices(len(questions), dp.rank, dp.world_size)
+    # the context, before anything is written; a question with images is checked once its inputs exist
+    for i in mine:
+        q = questions[i]
+        if not q["images"]:
+            lengths = [len(policy.tokenizer(builder.text(q, view), add_special_tokens=False)["input_ids"])
+                       for view in args.views]
+            check_context(lengths, max_new, limit, _CONTEXT, names=[q["id"]] * len(lengths))
+    settings = _settings(args, max_new)
+    store = ShardStore(args.out, settings, dp.rank, dp.world_size, args.shard_size)
+    finished = store.open()
+    todo = [i for i in mine if questions[i]["id"] not in finished]
+    params = SamplingParams(n=args.n, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                            max_new_tokens=max_new, seed=args.seed)
+    extract = ANSWER_EXTRACTORS[args.answer_extractor]
+    rank_note = f" (rank {dp.rank} of {dp.world_size}: {len(mine)} questions)" if dp.world_size > 1 else ""
+    print(f"ttrl generate: {len(questions)} questions x {args.n} rollouts x {len(args.views)} view(s), "
+          f"{builder.format} prompts, {len(mine) - len(todo)} already in {store.dir}{rank_note}", flush=True)
+
+    bar = progress_bar(total=len(mine), desc="questions", enabled=not args.no_progress)
+    bar.update(len(mine) - len(todo))
+    tokens = _Tokens()
+    interrupted = None  # the KeyboardInterrupt (Ctrl-C, or SIGTERM from the dispatcher) that stopped sampling
+    try:
+        if engine is None:
+            _sample_one_by_one(args, questions, todo, policy, builder, params, extract, limit, store, bar, tokens)
+        else:
+            _sample_batches(args, questions, mine, finished, policy, builder, engine, params, extract, store,
+                            bar, tokens)
+    except KeyboardInterrupt as e:
+        interrupted = e
+    finally:
+        bar.close()
+        store.flush()  # keep everything finished, also on an error
+        store.close()
+    t_gen = time.perf_counter() - tokens.t0
+    finished = store.open()
+    store.close()
+    done = sum(questions[i]["id"] in finished for i in mine)
+    speed = (f"{tokens.count:,} tokens in {t_gen:.1f} s ({tokens.count / max(t_gen, 1e-9):.1f} tokens/s; model "
+             f"loaded in {t_load:.1f} s)")
+    if interrupted is not None:
+        said, code = interrupt_exit(interrupted)
+        print(f"\n{said}: {done} of {len(mine)} questions are in {store.dir}; run the same command "
+              f"again to continue; {speed}", file=sys.stderr)
+        return code
+    return _write_pools(args, questions, mine, finished, store.dir, settings, dp, speed)
