@@ -17,8 +17,9 @@ records, as TTRL-on-verl labels in its reward stage:
                         the ``VoteStep`` is the record's ``detail``
     group_advantages    "group": GRPO's group-relative advantages; "ema_baseline" (Pixelis appendix 6):
                         A_j = vbar [r_j - b] with b an EMA (``baseline_momentum``) of the mean reward of
-                        accepted questions, vbar = 1 (the neighbourhood value is neutral until retrieval
-                        exists; logged), normalised within the batch (the appendix's practical note ii)
+                        accepted questions and vbar = 1, or, with ``retrieval``, vbar(N(q)) and the per-query
+                        b(q) of the question's retrieved neighbours (``ttrl_retrieval``); normalised within
+                        the batch (the appendix's practical note ii)
     step_metrics        GRPO's metrics plus ``ttrl_monitor.ttrl_metrics`` of the ``VoteStep`` and the step's
                         token KL (``StepStats``)
 
@@ -116,6 +117,9 @@ class TTRLModule(GRPOModule):
       advantage: "group" or "ema_baseline" (default: the labeler's ``LabelerSpec.advantage``: "ema_baseline"
         for pixel, else "group");
       baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
+      retrieval: ``{"index": <file>, "k": 8, "rho": 0.99, "whitelist": [...]}``: with ``ema_baseline``, the
+        per-query baseline of Pixelis appendix 2 from the questions' retrieved neighbours
+        (``modules.ttrl_retrieval``; None: the global EMA baseline with vbar = 1);
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
       eval_k, eval_temperature, eval_top_p: validation samples per question and their decoding (avg@k, maj@k,
@@ -152,6 +156,7 @@ class TTRLModule(GRPOModule):
         grpo: GRPOSpec = GRPOSpec(kl_coef=0.0),
         engine: str | dict[str, Any] | None = None,
         prompt_format: str = "auto",
+        retrieval: dict[str, Any] | None = None,
     ):
         where = f"{type(self).__name__} argument "
         check_bounds(locals(), TTRL_RULES, where)
@@ -162,6 +167,11 @@ class TTRLModule(GRPOModule):
                          rewards=("exact_answer",), record_signals=bool(signals), engine=engine,
                          prompt_format=prompt_format)
         self.save_hyperparameters({"advantage": advantage})
+        if retrieval is not None and (advantage != "ema_baseline" or not isinstance(retrieval, dict)):
+            raise UserError(f"{where}retrieval is a mapping {{index: <file>, k: 8, ...}} for advantage "
+                            f"ema_baseline (the per-query baseline b(q)), got {retrieval!r} with {advantage}")
+        self.neighbourhoods = None  # ttrl_retrieval.QueryNeighbourhoods, built with the policy
+        self._pending_neighbourhoods: dict | None = None
         if agent is not None:
             self.engine = self.agent_engine(dict(agent), bool(signals))
         self.labeler_kwargs = dict(labeler_kwargs or {})
@@ -187,6 +197,8 @@ class TTRLModule(GRPOModule):
         super().on_save_checkpoint(checkpoint)
         checkpoint["ttrl"] = {"calibration": self.calibration, "baseline": self.baseline,
                               **self.counters.state_dict()}
+        if self.query_neighbourhoods() is not None:
+            checkpoint["ttrl"]["retrieval"] = self.neighbourhoods.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
@@ -194,6 +206,7 @@ class TTRLModule(GRPOModule):
         self.calibration = state.get("calibration")
         self.baseline = state.get("baseline")
         self.counters.load_state_dict(state)
+        self._pending_neighbourhoods = state.get("retrieval")
 
     def on_fit_start(self) -> None:
         super().on_fit_start()
@@ -332,9 +345,10 @@ class TTRLModule(GRPOModule):
 
     def ema_baseline_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """Pixelis appendix 6: ``A_j = vbar [r_j - b]``, ``b <- rho b + (1 - rho) mean(r of accepted
-        questions)`` (updated after use; the first step's b is that step's mean), vbar = 1 (neutral: no
-        neighbourhood value without retrieval); A normalised by its standard deviation over the accepted
-        rows of the batch. Abstained questions' rows get 0."""
+        questions)`` (updated after use; the first step's b is that step's mean), vbar = 1; with ``retrieval``
+        a question with neighbours takes its own ``vbar(N(q))`` and ``b(q)`` instead (``ttrl_retrieval``). A
+        is normalised by its standard deviation over the accepted rows of the batch. Abstained questions' rows
+        get 0."""
         R, n = rollouts.completion_ids.shape[0], rollouts.n
         keep = scored.mask(R // n).repeat_interleave(n)
         r = scored.rewards.float()
@@ -344,12 +358,53 @@ class TTRLModule(GRPOModule):
         batch_mean = float(accepted.mean())
         b = batch_mean if self.baseline is None else self.baseline
         adv = r - b
+        if self.query_neighbourhoods() is not None:
+            adv = self.neighbourhood_advantages(rollouts, scored, adv)
         std = adv[keep].std() if int(keep.sum()) > 1 else torch.zeros(())
         if float(std) > 1e-6:
             adv = adv / std
         rho = self.hparams.baseline_momentum
         self.baseline = batch_mean if self.baseline is None else rho * self.baseline + (1 - rho) * batch_mean
         return torch.where(keep, adv, torch.zeros_like(adv))
+
+    def query_neighbourhoods(self):
+        """The run's ``QueryNeighbourhoods`` (``retrieval``; None without), built once the policy exists."""
+        options = self.hparams.get("retrieval")
+        if options is None or self.policy is None:
+            return None
+        if self.neighbourhoods is None:
+            from ttrl_lightning.modules.ttrl_retrieval import QueryNeighbourhoods
+
+            dim = int(self.policy.config.get_text_config().hidden_size)
+            self.neighbourhoods = QueryNeighbourhoods(dict(options), dim)
+        if self._pending_neighbourhoods is not None:
+            self.neighbourhoods.load_state_dict(self._pending_neighbourhoods)
+            self._pending_neighbourhoods = None
+        return self.neighbourhoods
+
+    def neighbourhood_advantages(self, rollouts: Rollouts, scored: RolloutRewards,
+                                 fallback: torch.Tensor) -> torch.Tensor:
+        """``vbar(N(q)) [r_j - b(q)]`` on the rows of each question with neighbours (``fallback``, the global
+        rule's ``r_j - b``, elsewhere); the accepted questions are then appended as exemplars, valued by their
+        rows' mean reward (``ttrl_retrieval``)."""
+        from ttrl_lightning.modules.ttrl_retrieval import prompt_keys
+
+        hood = self.neighbourhoods
+        n, G = rollouts.n, rollouts.completion_ids.shape[0] // rollouts.n
+        ids = list(scored.detail.ids) * (G // len(scored.detail.ids))
+        first = torch.arange(G, device=rollouts.prompt_ids.device) * n
+        keys = prompt_keys(self.policy, rollouts.prompt_ids[first], rollouts.prompt_mask[first])
+        values = hood.neighbourhood_values(ids, keys)
+        r = scored.rewards.float().view(G, n)
+        adv = fallback.clone().view(G, n)
+        kept = scored.mask(G).tolist()
+        for g, (qid, v) in enumerate(zip(ids, values)):
+            if kept[g] and v is not None:
+                b_q = hood.baseline.update(qid, v)
+                adv[g] = v * (r[g] - b_q)
+        accepted = [g for g in range(G) if kept[g]]
+        hood.append([ids[g] for g in accepted], keys[accepted], [float(r[g].mean()) for g in accepted])
+        return adv.view(-1)
 
     # ------------------------------------------------------------------ monitoring (gold read here only)
     def step_metrics(self, batch: dict[str, list], scored: RolloutRewards, stats: StepStats) -> dict[str, Any]:
