@@ -102,6 +102,7 @@ class QueryNeighbourhoods:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Values, baselines and the index size; the index itself is written to its file."""
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         self.index.save(self.path)
         return {"values": dict(self.values), "baseline": self.baseline.state_dict(), "count": len(self.index.ids)}
 
