@@ -24,7 +24,8 @@ ALLOWED = {
     "rollout": {"data", "errors", "integrations", "masking", "models", "registry", "safe_files", "signals",
                 "tools"},
     "modules": {"answers", "consensus", "data", "errors", "eval", "fidelity", "integrations", "masking", "models",
-                "ops", "prompt_format", "pseudo_labels", "registry", "rewards", "rollout", "seeding", "tools"},
+                "ops", "prompt_format", "pseudo_labels", "registry", "retrieval", "rewards", "rollout", "seeding",
+                "tools"},
 }
 
 

@@ -1,5 +1,9 @@
 """``pixel``: Pixel TTRL's uncertainty-weighted consensus with abstention (Pixelis sec. 3.2.3, appendix 6).
 
+Its parts live beside it: the decisive tokens (:mod:`.pixel_decisive`), temperature scaling and its fit
+(:mod:`.pixel_temperature`), Dawid-Skene reliabilities (:mod:`.pixel_reliability`) and near-duplicates
+(:mod:`.pixel_duplicates`); this module is the labeler and its dev-cal calibration, and re-exports them.
+
 For one question's ``N`` rollouts (pool schema, every rollout with per-token ``entropy`` and ``logprob``):
 
 1. decisive tokens ``D_j`` of rollout ``j`` (``decisive_masks``, default every token; see
@@ -44,7 +48,6 @@ sum_a s(a)`` of the vote's winner, 0 with no vote mass), ``prediction_set`` (wit
 """
 from __future__ import annotations
 
-import logging
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -53,121 +56,22 @@ from typing import Sequence
 import torch
 
 from ..answers import NO_ANSWER
-from ..consensus import (aggregate, conformal_threshold, dawid_skene, dawid_skene_reliability,
-                         pixelis_weights, rollout_annotator_labels)
+from ..consensus import aggregate, conformal_threshold, pixelis_weights
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches, token_signal
+from .pixel_decisive import _check_masks, _decisive, decisive_token_mask
+from .pixel_duplicates import _update_mask, rollout_similarity
+from .pixel_reliability import batch_reliability
+from .pixel_temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
+                                temperature_scale)
+from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches
 
 __all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
            "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",
            "CONFIDENCE_CLAMP", "TEMPERATURE_BOUNDS", "TIE_TOLERANCE"]
 
-log = logging.getLogger(__name__)
-
 METHOD = "pixel"
-#: ``p_j`` is clamped into ``[CONFIDENCE_CLAMP, 1 - CONFIDENCE_CLAMP]`` before the logit.
-CONFIDENCE_CLAMP = 1e-6
-#: :func:`fit_temperature` searches ``T`` in this interval.
-TEMPERATURE_BOUNDS = (1e-2, 1e2)
 #: a normalised margin at most this is a tie (equal supports up to float round-off): always abstains.
 TIE_TOLERANCE = 1e-12
-#: per-token entropy below ``-SIGN_SLACK`` or log-probability above ``SIGN_SLACK`` is refused (round-off).
-SIGN_SLACK = 1e-5
-
-
-# -------------------------------------------------------------------------------------- decisive steps
-
-def decisive_token_mask(completion_ids: Sequence[int], call_start_id: int, call_end_id: int,
-                        observation_end_id: int) -> list[bool]:
-    """The decisive tokens ``D(tau)`` of one completion (Pixelis sec. 3.2.3: entropy "on decisive steps").
-
-    Decisive steps of a chain-of-thought-action trace (``tools.protocol``: ``<call>name(args)</call>`` then
-    the environment's ``<out>result</out>``):
-
-    * every **tool call**: the tokens from a ``call_start_id`` through the next ``call_end_id``, both
-      delimiters included (an unterminated call runs to the end);
-    * the **final answer step**: every token after the last ``observation_end_id`` (the whole completion when
-      no observation was returned, in particular when there is no tool call).
-
-    Everything else (free reasoning between calls, observations written by the tools) is not decisive. A
-    completion in which this selects nothing (it ends right after an observation, cut by the token budget,
-    without a call) counts every token as decisive, so each rollout has an entropy and a confidence.
-
-    Args:
-        completion_ids: the completion's token ids (aligned with its per-token ``entropy`` / ``logprob``).
-        call_start_id, call_end_id, observation_end_id: the ids of ``CALL_START``, ``CALL_END`` and
-            ``OBSERVATION_END`` in the policy's tokenizer.
-    Returns:
-        one bool per token.
-    """
-    ids = []
-    for k, t in enumerate(completion_ids):
-        if isinstance(t, bool) or not isinstance(t, int):
-            if isinstance(t, torch.Tensor) and t.numel() == 1 and not t.dtype.is_floating_point:
-                t = int(t)
-            else:
-                raise TypeError(f"completion_ids[{k}] must be an int token id, got {type(t).__name__}")
-        ids.append(t)
-    for name, v in (("call_start_id", call_start_id), ("call_end_id", call_end_id),
-                    ("observation_end_id", observation_end_id)):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise TypeError(f"{name} must be an int token id, got {type(v).__name__}")
-    if len({call_start_id, call_end_id, observation_end_id}) != 3:
-        raise ValueError("call_start_id, call_end_id and observation_end_id must be three different ids")
-    last_obs = max((k for k, t in enumerate(ids) if t == observation_end_id), default=-1)
-    mask = [k > last_obs for k in range(len(ids))]
-    in_call = False
-    for k, t in enumerate(ids):
-        if t == call_start_id:
-            in_call = True
-        if in_call:
-            mask[k] = True
-        if t == call_end_id:
-            in_call = False
-    return mask if any(mask) else [True] * len(ids)
-
-
-def _decisive(rollouts, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rollout ``j``'s decisive-token entropy and log-probability arrays, every error naming the field."""
-    ent = token_signal(rollouts, j, "entropy", METHOD)
-    lp = token_signal(rollouts, j, "logprob", METHOD)
-    if ent.numel() != lp.numel():
-        raise PseudoLabelError(f"{METHOD}: rollouts[{j}].logprob has {lp.numel()} tokens but entropy has "
-                               f"{ent.numel()}")
-    mask = None if masks is None else masks[j]
-    if mask is not None:
-        where = f"{METHOD}: decisive_masks[{j}]"
-        if isinstance(mask, (str, bytes)) or not isinstance(mask, (Sequence, torch.Tensor)):
-            raise PseudoLabelError(f"{where} must be a list of bools, got {type(mask).__name__}")
-        vals = mask.tolist() if isinstance(mask, torch.Tensor) else list(mask)
-        for k, b in enumerate(vals):
-            if not isinstance(b, bool):
-                raise PseudoLabelError(f"{where}[{k}] must be a bool, got {type(b).__name__}")
-        if len(vals) != ent.numel():
-            raise PseudoLabelError(f"{where} has {len(vals)} entries but rollouts[{j}] has "
-                                   f"{ent.numel()} tokens")
-        if not any(vals):
-            raise PseudoLabelError(f"{where} selects no token (a rollout needs at least one decisive token)")
-        keep = torch.tensor(vals, dtype=torch.bool)
-        ent, lp = ent[keep], lp[keep]
-    for name, x, bad, rule in (("entropy", ent, ent < -SIGN_SLACK, "an entropy must be >= 0"),
-                               ("logprob", lp, lp > SIGN_SLACK, "a log-probability must be <= 0")):
-        if bool(bad.any()):
-            k = int(torch.nonzero(bad)[0])
-            raise PseudoLabelError(f"{METHOD}: rollouts[{j}].{name} holds {float(x[k])} at decisive "
-                                   f"token {k} ({rule})")
-    return ent, lp
-
-
-def _check_masks(masks, n: int):
-    if masks is None:
-        return None
-    if isinstance(masks, (str, bytes)) or not isinstance(masks, Sequence):
-        raise PseudoLabelError(f"{METHOD}: decisive_masks must be a list (one mask or None per rollout), "
-                               f"got {type(masks).__name__}")
-    if len(masks) != n:
-        raise PseudoLabelError(f"{METHOD}: decisive_masks has {len(masks)} entries for {n} rollouts")
-    return list(masks)
 
 
 def vote_entropy(answers: Sequence[str]) -> float:
@@ -175,171 +79,6 @@ def vote_entropy(answers: Sequence[str]) -> float:
     counts = Counter(answers)
     n = len(answers)
     return float(-sum(c / n * math.log(c / n) for c in counts.values())) if n else 0.0
-
-
-# ----------------------------------------------------------------------------------------- calibration
-
-def _check_temperature(temperature) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
-            or not math.isfinite(temperature) or temperature <= 0:
-        raise PseudoLabelError(f"{METHOD}: temperature must be a finite number > 0, got {temperature!r}")
-    return float(temperature)
-
-
-def _logits(confidences) -> torch.Tensor:
-    p = torch.as_tensor(confidences, dtype=torch.float64).clamp(CONFIDENCE_CLAMP, 1.0 - CONFIDENCE_CLAMP)
-    return torch.log(p) - torch.log1p(-p)
-
-
-def temperature_scale(confidences, temperature: float = 1.0) -> torch.Tensor:
-    """Temperature scaling (Guo et al. 2017) of confidences ``p``: ``sigmoid(logit(p) / T)``, ``p`` clamped
-    into ``[1e-6, 1 - 1e-6]``. ``T > 1`` softens overconfident scores, ``T = 1`` leaves them (clamped)."""
-    return torch.sigmoid(_logits(confidences) / _check_temperature(temperature))
-
-
-def fit_temperature(confidences: Sequence[float], correct: Sequence[bool]) -> float:
-    """Fit ``T`` by minimising the binary NLL of ``sigmoid(logit(p_i) / T)`` against ``correct_i`` on a
-    labelled dev-cal split (Pixelis appendix 9: "TS T ~ 1.2 on the dev-cal split").
-
-    ``NLL(s) = sum_i softplus(-z_i s) [correct_i] + softplus(z_i s) [not correct_i]`` with ``z = logit(p)``
-    and ``s = 1/T`` is convex in ``s`` (a one-coefficient logistic regression), so the minimiser is the root
-    of the increasing ``dNLL/ds = sum_i z_i (sigmoid(z_i s) - correct_i)``, found by bisection in ``log s``
-    over ``T`` in :data:`TEMPERATURE_BOUNDS`. When the root lies outside, the nearest bound is returned and a
-    warning logged (e.g. every confident rollout correct pushes ``T`` towards 0). Every ``p = 0.5`` (no
-    information) gives 1.0.
-
-    Args:
-        confidences: ``[M]`` confidences ``p_i`` in ``[0, 1]`` (for rollouts, ``exp`` of the mean decisive
-            log-probability).
-        correct: ``[M]`` bools (0/1), whether the rollout's answer is the gold answer.
-    """
-    if isinstance(confidences, (str, bytes)) or isinstance(correct, (str, bytes)):
-        raise TypeError("confidences and correct must be sequences of numbers / bools")
-    try:
-        p = torch.as_tensor(list(confidences), dtype=torch.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise ValueError("confidences must be a list of numbers") from None
-    y_list = list(correct)
-    for i, c in enumerate(y_list):
-        if not (isinstance(c, bool) or (isinstance(c, (int, float)) and c in (0, 1))):
-            raise ValueError(f"correct[{i}] must be a bool (or 0/1), got {c!r}")
-    if p.numel() == 0:
-        raise ValueError("fit_temperature needs at least one (confidence, correct) pair")
-    if p.numel() != len(y_list):
-        raise ValueError(f"{p.numel()} confidences but {len(y_list)} correctness labels")
-    bad = ~(torch.isfinite(p) & (p >= 0) & (p <= 1))
-    if bool(bad.any()):
-        i = int(torch.nonzero(bad)[0])
-        raise ValueError(f"confidences[{i}] = {float(p[i])} is not a probability in [0, 1]")
-    y = torch.tensor([float(c) for c in y_list], dtype=torch.float64)
-    z = _logits(p)
-    if bool((z == 0).all()):
-        return 1.0
-
-    def grad(log_s: float) -> float:
-        return float((z * (torch.sigmoid(z * math.exp(log_s)) - y)).sum())
-
-    t_lo, t_hi = TEMPERATURE_BOUNDS
-    lo, hi = -math.log(t_hi), -math.log(t_lo)  # log s = -log T
-    if grad(lo) >= 0:
-        log.warning("fit_temperature: the NLL minimum lies at T >= %g; returning the bound", t_hi)
-        return t_hi
-    if grad(hi) <= 0:
-        log.warning("fit_temperature: the NLL minimum lies at T <= %g; returning the bound", t_lo)
-        return t_lo
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if grad(mid) < 0:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-13:
-            break
-    return math.exp(-0.5 * (lo + hi))
-
-
-# ----------------------------------------------------------------------------------------- reliability
-
-def batch_reliability(answers_per_query: Sequence[Sequence[str | None]], *, return_reason: bool = False):
-    """Dawid-Skene reliability ``r_j`` of each rollout slot over a batch of queries (Pixelis appendix S2).
-
-    Items = queries, annotators = rollout slots (the j-th rollout of every query), classes = per-query
-    answer ranks (``consensus.rollout_annotator_labels``); ``consensus.dawid_skene`` with the paper's start
-    (hard majority labels, smoothed-identity confusions), then the prior-weighted reliability
-    ``r_j = sum_c prior[c] confusion[j, c, c]`` (``consensus.dawid_skene_reliability(conf, prior)``),
-    rescaled so that the mean over slots is 1 (the Pixelis weights keep their scale).
-
-    Answers are compared through the answer-equivalence classes of their query; ``None`` and
-    :data:`~ttrl_lightning.answers.NO_ANSWER` are missing labels. Queries with no answer at all carry no
-    information and are left out of the fit. With fewer than 2 informative queries there is nothing to
-    estimate: every ``r_j`` is 1.0 and the reason is logged (and returned with ``return_reason=True``).
-
-    Returns:
-        one list per query with one ``r_j`` per rollout (slot ``j``'s reliability); with
-        ``return_reason=True`` a pair ``(reliabilities, reason or None)``.
-    """
-    if isinstance(answers_per_query, (str, bytes)) or not isinstance(answers_per_query, Sequence):
-        raise TypeError(f"answers_per_query must be a list of lists of answers, got "
-                        f"{type(answers_per_query).__name__}")
-    rows: list[list[str | None]] = []
-    for q, row in enumerate(answers_per_query):
-        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
-            raise TypeError(f"answers_per_query[{q}] must be a list of answers, got {type(row).__name__}")
-        for j, a in enumerate(row):
-            if a is not None and not isinstance(a, str):
-                raise TypeError(f"answers_per_query[{q}][{j}] must be a str or None, got {type(a).__name__}")
-        raw = [{"answer": NO_ANSWER if a is None else a} for a in row]
-        canon = canonical_answers(raw, None, METHOD) if raw else []
-        rows.append([None if a == NO_ANSWER else a for a in canon])
-    out = [[1.0] * len(row) for row in rows]
-    informative = [q for q, row in enumerate(rows) if any(a is not None for a in row)]
-    reason = None
-    if len(informative) < 2:
-        queries = "query" if len(informative) == 1 else "queries"
-        reason = (f"batch_reliability: {len(informative)} {queries} with an extractable answer"
-                  " (Dawid-Skene needs at least 2); every reliability is 1.0")
-        log.warning(reason)
-        return (out, reason) if return_reason else out
-    labels, num_classes = rollout_annotator_labels([rows[q] for q in informative])
-    _, confusion, prior = dawid_skene(labels, num_classes)
-    r = dawid_skene_reliability(confusion, prior)
-    r = r / r.mean()
-    slot = r.tolist()
-    out = [[slot[j] for j in range(len(row))] for row in rows]
-    return (out, reason) if return_reason else out
-
-
-# ------------------------------------------------------------------------------------------ duplicates
-
-def _grams(text: str) -> frozenset[str]:
-    return frozenset([text]) if len(text) < 3 else frozenset(text[i:i + 3] for i in range(len(text) - 2))
-
-
-def rollout_similarity(a: str, b: str) -> float:
-    """Jaccard index ``|G(a) & G(b)| / |G(a) | G(b)|`` of the character 3-gram sets ``G`` of two completions
-    (a text shorter than 3 characters is its own single gram): 1.0 for exact duplicates, 0.0 for disjoint
-    texts. The text analogue of Pixelis' frame-IoU."""
-    ga, gb = _grams(a), _grams(b)
-    return len(ga & gb) / len(ga | gb)
-
-
-def _update_mask(rollouts, threshold) -> list[bool]:
-    n = len(rollouts)
-    if threshold is None:
-        return [True] * n
-    texts = []
-    for j, ro in enumerate(rollouts):
-        t = ro.get("text")
-        if t is not None and not isinstance(t, str):
-            raise PseudoLabelError(f"{METHOD}: rollouts[{j}].text must be a string or None, "
-                                   f"got {type(t).__name__}")
-        texts.append(t)
-    keep: list[bool] = []
-    for j, t in enumerate(texts):
-        dup = t is not None and any(keep[i] and texts[i] is not None
-                                    and rollout_similarity(t, texts[i]) > threshold for i in range(j))
-        keep.append(not dup)
-    return keep
 
 
 # --------------------------------------------------------------------------------------------- labeler

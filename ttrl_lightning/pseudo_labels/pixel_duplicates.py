@@ -1,0 +1,38 @@
+"""Pixel TTRL's near-duplicate rollouts (appendix 6, practical note iii), for text: character 3-gram Jaccard
+similarity; a rollout too similar to an earlier kept one leaves the update (``info["update_mask"]``)."""
+from __future__ import annotations
+
+from .rollouts import PseudoLabelError
+
+__all__ = ["rollout_similarity"]
+
+
+def _grams(text: str) -> frozenset[str]:
+    return frozenset([text]) if len(text) < 3 else frozenset(text[i:i + 3] for i in range(len(text) - 2))
+
+
+def rollout_similarity(a: str, b: str) -> float:
+    """Jaccard index ``|G(a) & G(b)| / |G(a) | G(b)|`` of the character 3-gram sets ``G`` of two completions
+    (a text shorter than 3 characters is its own single gram): 1.0 for exact duplicates, 0.0 for disjoint
+    texts. The text analogue of Pixelis' frame-IoU."""
+    ga, gb = _grams(a), _grams(b)
+    return len(ga & gb) / len(ga | gb)
+
+
+def _update_mask(rollouts, threshold) -> list[bool]:
+    n = len(rollouts)
+    if threshold is None:
+        return [True] * n
+    texts = []
+    for j, ro in enumerate(rollouts):
+        t = ro.get("text")
+        if t is not None and not isinstance(t, str):
+            raise PseudoLabelError(f"pixel: rollouts[{j}].text must be a string or None, "
+                                   f"got {type(t).__name__}")
+        texts.append(t)
+    keep: list[bool] = []
+    for j, t in enumerate(texts):
+        dup = t is not None and any(keep[i] and texts[i] is not None
+                                    and rollout_similarity(t, texts[i]) > threshold for i in range(j))
+        keep.append(not dup)
+    return keep
