@@ -27,10 +27,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
-import lightning.pytorch as pl
-from torch.utils.data import DataLoader
-
-from ttrl_lightning.data.datamodules import ResumableDataLoader, SFTDataModule, collate_prompts, encode_trace
+from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, encode_trace
 from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
@@ -182,7 +179,7 @@ class CoTADataModule(SFTDataModule):
         self._pad = tok.pad_token_id
 
 
-class AgentPromptDataModule(pl.LightningDataModule):
+class AgentPromptDataModule(PromptRowsDataModule):
     """Agent prompts of the generated visual tasks for CC-RFT: batches ``{"prompt": [AgentPrompt],
     "gold": [str], "kind": [str], "id": [str]}``; train from ``seed``, validation from ``seed + 1``. The train loader
     is resumable mid-epoch; no shuffling (the tasks are drawn at random already)."""
@@ -197,11 +194,3 @@ class AgentPromptDataModule(pl.LightningDataModule):
         h = self.hparams
         self._train = agent_prompts(h.seed, h.n_train, self.kinds)
         self._val = agent_prompts(h.seed + 1, h.n_val, self.kinds)
-
-    def train_dataloader(self) -> DataLoader:
-        return ResumableDataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
-                                   collate_fn=collate_prompts)
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self._val, batch_size=self.hparams.batch_size, shuffle=False,
-                          collate_fn=collate_prompts)

@@ -247,7 +247,20 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
         return self._loader(self._val, shuffle=False)
 
 
-class PromptDataModule(pl.LightningDataModule):
+class PromptRowsDataModule(pl.LightningDataModule):
+    """Loaders of prompt rows built in ``setup`` (``self._train``, ``self._val``), in order, batched by
+    ``hparams.batch_size`` through ``collate_prompts``; the train loader resumes mid-epoch."""
+
+    def train_dataloader(self) -> DataLoader:
+        return ResumableDataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
+                                   collate_fn=collate_prompts)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self._val, batch_size=self.hparams.batch_size, shuffle=False,
+                          collate_fn=collate_prompts)
+
+
+class PromptDataModule(PromptRowsDataModule):
     """RL prompts of a generated task: batches ``{"prompt": [str], "answer": [str]}``.
 
     Not shuffled (the task is already random); the train loader is resumable mid-epoch
@@ -271,11 +284,3 @@ class PromptDataModule(pl.LightningDataModule):
         kw = h.task_kwargs or {}
         self._train = generate_prompts(h.task, h.n_train, h.seed, **kw)
         self._val = generate_prompts(h.task, h.n_val, h.seed + 1, **kw)
-
-    def train_dataloader(self) -> DataLoader:
-        return ResumableDataLoader(self._train, batch_size=self.hparams.batch_size, shuffle=False,
-                                   collate_fn=collate_prompts)
-
-    def val_dataloader(self) -> DataLoader:
-        return DataLoader(self._val, batch_size=self.hparams.batch_size, shuffle=False,
-                          collate_fn=collate_prompts)
