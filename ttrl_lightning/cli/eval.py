@@ -61,7 +61,9 @@ def build_parser() -> CommandParser:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--data", metavar="FILE",
                      help="a question file, .jsonl or .parquet (every row with a gold)")
-    src.add_argument("--task", metavar="NAME", help="a generated task (data.tasks.TASKS, e.g. arith, arith3)")
+    src.add_argument("--task", metavar="NAME", help="a generated task (data.tasks.TASKS, e.g. arith, arith3) or "
+                     "a reasoning-gym generator, reasoning_gym:<name> (e.g. reasoning_gym:chain_sum; its "
+                     "score_answer checks gold beside the answer equivalence)")
     p.add_argument("--n", type=positive_int, default=64, help="questions of --task (only with --task)")
     p.add_argument("--task-seed", type=seed, default=0,
                    help="seed of the --task questions (only with --task)")
@@ -158,8 +160,11 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
     if args.task is not None:
         from ..data.tasks import TASKS
 
-        if args.task not in TASKS:
-            parser.error(f"argument --task: unknown task {args.task!r}; known: {', '.join(TASKS.names())}")
+        from ..data.reasoning_gym_tasks import is_reasoning_gym
+
+        if args.task not in TASKS and not is_reasoning_gym(args.task):
+            parser.error(f"argument --task: unknown task {args.task!r}; known: {', '.join(TASKS.names())} or "
+                         "reasoning_gym:<generator>")
     if args.out is not None:
         if not args.out.endswith(".json"):
             parser.error(f"argument --out: the report is a .json file, got {args.out!r}")
@@ -202,6 +207,21 @@ def metrics_lines(metrics) -> list[str]:
             (f"pass@{k}", metrics.pass_at_k, f"at least one of the {k} samples is correct (oracle bound)"))
     width = max(len(name) for name, _, _ in rows)
     return [f"{name:<{width}}  {100 * value:6.2f}%   {what}" for name, value, what in rows]
+
+
+def _generator_gold_check(args, metrics) -> dict | None:
+    """For a reasoning-gym ``--task``: the generator's ``score_answer`` on every sample beside the project's
+    answer equivalence (``reasoning_gym_tasks.gold_check``); None for other questions."""
+    from ..answers import NO_ANSWER, answers_equal
+    from ..data.reasoning_gym_tasks import gold_check, is_reasoning_gym, score_answers
+
+    if not is_reasoning_gym(args.task):
+        return None
+    answers = [p["answers"] for p in metrics.per_question]
+    project = [[a != NO_ANSWER and answers_equal(a, p["gold"]) for a in p["answers"]] for p in metrics.per_question]
+    scorer = score_answers(args.task, args.n, args.task_seed, [[None if a == NO_ANSWER else a for a in row]
+                                                                for row in answers])
+    return gold_check(project, scorer)
 
 
 def eval_main(argv: list[str]) -> int:
@@ -252,10 +272,16 @@ def eval_main(argv: list[str]) -> int:
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):
         print(line)
+    gold = _generator_gold_check(args, metrics)
+    if gold is not None:
+        print(f"gold check ({args.task}'s score_answer beside the answer equivalence): "
+              f"{gold['samples']:,} samples, {100 * gold['score_answer_accuracy']:.2f}% right by the scorer vs "
+              f"{100 * gold['project_accuracy']:.2f}%; {gold['project_only']} right only by the equivalence, "
+              f"{gold['score_answer_only']} only by the scorer")
     print(f"\n{metrics.num_questions:,} questions x {args.k} samples in {t_eval:.1f} s "
           f"(model loaded in {t_load:.1f} s)" + (f"; report: {args.out}" if args.out else ""))
     if args.out is not None:
-        report = {"settings": settings, "metrics": metrics.as_dict(),
+        report = {"settings": settings, "metrics": metrics.as_dict(), "gold_check": gold,
                   "questions": [{**pq, "completions": t} for pq, t in zip(metrics.per_question, texts)],
                   "seconds": {"load": round(t_load, 3), "sample": round(t_eval, 3)}}
         with atomic_write(args.out) as fh:

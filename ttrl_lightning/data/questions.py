@@ -36,6 +36,7 @@ from ..errors import UserError
 from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompts
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
+from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
@@ -229,7 +230,11 @@ def read_questions(path: str | os.PathLike) -> list[dict]:
 
 def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dict]:
     """``n`` generated questions of ``task`` (:func:`.tasks.generate_prompts` with ``seed``) in the shape of
-    :func:`read_questions`: ``gold`` is the task's answer, ids are ``f"{task}-{seed}-{i}"``."""
+    :func:`read_questions`: ``gold`` is the task's answer, ids are ``f"{task}-{seed}-{i}"``. A task named
+    ``reasoning_gym:<name>`` is that reasoning-gym generator, ``task_kwargs`` its config
+    (:mod:`.reasoning_gym_tasks`)."""
+    if is_reasoning_gym(task):
+        return reasoning_gym_questions(task, n, seed, **task_kwargs)
     return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["answer"], "choices": None,
              "images": [], "reframed_prompt": None}
             for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
@@ -245,7 +250,7 @@ class QuestionDataModule(pl.LightningDataModule):
 
     Args:
         path: a question file (:func:`read_questions`); or
-        task: a generated task (:data:`.tasks.TASKS`) with ``task_kwargs``, ``n`` questions drawn with
+        task: a generated task (:data:`.tasks.TASKS`, or ``reasoning_gym:<name>``) with ``task_kwargs``, ``n`` questions drawn with
             ``seed`` (exactly one of ``path`` and ``task``).
         batch_size: questions per batch.
         shuffle: True: a new permutation every epoch (:class:`EpochSeededSampler`, seeded by

@@ -1,0 +1,60 @@
+"""reasoning-gym generators as a question source (issue 22, item 3): questions with the generator's gold, its
+score_answer beside the project's answer equivalence, disagreements counted, and the sources that read it."""
+import json
+
+import pytest
+
+pytest.importorskip("reasoning_gym")
+
+from ttrl_lightning.cli import main  # noqa: E402
+from ttrl_lightning.data.questions import QuestionDataModule, questions_from_task  # noqa: E402
+from ttrl_lightning.data.reasoning_gym_tasks import gold_check, score_answers  # noqa: E402
+from ttrl_lightning.errors import UserError  # noqa: E402
+
+TASK = "reasoning_gym:chain_sum"
+
+
+def test_questions_carry_the_generators_gold_and_are_seeded():
+    import reasoning_gym
+
+    qs = questions_from_task(TASK, 5, 3)
+    ref = reasoning_gym.create_dataset("chain_sum", size=5, seed=3)
+    assert [q["prompt"] for q in qs] == [e["question"] for e in ref]
+    assert [q["gold"] for q in qs] == [e["answer"] for e in ref]
+    assert [q["id"] for q in qs] == [f"rg-chain_sum-3-{i}" for i in range(5)]
+    assert questions_from_task(TASK, 5, 3) == qs and questions_from_task(TASK, 5, 4) != qs
+    harder = questions_from_task(TASK, 5, 3, min_terms=5, max_terms=5)
+    assert all(q["prompt"].count(" + ") + q["prompt"].count(" - ") == 4 for q in harder)
+
+
+def test_the_scorer_and_the_equivalence_side_by_side():
+    qs = questions_from_task(TASK, 3, 0)
+    golds = [q["gold"] for q in qs]
+    wrong = [str(int(g) + 1) for g in golds]
+    scored = score_answers(TASK, 3, 0, [[g, w, None] for g, w in zip(golds, wrong)])
+    assert scored == [[True, False, False]] * 3
+    # the scorer and the equivalence disagree on one sample each way
+    check = gold_check([[True, False], [True, True]], [[True, True], [False, True]])
+    assert check == {"samples": 4, "project_accuracy": 0.75, "score_answer_accuracy": 0.75, "project_only": 1,
+                     "score_answer_only": 1}
+
+
+def test_unknown_generators_and_configs_are_one_line():
+    with pytest.raises(UserError, match="unknown reasoning-gym generator 'nope'; known: .*chain_sum"):
+        questions_from_task("reasoning_gym:nope", 2, 0)
+    with pytest.raises(UserError, match="name a reasoning-gym generator"):
+        questions_from_task("reasoning_gym:", 2, 0)
+    with pytest.raises(UserError, match="reasoning-gym chain_sum: bad config"):
+        questions_from_task(TASK, 2, 0, nonsense=1)
+
+
+def test_datamodule_and_eval_read_it(tmp_path, capsys):
+    dm = QuestionDataModule(task=TASK, n=4, batch_size=2, val_task=TASK, n_val=2, seed=1)
+    dm.setup("fit")
+    assert [q["gold"] for q in dm.train_questions()] == [q["gold"] for q in questions_from_task(TASK, 4, 1)]
+    out = tmp_path / "r.json"
+    assert main(["eval", "--model", "tiny:qwen2", "--task", TASK, "--n", "3", "--k", "2", "--no-progress",
+                 "--answer-extractor", "last_number", "--out", str(out)]) == 0
+    assert "gold check (reasoning_gym:chain_sum's score_answer" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["gold_check"]["samples"] == 6 and report["settings"]["task"] == TASK
