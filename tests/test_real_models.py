@@ -65,3 +65,17 @@ def test_another_file_into_the_same_folder_and_bad_inputs_are_refused(smollm2, t
     with pytest.raises(UserError, match="exists and is not an import folder"):
         import_gguf(str(tmp_path / "busy"), packaged_gguf())
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_the_regime_scan_runs_on_the_real_model(smollm2, tmp_path):
+    """benchmarks/real_model_scan.py at smoke size: one candidate measured and written, the regime rule by hand."""
+    pytest.importorskip("reasoning_gym")
+    from benchmarks.real_model_scan import in_regime, main as scan
+
+    assert in_regime(0.30, 0.45) and not in_regime(0.30, 0.35) and not in_regime(0.10, 0.40)
+    assert not in_regime(0.65, 0.90)
+    out = tmp_path / "scan.json"
+    assert scan(["--model", smollm2, "--n", "2", "--k", "2", "--max-new-tokens", "8",
+                 "--candidates", "chain_sum:2x1", "--out", str(out)]) == 0
+    entry = json.loads(out.read_text())["candidates"]["chain_sum:2x1"]
+    assert entry["gold_check"]["samples"] == 4 and entry["in_regime"] == in_regime(entry["avg"], entry["maj"])

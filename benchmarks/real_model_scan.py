@@ -1,0 +1,103 @@
+"""Which reasoning-gym tasks put a real pretrained model in TTRL's regime, measured before any training.
+
+The first part of the real-model benchmark (issue 22, item 4): for each candidate (a reasoning-gym generator and
+its difficulty config) it samples ``--k`` completions of ``--n`` questions with the model (the HF engine, the one
+prompt rule of ``prompt_format``) and prints avg@k, maj@k and whether the candidate is in TTRL's regime:
+
+    maj@k - avg@k >= 10 points   and   15% <= avg@k <= 60%
+
+(the majority is right clearly more often than one sample, and there is room to learn). The generator's own
+``score_answer`` is run beside the answer equivalence on every sample and their disagreements are printed. The
+JSON is rewritten after every candidate, so an interrupted scan keeps what it measured.
+
+    ttrl model import --out models/smollm2
+    python benchmarks/real_model_scan.py --model models/smollm2            # the default candidates, ~25 min
+    python benchmarks/real_model_scan.py --model models/smollm2 --n 16 --k 8 --candidates chain_sum:2x1
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+#: name -> (reasoning-gym generator, its config); names say the difficulty (terms x digits, animals, ...)
+CANDIDATES = {
+    "chain_sum:2x1": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    "chain_sum:3x1": ("chain_sum", {"min_terms": 3, "max_terms": 3, "min_digits": 1, "max_digits": 1}),
+    "chain_sum:2x2": ("chain_sum", {"min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}),
+    "basic_arithmetic:2x1": ("basic_arithmetic", {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}),
+    "leg_counting:2": ("leg_counting", {"min_animals": 2, "max_animals": 2, "max_instances": 2}),
+    "count_bits:small": ("count_bits", {"min_n": 1, "max_n": 64}),
+}
+#: the regime's bounds: the majority's lead over one sample, and one sample's accuracy
+MIN_LEAD, AVG_RANGE = 0.10, (0.15, 0.60)
+
+
+def in_regime(avg: float, maj: float) -> bool:
+    return maj - avg >= MIN_LEAD and AVG_RANGE[0] <= avg <= AVG_RANGE[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER, answers_equal
+    from ttrl_lightning.data.questions import questions_from_task
+    from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, gold_check, score_answers
+    from ttrl_lightning.eval.sampled import evaluate_sampled
+    from ttrl_lightning.models import load_model, load_tokenizer
+    from ttrl_lightning.prompt_format import PROMPT_FORMATS, format_prompt
+    from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
+    from ttrl_lightning.safe_files import atomic_write
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a local checkpoint folder (ttrl model import --out DIR)")
+    p.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES), default=list(CANDIDATES))
+    p.add_argument("--n", type=int, default=32, help="questions per candidate")
+    p.add_argument("--k", type=int, default=16, help="samples per question")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="auto")
+    p.add_argument("--seed", type=int, default=0, help="questions' seed (the TTRL split uses others)")
+    p.add_argument("--out", default="outputs/bench/real_model_scan.json")
+    args = p.parse_args(argv)
+
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model, tok).eval()
+    extract = ANSWER_EXTRACTORS["last_number"]
+    engine = HFGenerateEngine(tok)
+    report = {"settings": vars(args), "regime": {"min_lead": MIN_LEAD, "avg_range": list(AVG_RANGE)},
+              "candidates": {}}
+    print(f"{'candidate':<22} {'avg@' + str(args.k):>8} {'maj@' + str(args.k):>8} {'lead':>7}  regime  "
+          "scorer-only / equivalence-only  seconds", flush=True)
+    for name in args.candidates:
+        generator, config = CANDIDATES[name]
+        task = PREFIX + generator
+        t0 = time.perf_counter()
+        questions = questions_from_task(task, args.n, args.seed, **config)
+        prompts = [dict(q, prompt=format_prompt(q["prompt"], args.prompt_format, tok)) for q in questions]
+        params = SamplingParams(n=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                                seed=args.seed)
+        metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=8, engine=engine,
+                                      extract=extract)
+        answers = [pq["answers"] for pq in metrics.per_question]
+        project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]]
+                   for pq in metrics.per_question]
+        scorer = score_answers(task, args.n, args.seed, [[None if a == NO_ANSWER else a for a in row]
+                                                         for row in answers], **config)
+        check = gold_check(project, scorer)
+        avg, maj = metrics.avg_at_k, metrics.maj_at_k
+        entry = {"generator": generator, "config": config, "avg": avg, "maj": maj, "pass": metrics.pass_at_k,
+                 "in_regime": in_regime(avg, maj), "gold_check": check,
+                 "seconds": round(time.perf_counter() - t0, 1)}
+        report["candidates"][name] = entry
+        print(f"{name:<22} {100 * avg:7.1f}% {100 * maj:7.1f}% {100 * (maj - avg):+6.1f}  "
+              f"{'yes' if entry['in_regime'] else 'no':<6}  {check['score_answer_only']:>5} / "
+              f"{check['project_only']:<5}                    {entry['seconds']:>7.0f}", flush=True)
+        with atomic_write(args.out) as fh:
+            json.dump(report, fh, indent=1)
+    chosen = [n for n, e in report["candidates"].items() if e["in_regime"]]
+    print(f"in TTRL's regime: {', '.join(chosen) or 'none'}; {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
