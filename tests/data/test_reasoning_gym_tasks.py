@@ -58,3 +58,22 @@ def test_datamodule_and_eval_read_it(tmp_path, capsys):
     assert "gold check (reasoning_gym:chain_sum's score_answer" in capsys.readouterr().out
     report = json.loads(out.read_text())
     assert report["gold_check"]["samples"] == 6 and report["settings"]["task"] == TASK
+
+
+def test_ttrl_questions_writes_one_file_for_fit_eval_and_generate(tmp_path, capsys):
+    from ttrl_lightning.data.questions import read_questions
+
+    out = tmp_path / "q" / "chain_sum.jsonl"
+    config = '{"min_terms": 2, "max_terms": 2}'
+    assert main(["questions", "--task", TASK, "--config", config, "--n", "4", "--seed", "2", "--out", str(out)]) == 0
+    want = questions_from_task(TASK, 4, 2, min_terms=2, max_terms=2)
+    assert read_questions(out) == want
+    dm = QuestionDataModule(path=str(out), batch_size=2)
+    dm.setup("fit")
+    assert [q["id"] for q in dm.train_questions()] == [q["id"] for q in want]
+    pool = tmp_path / "pool.jsonl"
+    assert main(["generate", "--model", "tiny:qwen2", "--data", str(out), "--n", "2", "--out", str(pool),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["questions", "--task", TASK, "--config", "[1]", "--out", str(out)]) == 1  # a usage error
+    assert "a JSON object of the task's settings" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""``ttrl questions``: a generated task as a question file, the one input ``ttrl fit``, ``ttrl eval`` and
+``ttrl generate`` all read.
+
+    ttrl questions --task reasoning_gym:chain_sum --config '{"min_terms": 2, "max_terms": 2}' --n 300 \\
+        --seed 1 --out questions/chain_sum.jsonl
+
+writes one JSON line per question (``id``, ``prompt``, ``gold``; :func:`ttrl_lightning.data.questions.read_questions`
+reads it back before the command ends), atomically. ``--task`` is a generated task of ``data.tasks.TASKS`` or a
+reasoning-gym generator (``reasoning_gym:<name>``, extra ``real-model``), ``--config`` its settings as a JSON
+object. The prompts are written as the generator gives them: the chat template is applied by the commands that
+sample (``prompt_format``).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+from ..errors import UserError
+from ..safe_files import atomic_write
+from .arguments import EXIT_CODES, CommandParser, positive_int, seed
+
+
+def build_parser() -> CommandParser:
+    p = CommandParser(prog="ttrl questions", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
+    p.add_argument("--task", required=True, metavar="NAME",
+                   help="a generated task (data.tasks.TASKS) or reasoning_gym:<generator>")
+    p.add_argument("--config", default="{}", metavar="JSON", help="the task's settings, a JSON object")
+    p.add_argument("--n", type=positive_int, default=64, help="questions to write")
+    p.add_argument("--seed", type=seed, default=0, help="seed of the questions")
+    p.add_argument("--out", required=True, metavar="FILE.jsonl", help="the question file to write")
+    return p
+
+
+def questions_main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.out.endswith(".jsonl"):
+        parser.error(f"argument --out: a question file written here ends in .jsonl, got {args.out!r}")
+    try:
+        config = json.loads(args.config)
+    except json.JSONDecodeError as err:
+        parser.error(f"argument --config: not JSON ({err.msg})")
+    if not isinstance(config, dict):
+        parser.error(f"argument --config: a JSON object of the task's settings, got {args.config!r}")
+    from ..data.questions import questions_from_task, read_questions
+    from ..data.reasoning_gym_tasks import is_reasoning_gym
+    from ..data.tasks import TASKS
+
+    if args.task not in TASKS and not is_reasoning_gym(args.task):
+        parser.error(f"argument --task: unknown task {args.task!r}; known: {', '.join(TASKS.names())} or "
+                     "reasoning_gym:<generator>")
+    try:
+        questions = questions_from_task(args.task, args.n, args.seed, **config)
+    except TypeError as err:
+        raise UserError(f"{args.task}: bad --config ({err})") from None
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    with atomic_write(args.out) as fh:
+        for q in questions:
+            fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}, ensure_ascii=False) + "\n")
+    back = read_questions(args.out)
+    if [(q["id"], q["prompt"], q["gold"]) for q in back] != [(q["id"], q["prompt"], q["gold"]) for q in questions]:
+        raise RuntimeError(f"{args.out}: the file does not read back as written")
+    print(f"wrote {len(questions)} questions of {args.task} (seed {args.seed}) to {args.out}")
+    return 0
