@@ -65,3 +65,19 @@ def test_fit_and_generate_give_the_same_model_input(chat_tok):
 def test_a_module_refuses_chat_without_a_template():
     with pytest.raises(UserError, match="chat asks for the model's chat template"):
         TTRLModule(policy=PolicySpec(model="tiny:qwen2"), prompt_format="chat")
+
+
+def test_agent_prompts_keep_their_pixels():
+    """An AgentPrompt is a str carrying its image; the agent engine templates it, so the module's prompt rule
+    leaves it as it is, also for a model with a chat template (the tiny vision-language one)."""
+    pytest.importorskip("cv2")
+    from ttrl_lightning.data.cota import agent_prompts
+    from ttrl_lightning.modules import GRPOModule
+
+    prompt = agent_prompts(0, 1, ["count"])[0]["prompt"]
+    m = GRPOModule(policy=PolicySpec(model="tiny:qwen2"))
+    m.tokenizer = load_tokenizer("tiny:qwen2_vl")
+    assert m.tokenizer.chat_template
+    (out,) = m.model_prompts([prompt])
+    assert out is prompt and out.image is prompt.image
+    assert m.model_prompts(["2+3="])[0] != "2+3="  # a text prompt gets the template

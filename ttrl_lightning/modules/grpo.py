@@ -63,6 +63,7 @@ from ttrl_lightning.modules.sharding import (
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
 from ttrl_lightning.seeding import derive_seed
+from ttrl_lightning.tools.agent_format import AgentPrompt
 
 #: bounds of GRPOModule's own numeric arguments (the grouped specs check theirs: ``modules.specs``)
 GRPO_RULES: dict[str, Bounds] = {
@@ -275,10 +276,11 @@ class GRPOModule(PolicyModule):
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
     def model_prompts(self, prompts: Sequence) -> list:
-        """The model inputs of ``prompts`` under ``prompt_format`` (``prompt_format.format_prompt``); a prompt
-        that is not text (an agent's ``AgentPrompt``) as it is."""
+        """The model inputs of ``prompts`` under ``prompt_format`` (``prompt_format.format_prompt``); an agent's
+        ``AgentPrompt`` (a ``str`` carrying its pixels, which the agent engine templates itself) as it is."""
         fmt = self.hparams.get("prompt_format", "auto")
-        return [format_prompt(p, fmt, self.tokenizer) if isinstance(p, str) else p for p in prompts]
+        return [p if isinstance(p, AgentPrompt) or not isinstance(p, str) else format_prompt(p, fmt, self.tokenizer)
+                for p in prompts]
 
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """Sample N completions per prompt of ``batch["prompt"]`` (``model_prompts``)."""
