@@ -39,9 +39,9 @@ def in_regime(avg: float, maj: float) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ttrl_lightning.answers import ANSWER_EXTRACTORS, NO_ANSWER, answers_equal
+    from ttrl_lightning.answers import ANSWER_EXTRACTORS
     from ttrl_lightning.data.questions import questions_from_task
-    from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, gold_check, score_answers
+    from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
     from ttrl_lightning.models import load_model, load_tokenizer
     from ttrl_lightning.prompt_format import PROMPT_FORMATS, format_prompt
@@ -78,12 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                                 seed=args.seed)
         metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=8, engine=engine,
                                       extract=extract)
-        answers = [pq["answers"] for pq in metrics.per_question]
-        project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]]
-                   for pq in metrics.per_question]
-        scorer = score_answers(task, args.n, args.seed, [[None if a == NO_ANSWER else a for a in row]
-                                                         for row in answers], **config)
-        check = gold_check(project, scorer)
+        check = sampled_gold_check(task, args.n, args.seed, metrics.per_question, **config)
         avg, maj = metrics.avg_at_k, metrics.maj_at_k
         entry = {"generator": generator, "config": config, "avg": avg, "maj": maj, "pass": metrics.pass_at_k,
                  "in_regime": in_regime(avg, maj), "gold_check": check,

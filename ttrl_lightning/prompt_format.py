@@ -50,7 +50,9 @@ def resolve_prompt_format(prompt_format: str, tokenizer, processor=None) -> str:
 
 
 def _owner(tokenizer, processor):
-    return processor if processor is not None and getattr(processor, "chat_template", None) else tokenizer
+    """Who renders the template: a vision-language model's processor (it places the image tokens), else the
+    tokenizer."""
+    return processor if processor is not None else tokenizer
 
 
 def _render(owner, text: str, images: int = 0, parts: bool = False) -> str:

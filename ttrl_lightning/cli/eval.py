@@ -212,16 +212,11 @@ def metrics_lines(metrics) -> list[str]:
 def _generator_gold_check(args, metrics) -> dict | None:
     """For a reasoning-gym ``--task``: the generator's ``score_answer`` on every sample beside the project's
     answer equivalence (``reasoning_gym_tasks.gold_check``); None for other questions."""
-    from ..answers import NO_ANSWER, answers_equal
-    from ..data.reasoning_gym_tasks import gold_check, is_reasoning_gym, score_answers
+    from ..data.reasoning_gym_tasks import is_reasoning_gym, sampled_gold_check
 
     if not is_reasoning_gym(args.task):
         return None
-    answers = [p["answers"] for p in metrics.per_question]
-    project = [[a != NO_ANSWER and answers_equal(a, p["gold"]) for a in p["answers"]] for p in metrics.per_question]
-    scorer = score_answers(args.task, args.n, args.task_seed, [[None if a == NO_ANSWER else a for a in row]
-                                                                for row in answers])
-    return gold_check(project, scorer)
+    return sampled_gold_check(args.task, args.n, args.task_seed, metrics.per_question)
 
 
 def eval_main(argv: list[str]) -> int:

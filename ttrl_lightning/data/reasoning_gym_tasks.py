@@ -14,10 +14,11 @@ import json
 from functools import lru_cache
 from typing import Any, Sequence
 
+from ..answers import NO_ANSWER, answers_equal
 from ..errors import UserError
 
 __all__ = ["PREFIX", "is_reasoning_gym", "reasoning_gym_name", "reasoning_gym_questions", "score_answers",
-           "gold_check"]
+           "gold_check", "sampled_gold_check"]
 
 PREFIX = "reasoning_gym:"
 
@@ -89,3 +90,13 @@ def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[b
             "score_answer_accuracy": sum(b for _, b in pairs) / total if total else None,
             "project_only": sum(a and not b for a, b in pairs),
             "score_answer_only": sum(b and not a for a, b in pairs)}
+
+
+def sampled_gold_check(task: str, n: int, seed: int, per_question: Sequence[dict], **config) -> dict[str, Any]:
+    """:func:`gold_check` of sampled answers: ``per_question`` is ``eval.sampled.SampledMetrics.per_question``
+    (each with ``gold`` and the extracted ``answers``) of the ``n`` questions of ``task`` drawn with ``seed`` and
+    ``config``; the project's side is answer equivalence with gold, the generator's ``score_answer``."""
+    project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]] for pq in per_question]
+    scorer = score_answers(task, n, seed, [[None if a == NO_ANSWER else a for a in pq["answers"]]
+                                           for pq in per_question], **config)
+    return gold_check(project, scorer)
