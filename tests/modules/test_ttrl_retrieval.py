@@ -56,6 +56,9 @@ def test_a_checkpoint_restores_the_neighbourhoods_and_drops_later_exemplars(tmp_
 def test_retrieval_options_are_checked(tmp_path):
     with pytest.raises(UserError, match="retrieval is a mapping .* for advantage ema_baseline"):
         _module(SCRIPT, advantage="group", retrieval={"index": str(tmp_path / "x")})
-    m = _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "kk": 3})
-    with pytest.raises(UserError, match=r"unknown option\(s\) \['kk'\]"):
-        m.query_neighbourhoods()
+    with pytest.raises(UserError, match=r"unknown option\(s\) \['kk'\]"):  # when the module is built
+        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "kk": 3})
+    with pytest.raises(UserError, match=r"retrieval.k must be an integer >= 1, got 0"):
+        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "k": 0})
+    with pytest.raises(UserError, match=r"rho must be in \[0, 1\)"):
+        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "rho": 1.0})

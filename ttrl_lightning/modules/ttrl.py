@@ -170,6 +170,10 @@ class TTRLModule(GRPOModule):
         if retrieval is not None and (advantage != "ema_baseline" or not isinstance(retrieval, dict)):
             raise UserError(f"{where}retrieval is a mapping {{index: <file>, k: 8, ...}} for advantage "
                             f"ema_baseline (the per-query baseline b(q)), got {retrieval!r} with {advantage}")
+        if retrieval is not None:
+            from ttrl_lightning.modules.ttrl_retrieval import checked_retrieval_options
+
+            checked_retrieval_options(retrieval)
         self.neighbourhoods = None  # ttrl_retrieval.QueryNeighbourhoods, built with the policy
         self._pending_neighbourhoods: dict | None = None
         if agent is not None:

@@ -35,10 +35,26 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.retrieval.index import ExemplarIndex
 from ttrl_lightning.retrieval.neighbourhood import BASELINE_RHO, NeighbourhoodBaseline, neighbourhood_value
 
-__all__ = ["QueryNeighbourhoods", "RETRIEVAL_OPTIONS", "prompt_keys"]
+__all__ = ["QueryNeighbourhoods", "RETRIEVAL_OPTIONS", "checked_retrieval_options", "prompt_keys"]
 
 #: ``TTRLModule(retrieval={...})`` options and their defaults (``index`` is required)
 RETRIEVAL_OPTIONS = {"index": None, "k": 8, "rho": BASELINE_RHO, "whitelist": ()}
+
+
+def checked_retrieval_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with the defaults filled in; an unknown option, a missing index path, a bad ``k`` or ``rho``
+    is a ``UserError`` naming it (``TTRLModule`` checks them when it is built)."""
+    unknown = sorted(set(options) - set(RETRIEVAL_OPTIONS))
+    if unknown:
+        raise UserError(f"TTRLModule argument retrieval: unknown option(s) {unknown}; known: "
+                        f"{', '.join(RETRIEVAL_OPTIONS)}")
+    o = {**RETRIEVAL_OPTIONS, **options}
+    if not isinstance(o["index"], str) or not o["index"]:
+        raise UserError(f"TTRLModule argument retrieval.index must be the index file's path, got {o['index']!r}")
+    if isinstance(o["k"], bool) or not isinstance(o["k"], int) or o["k"] < 1:
+        raise UserError(f"TTRLModule argument retrieval.k must be an integer >= 1, got {o['k']!r}")
+    NeighbourhoodBaseline(o["rho"])  # its rho check
+    return o
 
 
 @torch.no_grad()
@@ -59,16 +75,7 @@ class QueryNeighbourhoods:
     that must never enter the index)."""
 
     def __init__(self, options: dict[str, Any], dim: int):
-        unknown = sorted(set(options) - set(RETRIEVAL_OPTIONS))
-        if unknown:
-            raise UserError(f"TTRLModule argument retrieval: unknown option(s) {unknown}; known: "
-                            f"{', '.join(RETRIEVAL_OPTIONS)}")
-        o = {**RETRIEVAL_OPTIONS, **options}
-        if not isinstance(o["index"], str) or not o["index"]:
-            raise UserError("TTRLModule argument retrieval.index must be the index file's path, got "
-                            f"{o['index']!r}")
-        if isinstance(o["k"], bool) or not isinstance(o["k"], int) or o["k"] < 1:
-            raise UserError(f"TTRLModule argument retrieval.k must be an integer >= 1, got {o['k']!r}")
+        o = checked_retrieval_options(options)
         self.path, self.k = o["index"], int(o["k"])
         if os.path.exists(self.path):
             self.index = ExemplarIndex.load(self.path, dim)
