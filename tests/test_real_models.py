@@ -79,3 +79,43 @@ def test_the_regime_scan_runs_on_the_real_model(smollm2, tmp_path):
                  "--candidates", "chain_sum:2x1", "--out", str(out)]) == 0
     entry = json.loads(out.read_text())["candidates"]["chain_sum:2x1"]
     assert entry["gold_check"]["samples"] == 4 and entry["in_regime"] == in_regime(entry["avg"], entry["maj"])
+
+
+def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, capsys):
+    """benchmarks/real_model_ttrl.py at smoke size: the scan, the checkpoint's splits, a majority and a
+    gold-reward run (one step each) evaluated on three splits, the checks, the plot; --resume trains nothing."""
+    pytest.importorskip("reasoning_gym")
+    from benchmarks.real_model_ttrl import _compared, main as bench
+
+    # equal counts over k x questions may differ by round-off: a tie is never "exceeds"
+    assert _compared(44 / 384, 0.40625 - 0.2916666666666667).startswith("equals")
+    assert _compared(0.2, 0.1) == "exceeds" and _compared(0.1, 0.2) == "does not exceed"
+
+    argv = ["--model", smollm2, "--out", str(tmp_path), "--candidates", "chain_sum:2x1", "basic_arithmetic:2x1",
+            "--train-on", "chain_sum:2x1", "--arms", "majority", "gold_reward", "--seeds", "0", "--n-scan", "2",
+            "--n-train", "4", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1"]
+    assert bench(argv) == 0
+    printed = capsys.readouterr().out
+    assert "majority: trained-on avg@2 gain" in printed and "gold reward: trained-on avg@2" in printed
+    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
+    assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
+    assert report["tasks"] == ["chain_sum:2x1"] and report["other_task"] == "basic_arithmetic:2x1"
+    assert set(report["runs"]) == {"chain_sum:2x1/majority/seed0", "chain_sum:2x1/gold_reward/seed0"}
+    gold = report["runs"]["chain_sum:2x1/gold_reward/seed0"]
+    assert gold["steps"] == 1 and gold["label_accuracy"] == 1.0  # its label is the gold answer
+    for run in report["runs"].values():
+        assert set(run["after"]) == {"trained_on", "held_out", "other_task"}
+        for split, n in (("trained_on", 4), ("held_out", 2), ("other_task", 2)):
+            e = run["after"][split]
+            assert e["gold_check"]["samples"] == 2 * n  # k samples of every question, scored both ways
+            assert abs(e["avg"] * 2 * n - round(e["avg"] * 2 * n)) < 1e-9
+        assert run["curves"]["train/vote_accuracy"] and run["vote_tokens_per_s"] > 0
+    arms = report["summary"]["chain_sum:2x1"]["arms"]
+    before = report["summary"]["chain_sum:2x1"]["before"]["trained_on"]["avg"]
+    assert arms["majority"]["trained_on"]["avg_gain"] == pytest.approx(
+        report["runs"]["chain_sum:2x1/majority/seed0"]["after"]["trained_on"]["avg"] - before)
+    assert (tmp_path / "real_model_ttrl.png").stat().st_size > 0
+    # resumed with the same settings: every run is kept, none is trained again
+    assert bench(argv + ["--resume"]) == 0
+    assert "keeping 2 runs" in capsys.readouterr().out
+    assert json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"] == report["runs"]

@@ -20,6 +20,8 @@ STREAM_STRIDES: dict[str, int] = {
     "shuffle": 1,              # DataModules: permutation of epoch `epoch`
     "bon_subsets": 1,          # ttrl bon: fixed subsets of budget N
     "calibration": 997,        # TTRLModule: sampling on the labelled dev-cal split (step 0)
+    "random_reward": 7919,     # TTRLModule's random_reward control: step `global_step * world_size + global_rank`,
+                               # question `rank` (its place in the batch)
     "perturbation": 7919,      # TTRLModule vote perturbations (robustness studies): rows of step `global_step`
     "generate": 2,             # ttrl generate: question `step` (its row in the file), view `rank` (0 / 1)
     "generate_batch": 1009,    # ttrl generate --batch-size B > 1: the batch whose first question is row `step`,

@@ -77,3 +77,10 @@ def test_ttrl_questions_writes_one_file_for_fit_eval_and_generate(tmp_path, caps
     capsys.readouterr()
     assert main(["questions", "--task", TASK, "--config", "[1]", "--out", str(out)]) == 1  # a usage error
     assert "a JSON object of the task's settings" in capsys.readouterr().err
+    told = tmp_path / "told.jsonl"
+    assert main(["questions", "--task", TASK, "--config", config, "--n", "4", "--seed", "2",
+                 "--instruction", " Answer with just the number. ", "--out", str(told)]) == 0
+    assert [q["prompt"] for q in read_questions(told)] == [q["prompt"] + " Answer with just the number."
+                                                           for q in want]
+    assert main(["questions", "--task", TASK, "--instruction", "  ", "--out", str(told)]) == 1
+    assert "instruction" in capsys.readouterr().err

@@ -100,6 +100,12 @@ def test_monitoring_metrics_by_hand():
     assert got["reward_accuracy"] == pytest.approx(3 / 6)
     # online (pre-update) majority accuracy: a right, b wrong (majority unextractable), c wrong
     assert got["online_accuracy"] == pytest.approx(1 / 3)
+    # vote accuracy (avg@M of the votes): a 4/6 right (gold 5), b 1/6 (gold 4), c 2/6 (gold 6)
+    assert got["vote_accuracy"] == pytest.approx((4 / 6 + 1 / 6 + 2 / 6) / 3)
+    # every vote is one or two characters and EOS: its tokens, counted by the tokenizer
+    want = sum(len(m.tokenizer(t, add_special_tokens=False)["input_ids"]) + 1 for p in BATCH["prompt"]
+               for t in SCRIPT[p])
+    assert got["vote_tokens"] == want
     # a: both right; b: label abstains (counted apart); c: both wrong (7 vs gold 6)
     c = m.counters
     assert c.label_vs_majority == {"both_right": 1, "recovered": 0, "lost": 0, "both_wrong": 1, "abstained": 1}
@@ -109,7 +115,7 @@ def test_monitoring_metrics_by_hand():
     assert c.questions_seen == 6 and c.questions_accepted == 4
     # without gold: the label-free metrics only, nothing counted against gold
     assert set(ttrl_metrics(step, None, None, c, step_index=2)) == {"coverage", "abstention_rate",
-                                                                     "accepted_per_1k", "majority_ratio"}
+                                                                     "accepted_per_1k", "majority_ratio", "vote_tokens"}
     assert c.label_vs_majority["both_right"] == 2
 
 
@@ -341,3 +347,38 @@ def test_agent_option_is_checked():
         TTRLModule(policy=TINY, agent={"max_steps": 0})
     with pytest.raises(UserError, match="no fused view"):
         TTRLModule(policy=TINY, pseudo_labeler="self_harmony", fused_prompt_template=FUSED, agent={})
+
+
+def test_gold_reward_control_is_handed_gold_and_random_reward_a_seed_per_step_and_question():
+    m = _module(SCRIPT, pseudo_labeler="gold_reward")
+    scored = m.scored(m.rollout(BATCH), BATCH)
+    # gold 5, 4, 6 against the trained rows [5, 5, 6], [x, x, 4], [6, 7, 7]; no question abstains
+    assert scored.rewards.tolist() == [1, 1, 0, 0, 0, 1, 1, 0, 0]
+    assert scored.group_mask.tolist() == [True, True, True]
+    assert [lab.label for lab in scored.detail.labels] == ["5", "4", "6"]
+    with pytest.raises(UserError, match="gold_reward rewards with the gold answers.*'b'"):
+        m.scored(m.rollout(BATCH), dict(BATCH, gold=["5", None, "6"]))
+    r = _module(SCRIPT, pseudo_labeler="random_reward")
+    first = [lab.rewards for lab in r.scored(r.rollout(BATCH), BATCH).detail.labels]
+    assert first == [_module(SCRIPT, pseudo_labeler="random_reward").scored(
+        r.rollout(BATCH), BATCH).detail.labels[q].rewards for q in range(3)]  # the same run draws the same
+    assert len({tuple(x) for x in first}) == 3  # every question its own draw
+    assert all(set(x) <= {0.0, 1.0} for x in first)
+
+
+def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
+    """qhat >= 1 (the gold answer without a vote on the dev-cal split) puts every voted answer in every
+    prediction set: pixel would abstain on every question, and the fit says so."""
+    def questions(golds):
+        return [{"id": i, "prompt": p, "gold": g} for i, (p, g) in enumerate(zip(BATCH["prompt"], golds))]
+
+    m = _module(SCRIPT, pseudo_labeler="pixel", labeler_kwargs={"alpha": 0.5})
+    with pytest.warns(UserWarning, match="qhat = 1 .*abstains on every question"):
+        fitted = m.fit_calibration(questions(["99", "98", "97"]))  # no vote is ever right
+    assert fitted["labeler_kwargs"]["conformal_qhat"] >= 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = m.fit_calibration(questions(["5", "4", "7"]))  # the golds hold votes: a useful threshold
+    assert fitted["labeler_kwargs"]["conformal_qhat"] < 1

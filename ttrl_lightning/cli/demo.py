@@ -49,7 +49,7 @@ REPORT_FIELDS = ("accuracy_before", "accuracy_after", "maj_accuracy_before", "ma
                  "label_accuracy", "kl_p95", "accepted_per_1k")
 
 
-def _seed_args(run_seed: int, data_seed: int) -> list[str]:
+def seed_args(run_seed: int, data_seed: int) -> list[str]:
     """Seed options of a ``ttrl fit`` run: the configs' ``${seed_everything}`` interpolations are resolved when
     the file is read, so a later ``--seed_everything`` alone would not reach them; the policy seed (the root of
     every derived seed: sampling, dropout masks) and the data seed are set explicitly."""
@@ -57,7 +57,7 @@ def _seed_args(run_seed: int, data_seed: int) -> list[str]:
             "--data.init_args.seed", str(data_seed)]
 
 
-def _fit(args: list[str]):
+def fit_in_process(args: list[str]):
     """Run ``ttrl fit`` in this process; returns the LightningCLI (its trainer and module)."""
     from .fit import make_cli
 
@@ -91,8 +91,13 @@ def _accuracy(policy, tokenizer, questions: list[dict], k: int, temperature: flo
     return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k}
 
 
-def _curves(trainer) -> dict[str, list[tuple[int, float]]]:
-    """Per-step ``train/kl_p95`` and per-validation ``val/avg@k`` from the run's CSV log."""
+#: the logged metrics the demo plots and averages
+DEMO_CURVES = ("train/kl_p95", "train/label_accuracy", "train/coverage")
+
+
+def logged_curves(trainer, keys: tuple[str, ...] = DEMO_CURVES) -> dict[str, list[tuple[int, float]]]:
+    """``(step, value)`` points of every metric named in ``keys`` and of the per-validation ``val/avg@k`` from
+    the run's CSV log (empty when the run has no CSV logger)."""
     import csv
 
     logger = trainer.logger
@@ -103,8 +108,7 @@ def _curves(trainer) -> dict[str, list[tuple[int, float]]]:
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             for key, value in row.items():
-                if value not in ("", None) and (key.startswith("val/avg@") or key in (
-                        "train/kl_p95", "train/label_accuracy", "train/coverage")):
+                if value not in ("", None) and (key.startswith("val/avg@") or key in keys):
                     curves.setdefault(key, []).append((int(row["step"]), float(value)))
     return curves
 
@@ -176,10 +180,10 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
           "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
         args = ["--config", config_path(SFT_CONFIG), "--trainer.default_root_dir", sft_root,
-                *_seed_args(seed_value, seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
+                *seed_args(seed_value, seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
         if sft_steps:
             args += ["--trainer.max_steps", str(sft_steps)]
-        ckpt = _run_checkpoint(_fit(args))
+        ckpt = _run_checkpoint(fit_in_process(args))
     t_sft = time.perf_counter() - t0
 
     from .fit import parse_config
@@ -210,16 +214,16 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
         t1 = time.perf_counter()
         run_seed = seed_value if ttrl_seed is None else ttrl_seed
         args = ["--config", config_path(TTRL_CONFIG), "--model.init_args.policy.model", ckpt,
-                "--model.init_args.pseudo_labeler", name, *_seed_args(run_seed, seed_value),
+                "--model.init_args.pseudo_labeler", name, *seed_args(run_seed, seed_value),
                 "--data.init_args.n", str(n_questions),
                 "--trainer.default_root_dir", os.path.join(out, "ttrl", name), *DEMO_LABELERS.get(name, []),
                 *(extra_args or {}).get(name, [])]
         if ttrl_steps:
             args += ["--trainer.max_steps", str(ttrl_steps)]
-        cli = _fit(args)
+        cli = fit_in_process(args)
         module = cli.model
         after = _accuracy(module.policy.eval(), module.tokenizer, unlabeled, **eval_kw)
-        curves = _curves(cli.trainer)
+        curves = logged_curves(cli.trainer)
         counters = module.counters
         seen = max(counters.questions_seen, 1)
         entry = {

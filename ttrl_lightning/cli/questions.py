@@ -2,13 +2,14 @@
 ``ttrl generate`` all read.
 
     ttrl questions --task reasoning_gym:chain_sum --config '{"min_terms": 2, "max_terms": 2}' --n 300 \\
-        --seed 1 --out questions/chain_sum.jsonl
+        --seed 1 --instruction "Answer with just the number." --out questions/chain_sum.jsonl
 
 writes one JSON line per question (``id``, ``prompt``, ``gold``; :func:`ttrl_lightning.data.questions.read_questions`
 reads it back before the command ends), atomically. ``--task`` is a generated task of ``data.tasks.TASKS`` or a
 reasoning-gym generator (``reasoning_gym:<name>``, extra ``real-model``), ``--config`` its settings as a JSON
-object. The prompts are written as the generator gives them: the chat template is applied by the commands that
-sample (``prompt_format``).
+object, ``--instruction`` a sentence appended to every prompt (``data.questions.with_instruction``). The prompts
+are written as the generator gives them (plus the instruction): the chat template is applied by the commands
+that sample (``prompt_format``).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ def build_parser() -> CommandParser:
     p.add_argument("--config", default="{}", metavar="JSON", help="the task's settings, a JSON object")
     p.add_argument("--n", type=positive_int, default=64, help="questions to write")
     p.add_argument("--seed", type=seed, default=0, help="seed of the questions")
+    p.add_argument("--instruction", default=None, metavar="TEXT",
+                   help="a sentence appended to every prompt (e.g. 'Answer with just the number.')")
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="the question file to write")
     return p
 
@@ -42,7 +45,7 @@ def questions_main(argv: list[str]) -> int:
         parser.error(f"argument --config: not JSON ({err.msg})")
     if not isinstance(config, dict):
         parser.error(f"argument --config: a JSON object of the task's settings, got {args.config!r}")
-    from ..data.questions import questions_from_task, read_questions
+    from ..data.questions import questions_from_task, read_questions, with_instruction
     from ..data.reasoning_gym_tasks import is_reasoning_gym
     from ..data.tasks import TASKS
 
@@ -53,6 +56,7 @@ def questions_main(argv: list[str]) -> int:
         questions = questions_from_task(args.task, args.n, args.seed, **config)
     except TypeError as err:
         raise UserError(f"{args.task}: bad --config ({err})") from None
+    questions = with_instruction(questions, args.instruction)
     folder = os.path.dirname(os.path.abspath(args.out))
     os.makedirs(folder, exist_ok=True)
     with atomic_write(args.out) as fh:

@@ -40,7 +40,7 @@ from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
-           "questions_from_task", "collate_questions", "QuestionDataModule", "few_ids"]
+           "questions_from_task", "with_instruction", "collate_questions", "QuestionDataModule", "few_ids"]
 
 #: The columns a question file may have (any other column is refused).
 QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
@@ -238,6 +238,17 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
     return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["answer"], "choices": None,
              "images": [], "reframed_prompt": None}
             for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
+
+
+def with_instruction(questions: list[dict], instruction: str | None) -> list[dict]:
+    """The questions with ``instruction`` appended to every prompt after one space (``"... 3 + 4 =" ->
+    "... 3 + 4 = Answer with just the number."``); ``None`` or ``""`` leaves them as they are. It is part of the
+    question as written, so a question file holds it and every command that samples sees the same text."""
+    if not instruction:
+        return list(questions)
+    if not isinstance(instruction, str) or not instruction.strip():
+        raise UserError(f"an instruction is a non-blank string, got {instruction!r}")
+    return [dict(q, prompt=f"{q['prompt']} {instruction.strip()}") for q in questions]
 
 
 def collate_questions(items: list[dict]) -> dict[str, list]:

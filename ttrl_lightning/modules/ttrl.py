@@ -24,7 +24,9 @@ records, as TTRL-on-verl labels in its reward stage:
                         token KL (``StepStats``)
 
 **Gold never reaches a reward**: the pseudo-labels are computed from the rollouts alone; the batch's ``gold``
-column is read afterwards by ``ttrl_metrics``, for the logged metrics only (its docstring lists them).
+column is read afterwards by ``ttrl_metrics``, for the logged metrics only (its docstring lists them). The one
+exception is a control, not a test-time method: the ``gold_reward`` labeler (RLVR's upper bound), whose spec
+``reads_gold``, is handed each question's gold answer.
 
 What the module supplies around each labeler (its per-token signals, views, default advantage, extra inputs
 and calibration) is the labeler's ``LabelerSpec`` (``modules.ttrl_labelers.TTRL_LABELERS``): ``pixel`` gets
@@ -260,6 +262,12 @@ class TTRLModule(GRPOModule):
         records = self.vote_records(votes, ids * (len(views) // Q), views, choices)
         name = self.hparams.pseudo_labeler
         extra = self.labeler.inputs(self, votes, records) if self.labeler.inputs else [{} for _ in records]
+        if self.labeler.reads_gold:  # the gold_reward control (module docstring)
+            golds = batch.get("gold")
+            missing = [ids[q] for q in range(Q) if golds is None or golds[q] is None]
+            if missing:
+                raise UserError(f"{name} rewards with the gold answers, but questions {missing[:5]} have none")
+            extra = [dict(e, gold=str(golds[q])) for q, e in enumerate(extra)]
         kwargs = dict(self.labeler_kwargs)
         if self.calibration:
             kwargs.update(self.calibration.get("labeler_kwargs", {}))

@@ -13,7 +13,9 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
   the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
 * ``calibration``: ``fn(module, votes, records, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
-* ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``).
+* ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``);
+* ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
+  control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``).
 
 A labeler registered without a spec (e.g. a user's own) votes over the original view, needs no signals and
 takes GRPO's advantage.
@@ -47,6 +49,7 @@ class LabelerSpec:
     inputs: Callable[..., list[dict]] | None = None
     calibration: Callable[..., dict] | None = None
     options: tuple[str, ...] = ()
+    reads_gold: bool = False
 
     @property
     def fused(self) -> bool:
@@ -121,7 +124,24 @@ def pixel_calibration(module, votes: Rollouts, records: list[dict], golds: list[
     kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
     cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
                           reliability=[e["reliability"] for e in extra], **kwargs)
+    if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: pixel can never label
+        from lightning.pytorch.utilities import rank_zero_warn
+
+        rank_zero_warn(f"pixel: the conformal threshold fitted on the {len(golds)} dev-cal questions is qhat = "
+                       f"{cal.conformal_qhat:g} (the gold answer got no vote on too many of them), so every "
+                       "prediction set holds every voted answer and pixel abstains on every question. Use a "
+                       "larger or easier dev-cal split, more votes, or a larger labeler_kwargs alpha")
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
+
+
+def random_reward_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
+    """Each question's ``random_reward`` seed, derived from the policy seed, the step, the question's place in
+    the batch and the rank: the same run draws the same rewards, every step and question new ones."""
+    from ttrl_lightning.seeding import derive_seed
+
+    world = module._trainer.world_size if module._trainer is not None else 1  # no trainer: a unit test's step
+    step = module.global_step * world + module.global_rank
+    return [{"seed": derive_seed(module.policy_spec.seed, "random_reward", step, q)} for q in range(len(records))]
 
 
 TTRL_LABELERS.register("majority", LabelerSpec())
@@ -131,3 +151,5 @@ TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",)
 TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",)))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
                                            inputs=pixel_inputs, calibration=pixel_calibration))
+TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs))
+TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))

@@ -11,7 +11,10 @@ checkpointed with the module):
 * ``coverage`` / ``abstention_rate``: questions labelled / abstained; ``err_at_sel``: error of the labels on
   the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
   contributed gradient) per 1,000 processed questions, cumulative over the run;
+* ``vote_tokens``: completion tokens sampled for the votes (every view), the step's sampling work;
 * ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens;
+* ``vote_accuracy``: the share of the original view's M votes whose answer is right (avg@M of the batch's
+  questions under the policy sampling them: the trained-on accuracy over steps, measured at no extra cost);
 * ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
   accuracy on an online stream; Pixelis' "before" on the stream); ``TTRLCounters.label_vs_majority`` counts,
   over the run, over the labelled questions, those whose pseudo-label is right where that majority is wrong
@@ -80,6 +83,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
         "abstention_rate": 1 - sum(accepted) / Q,
         "accepted_per_1k": 1000.0 * counters.questions_accepted / max(counters.questions_seen, 1),
         "majority_ratio": sum(_majority_ratio(a) for a in step.answers) / Q,
+        "vote_tokens": float(step.votes.num_completion_tokens),
     }
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
         rows = step.group_mask.repeat_interleave(step.num_trained).to(token_kl.device)
@@ -90,7 +94,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
     if not golds or all(g is None for g in golds):
         return out
     choices = choices or [None] * Q
-    labelled, right, online = 0, 0, []
+    labelled, right, online, votes_right = 0, 0, [], []
     rew_agree, rew_total = 0, 0
     N, M = step.num_trained, step.num_votes
     rewards = step.rewards.view(-1, N)
@@ -100,6 +104,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
         correct = _correct_classes(step.answers[q], str(gold))
         majority_right = aggregate(step.answers[q][:M], "majority").answer in correct  # the original view's
         online.append(majority_right)
+        votes_right.append(sum(a in correct for a in step.answers[q][:M]) / M)
         label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold))
         if lab.abstain:
             counters.label_vs_majority["abstained"] += 1
@@ -116,6 +121,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
                 rew_total += 1
     if online:
         out["online_accuracy"] = sum(online) / len(online)
+        out["vote_accuracy"] = sum(votes_right) / len(votes_right)
     if labelled:
         out["label_accuracy"] = right / labelled
         out["err_at_sel"] = 1 - right / labelled

@@ -14,13 +14,15 @@ name                label and reward                                            
 ``pixel``           vote weighted by ``exp(-H) Cal VisFid r``; ``1[y = y*]``         Pixelis sec. 3.2.3
 ``self_certainty``  no label; mean token self-certainty                              Intuitor
 ``entropy``         no label; minus mean token entropy                               RENT
+``random_reward``   no label; Bernoulli(0.5) per rollout (a control)                 Spurious Rewards
+``gold_reward``     the gold answer; ``1[y = gold]`` (a control: it reads gold)      RLVR
 ==================  ===============================================================  ======================
 
 Abstention (``abstain=True``, ``label=None``, all rewards 0): ``majority`` and ``visconf`` when the
 unextractable answers win the vote, ``self_harmony`` when no answer is common to both views, ``pixel``
 also on a tie, a weighted margin below ``delta`` or a conformal set that is not one answer.
 """
-from . import intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
+from . import controls, intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
 from ..answers.fused_format import FUSED_SECTIONS, fused_format_score, fused_template
 from .label import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,

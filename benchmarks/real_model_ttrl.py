@@ -1,0 +1,427 @@
+"""A real pretrained model improves itself without labels (or does not): TTRL arms on SmolLM2-135M-Instruct with
+reasoning-gym tasks, against a random-reward and a gold-reward control.
+
+1. **Scan, before any training.** Every ``--candidates`` task (a reasoning-gym generator and difficulty, with the
+   run's instruction, temperature and token budget) is sampled ``--k`` times on ``--n-scan`` questions of seed 0
+   (questions the runs never see); a task is in TTRL's regime when maj@k - avg@k >= 10 points and
+   15% <= avg@k <= 60% (``real_model_scan.in_regime``). The runs train on the first ``--max-tasks`` tasks in the
+   regime; the first candidate outside it is the "other task" nobody trains on.
+2. **Question files** (``ttrl questions`` form, the instruction appended): per trained task an unlabeled
+   training split (seed 1), a held-out split (seed 2) and a labelled dev-cal split for pixel (seed 4); the
+   other task's evaluation split (seed 3).
+3. **Arms**, each ``ttrl fit --config configs/ttrl/real_smollm2.yaml`` from the same checkpoint, ``--seeds``
+   seeds each (the seed drives sampling, data order and the random rewards): ``majority``, ``self_harmony``
+   (its reframe instruction inside the chat model's user turn; M/2 + M/2 votes, N/2 + N/2 trained: the same
+   rows per question), ``pixel`` (text form), ``self_certainty`` (Intuitor-like), ``random_reward``
+   (Bernoulli 0.5: Spurious Rewards' control, arXiv 2506.10947) and ``gold_reward`` (RLVR with the true
+   answers: the upper bound).
+4. **Evaluation** of the checkpoint and of every run's final policy with the same sampling seed: avg@k and maj@k
+   on the trained-on questions (TTRL's protocol), on the held-out split of the same task and on the other
+   task. Per run also label accuracy, token-KL P95 (mean of the per-step P95), sampled vote tokens per second
+   of training and wall time; per step the trained-on vote accuracy (``train/vote_accuracy``: avg@M of the
+   batch's votes).
+
+Prints the scan, then one row per arm (means over seeds; gain = after - before, spread = max - min of the
+seeds' avg@k after), then the issue's checks: majority's trained-on gain against the seeds' spread and the
+random-reward arm's gain, and whether gold reward bounds the table. Writes ``real_model_ttrl.json`` (rewritten
+after every run; ``--resume`` keeps the runs already in it) and ``real_model_ttrl.png`` (vote accuracy and
+KL P95 over steps per arm, mean over seeds).
+
+    ttrl model import --out models/smollm2
+    python benchmarks/real_model_ttrl.py --model models/smollm2                  # the default, about 1.5 h here
+    python benchmarks/real_model_ttrl.py --model models/smollm2 --arms majority random_reward --seeds 0
+
+Hyper-parameters are the config's and were not tuned on any split (lr is TTRLModule's default). Numbers from
+this script describe a 135M-parameter model on procedural arithmetic, nothing larger.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from real_model_scan import CANDIDATES, in_regime  # noqa: E402
+
+CONFIG = "ttrl/real_smollm2.yaml"
+#: arm -> its ``ttrl fit`` options beyond the config's
+ARMS: dict[str, list[str]] = {
+    "majority": [],
+    "self_harmony": ["--model.init_args.num_votes", "{half_votes}", "--model.init_args.num_generations",
+                     "{half_generations}"],
+    "pixel": [],
+    "self_certainty": [],
+    "random_reward": [],
+    "gold_reward": [],
+}
+#: the per-step metrics kept per run (the plot's and the table's)
+CURVES = ("train/vote_accuracy", "train/label_accuracy", "train/kl_p95", "train/vote_tokens", "train/coverage")
+#: question seeds: the scan's, the training split's, the held-out split's, the other task's, pixel's dev-cal
+SCAN_SEED, TRAIN_SEED, HELD_OUT_SEED, OTHER_SEED, CALIBRATION_SEED = 0, 1, 2, 3, 4
+INSTRUCTION = "Answer with just the number."
+#: --engine -> the engine spec of the runs and the evaluation (vLLM's context sized to the short prompts)
+ENGINES = {"hf": "hf", "vllm": {"name": "vllm", "max_model_len": 256}}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True, help="a local checkpoint folder (ttrl model import --out DIR)")
+    p.add_argument("--out", default="outputs/bench/real_model_ttrl")
+    p.add_argument("--candidates", nargs="+", choices=sorted(CANDIDATES),
+                   default=["chain_sum:2x1", "basic_arithmetic:2x1", "chain_sum:3x1"])
+    p.add_argument("--max-tasks", type=int, default=1, help="tasks in the regime trained on (the first ones)")
+    p.add_argument("--train-on", nargs="+", choices=sorted(CANDIDATES), default=None,
+                   help="train on these candidates whatever the scan says (the scan is still run and printed)")
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--n-scan", type=int, default=24, help="scan questions per candidate")
+    p.add_argument("--n-train", type=int, default=24, help="unlabeled training questions per trained task")
+    p.add_argument("--n-eval", type=int, default=16, help="questions of the held-out and other-task splits")
+    p.add_argument("--n-calibration", type=int, default=16, help="pixel's labelled dev-cal questions")
+    p.add_argument("--k", type=int, default=16, help="samples per question in the scan and the evaluation")
+    p.add_argument("--epochs", type=int, default=2, help="epochs over the training split")
+    p.add_argument("--instruction", default=INSTRUCTION, help="appended to every prompt ('' for none)")
+    p.add_argument("--engine", choices=sorted(ENGINES), default="hf", help="rollout engine of the scan, the evaluation and the runs "
+                   "(hf: measured faster than vllm on a 2-core CPU; vllm on a GPU)")
+    p.add_argument("--resume", action="store_true", help="keep the runs already in --out's JSON")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.fit import parse_config
+    from ttrl_lightning.models import load_model, load_tokenizer
+    from ttrl_lightning.safe_files import atomic_write
+
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "real_model_ttrl.json")
+    base = parse_config(["--config", config_path(CONFIG)]).model.init_args
+    settings = {"model": os.path.abspath(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
+                "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval, "epochs": args.epochs,
+                "instruction": args.instruction, "engine": args.engine, "temperature": base.sampling.temperature,
+                "max_new_tokens": base.sampling.max_new_tokens, "num_votes": base.num_votes,
+                "num_generations": base.num_generations, "lr": _field(base.policy, "lr")}
+    report = _resumed(json_path, settings) if args.resume else None
+    report = report or {"settings": settings, "scan": {}, "before": {}, "runs": {}}
+    t_start = time.perf_counter()
+
+    def save() -> None:
+        report["seconds"] = round(report.get("seconds", 0) + time.perf_counter() - save.t, 1)
+        save.t = time.perf_counter()
+        with atomic_write(json_path) as fh:
+            json.dump(report, fh, indent=1)
+    save.t = t_start
+
+    tok = load_tokenizer(args.model)
+    model = load_model(args.model, tok).eval()
+    evaluate = _evaluator(tok, args)
+
+    # 1. the scan, before any training
+    print(f"== scan: avg@{args.k} / maj@{args.k} of the checkpoint on {args.n_scan} questions per candidate "
+          f"(seed {SCAN_SEED}, T {settings['temperature']}, {settings['max_new_tokens']} new tokens)", flush=True)
+    for name in args.candidates:
+        if name not in report["scan"]:
+            report["scan"][name] = evaluate(model, name, args.n_scan, SCAN_SEED)
+            save()
+        e = report["scan"][name]
+        e["in_regime"] = in_regime(e["avg"], e["maj"])
+        print(f"  {name:<22} avg {100 * e['avg']:5.1f}%  maj {100 * e['maj']:5.1f}%  lead "
+              f"{100 * (e['maj'] - e['avg']):+5.1f}  {'in the regime' if e['in_regime'] else 'outside'}  "
+              f"(score_answer-only / equivalence-only: {e['gold_check']['score_answer_only']} / "
+              f"{e['gold_check']['project_only']})", flush=True)
+    regime = [n for n in args.candidates if report["scan"][n]["in_regime"]]
+    if args.train_on:
+        regime = list(args.train_on)
+        print(f"--train-on: training on {', '.join(regime)} whatever the scan says")
+    others = [n for n in args.candidates if n not in regime]
+    if not regime:
+        print("no candidate is in TTRL's regime: nothing to train (the scan above is the result)")
+        save()
+        return 0
+    tasks, other = regime[:args.max_tasks], (others or [None])[0]
+    skipped = regime[args.max_tasks:]
+    print(f"trained on: {', '.join(tasks)}" + (f" (also in the regime, not trained: {', '.join(skipped)}; "
+          "--max-tasks)" if skipped else "") + f"; other task: {other or 'none (every candidate is in the regime)'}")
+    report["tasks"], report["other_task"] = tasks, other
+
+    # 2. question files, 3. the checkpoint's accuracy
+    files = _question_files(args, tasks, other)
+    report["files"] = files
+    for task in tasks:
+        if task not in report["before"]:
+            report["before"][task] = _splits(evaluate, model, args, task, other)
+            save()
+        _print_splits(f"checkpoint, {task}", report["before"][task], args.k)
+
+    # 4. the arms
+    for task in tasks:
+        for arm in args.arms:
+            for s in args.seeds:
+                key = f"{task}/{arm}/seed{s}"
+                if key in report["runs"]:
+                    continue
+                print(f"\n== {key}: ttrl fit ({len(report['runs']) + 1} of "
+                      f"{len(tasks) * len(args.arms) * len(args.seeds)})", flush=True)
+                report["runs"][key] = _run(args, base, files, task, other, arm, s, evaluate)
+                _print_splits(key, report["runs"][key]["after"], args.k)
+                save()
+    report["summary"] = {task: _summary(report, task, args) for task in tasks}
+    save()
+    for task in tasks:
+        print(_table(report, task, args.k))
+        print(_checks(report["summary"][task], args.k))
+    _plot(report, os.path.join(args.out, "real_model_ttrl.png"))
+    print(f"\nwall time {report['seconds'] / 60:.1f} min; {json_path}; "
+          f"{os.path.join(args.out, 'real_model_ttrl.png')}")
+    return 0
+
+
+def _field(spec, name: str):
+    """A field of a parsed config's dataclass argument (a mapping or a namespace)."""
+    return spec[name] if isinstance(spec, dict) else getattr(spec, name)
+
+
+def _resumed(path: str, settings: dict) -> dict | None:
+    """The report at ``path`` when it was written with the same settings (else None: start again)."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        old = json.load(fh)
+    if old.get("settings") != settings:
+        print(f"--resume: {path} was written with other settings; starting again", flush=True)
+        return None
+    print(f"--resume: keeping {len(old.get('runs', {}))} runs of {path}", flush=True)
+    return old
+
+
+def _questions(name: str, n: int, seed: int, instruction: str) -> list[dict]:
+    from ttrl_lightning.data.questions import questions_from_task, with_instruction
+    from ttrl_lightning.data.reasoning_gym_tasks import PREFIX
+
+    generator, config = CANDIDATES[name]
+    return with_instruction(questions_from_task(PREFIX + generator, n, seed, **config), instruction)
+
+
+def _question_files(args, tasks: list[str], other: str | None) -> dict[str, str]:
+    """The splits as question files (``ttrl questions``' format): ``{"<task>/<split>": path}``."""
+    from ttrl_lightning.safe_files import atomic_write
+
+    folder = os.path.join(args.out, "questions")
+    os.makedirs(folder, exist_ok=True)
+    want = {}
+    for task in tasks:
+        want[f"{task}/train"] = (task, args.n_train, TRAIN_SEED)
+        want[f"{task}/held_out"] = (task, args.n_eval, HELD_OUT_SEED)
+        want[f"{task}/calibration"] = (task, args.n_calibration, CALIBRATION_SEED)
+    if other:
+        want[f"{other}/other"] = (other, args.n_eval, OTHER_SEED)
+    files = {}
+    for key, (task, n, seed) in want.items():
+        path = os.path.join(folder, key.replace(":", "_").replace("/", "_") + ".jsonl")
+        with atomic_write(path) as fh:
+            for q in _questions(task, n, seed, args.instruction):
+                fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}) + "\n")
+        files[key] = path
+    return files
+
+
+def _evaluator(tok, args):
+    """``evaluate(model, task, n, seed) -> {avg, maj, pass, gold_check, seconds}``: the ``n`` questions of
+    ``task`` drawn with ``seed`` (``_questions``, the files' own), sampled at the config's sampling with seed 0
+    and the chat template (the one prompt rule), scored by answer equivalence and, beside it, by
+    reasoning-gym's ``score_answer`` (``gold_check``: their disagreements counted)."""
+    from ttrl_lightning.answers import ANSWER_EXTRACTORS
+    from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.fit import parse_config
+    from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
+    from ttrl_lightning.eval.sampled import evaluate_sampled
+    from ttrl_lightning.prompt_format import format_prompt
+    from ttrl_lightning.rollout import SamplingParams, build_engine
+
+    h = parse_config(["--config", config_path(CONFIG)]).model.init_args
+    params = SamplingParams(n=args.k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
+                            seed=0)
+    engine = build_engine(ENGINES[args.engine], tok)
+    extract = ANSWER_EXTRACTORS[h.answer_extractor]
+
+    def evaluate(model, task: str, n: int, seed: int) -> dict:
+        t0 = time.perf_counter()
+        questions = _questions(task, n, seed, args.instruction)
+        prompts = [dict(q, prompt=format_prompt(q["prompt"], h.prompt_format, tok)) for q in questions]
+        metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=32, engine=engine,
+                                      extract=extract, progress=True)
+        generator, config = CANDIDATES[task]
+        check = sampled_gold_check(PREFIX + generator, n, seed, metrics.per_question, **config)
+        return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k, "gold_check": check,
+                "seconds": round(time.perf_counter() - t0, 1)}
+    return evaluate
+
+
+def _splits(evaluate, model, args, task: str, other: str | None) -> dict:
+    """The trained-on, held-out and other-task accuracy of ``model``."""
+    splits = {"trained_on": (task, args.n_train, TRAIN_SEED), "held_out": (task, args.n_eval, HELD_OUT_SEED)}
+    if other:
+        splits["other_task"] = (other, args.n_eval, OTHER_SEED)
+    return {name: evaluate(model, *spec) for name, spec in splits.items()}
+
+
+def _print_splits(title: str, splits: dict, k: int) -> None:
+    cells = "  ".join(f"{split} avg@{k} {100 * e['avg']:5.1f}% maj@{k} {100 * e['maj']:5.1f}%"
+                      for split, e in splits.items())
+    print(f"  {title}: {cells}", flush=True)
+
+
+def _run(args, base, files: dict, task: str, other: str | None, arm: str, seed: int, evaluate) -> dict:
+    from ttrl_lightning.cli.demo import fit_in_process, logged_curves, seed_args
+    from ttrl_lightning.cli.configs import config_path
+
+    extra = [o.format(half_votes=base.num_votes // 2, half_generations=base.num_generations // 2)
+             for o in ARMS[arm]]
+    if arm == "pixel":
+        extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
+    root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
+    fit_args = ["--config", config_path(CONFIG), "--model.init_args.policy.model", args.model,
+                "--model.init_args.pseudo_labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
+                *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/train"],
+                "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
+    t0 = time.perf_counter()
+    cli = fit_in_process(fit_args)
+    fit_seconds = time.perf_counter() - t0
+    curves = logged_curves(cli.trainer, CURVES)
+    policy = cli.model.policy.eval()
+    after = _splits(evaluate, policy, args, task, other)
+    vote_tokens = sum(v for _, v in curves.get("train/vote_tokens", []))
+    return {"arm": arm, "seed": seed, "task": task, "after": after, "steps": int(cli.trainer.global_step),
+            "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
+            "coverage": _mean(curves.get("train/coverage")),
+            "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
+            "fit_seconds": round(fit_seconds, 1), "seconds": round(time.perf_counter() - t0, 1),
+            "curves": curves}
+
+
+def _cli_value(spec) -> str:
+    """An engine spec as a command-line value: a name as it is, a mapping as JSON."""
+    return spec if isinstance(spec, str) else json.dumps(spec)
+
+
+def _mean(points) -> float | None:
+    return sum(v for _, v in points) / len(points) if points else None
+
+
+def _summary(report: dict, task: str, args) -> dict:
+    """Per arm: means over seeds of every split's avg/maj after, gains over the checkpoint, the seeds' spread
+    of avg after, and the run metrics."""
+    before = report["before"][task]
+    out = {"before": before, "arms": {}}
+    for arm in args.arms:
+        runs = [report["runs"][f"{task}/{arm}/seed{s}"] for s in args.seeds
+                if f"{task}/{arm}/seed{s}" in report["runs"]]
+        if not runs:
+            continue
+        entry: dict = {"seeds": [r["seed"] for r in runs]}
+        for split in before:
+            avg = [r["after"][split]["avg"] for r in runs]
+            maj = [r["after"][split]["maj"] for r in runs]
+            entry[split] = {"avg": statistics.mean(avg), "maj": statistics.mean(maj),
+                            "avg_gain": statistics.mean(avg) - before[split]["avg"],
+                            "maj_gain": statistics.mean(maj) - before[split]["maj"],
+                            "avg_spread": max(avg) - min(avg), "avg_per_seed": avg}
+        for name in ("label_accuracy", "kl_p95", "vote_tokens_per_s", "fit_seconds", "seconds"):
+            vals = [r[name] for r in runs if r[name] is not None]
+            entry[name] = statistics.mean(vals) if vals else None
+        out["arms"][arm] = entry
+    return out
+
+
+def _table(report: dict, task: str, k: int) -> str:
+    s = report["summary"][task]
+    splits = list(s["before"])
+    pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
+    head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
+                                    for split in splits)
+    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7}"
+    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first", head, "-" * len(head)]
+    row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
+                                          for sp in splits)
+    lines.append(row)
+    for arm, e in s["arms"].items():
+        row = f"{arm:<15}"
+        for sp in splits:
+            cell = f"{pct(e[sp]['avg'])} ({100 * e[sp]['avg_gain']:+5.1f}, {100 * e[sp]['avg_spread']:4.1f})"
+            row += f" {cell:>32} {pct(e[sp]['maj']):>6}"
+        kl = "n/a" if e["kl_p95"] is None else f"{e['kl_p95']:.3f}"
+        tps = "n/a" if e["vote_tokens_per_s"] is None else f"{e['vote_tokens_per_s']:.0f}"
+        row += f" {pct(e['label_accuracy']):>9} {kl:>7} {tps:>6} {e['seconds'] / 60:7.1f}"
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def _compared(a: float, b: float) -> str:
+    """``a`` against ``b`` as the table prints them: accuracies are counts over k x questions, so two equal
+    counts can differ by float round-off, and a tie is said as one (never as "exceeds")."""
+    if abs(a - b) <= 1e-9:
+        return "equals it (does not exceed)"
+    return "exceeds" if a > b else "does not exceed"
+
+
+def _checks(summary: dict, k: int) -> str:
+    """The issue's acceptance checks, as measured."""
+    arms = summary["arms"]
+    lines = []
+    if "majority" in arms:
+        m = arms["majority"]["trained_on"]
+        before = summary["before"]["trained_on"]["avg"]
+        per_seed = ", ".join(f"{100 * (a - before):+.1f}" for a in m["avg_per_seed"])
+        line = (f"majority: trained-on avg@{k} gain {100 * m['avg_gain']:+.1f} (per seed: {per_seed}) "
+                f"vs its seeds' spread {100 * m['avg_spread']:.1f}: {_compared(m['avg_gain'], m['avg_spread'])}")
+        if "random_reward" in arms:
+            r = arms["random_reward"]["trained_on"]["avg_gain"]
+            line += f"; vs random reward's gain {100 * r:+.1f}: {_compared(m['avg_gain'], r)}"
+        lines.append(line)
+    if "gold_reward" in arms:
+        g = arms["gold_reward"]["trained_on"]["avg"]
+        above = [a for a, e in arms.items() if a != "gold_reward" and e["trained_on"]["avg"] > g]
+        lines.append(f"gold reward: trained-on avg@{k} {100 * g:.1f}%, " + (
+            "bounds every arm from above" if not above else f"below {', '.join(above)} (see the note in the README)"))
+    return "\n".join(lines)
+
+
+def _plot(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ttrl_lightning.safe_files import atomic_write_path
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
+        runs = [r for r in report["runs"].values() if r["arm"] == arm]
+        for ax, key, scale in ((axes[0], "train/vote_accuracy", 100), (axes[1], "train/kl_p95", 1)):
+            by_step: dict[int, list[float]] = {}
+            for r in runs:
+                for step, v in r["curves"].get(key, []):
+                    by_step.setdefault(step, []).append(v)
+            if by_step:
+                steps = sorted(by_step)
+                ax.plot(steps, [scale * statistics.mean(by_step[s]) for s in steps], marker=".", label=arm,
+                        color=f"C{i}")  # one colour per arm in both panels (pixel logs no KL: it never updates)
+    axes[0].set_ylabel("trained-on vote accuracy, avg@M (%)")
+    axes[1].set_ylabel("token KL to the initial policy, P95")
+    for ax in axes:
+        ax.set_xlabel("TTRL step")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{os.path.basename(report['settings']['model'])}: mean over seeds {report['settings']['seeds']}",
+                 fontsize=9)
+    fig.tight_layout()
+    with atomic_write_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
