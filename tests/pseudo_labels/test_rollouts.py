@@ -4,13 +4,16 @@ from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, pseudo_label
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 
-LABELERS = ["majority", "self_harmony", "visconf", "pixel", "self_certainty", "entropy"]
+LABELERS = ["majority", "self_harmony", "visconf", "pixel", "self_certainty", "entropy", "random_reward",
+            "gold_reward"]
+#: the options a labeler needs besides the rollouts (the controls: a seed, the gold answer)
+NEEDS = {"random_reward": {"seed": 0}, "gold_reward": {"gold": "1"}}
 
 
 @pytest.mark.parametrize("method", LABELERS)
 def test_empty_rollouts_is_a_clear_error(method):
     with pytest.raises(PseudoLabelError, match=f"{method}: rollouts is empty"):
-        pseudo_label(method, [])
+        pseudo_label(method, [], **NEEDS.get(method, {}))
 
 
 @pytest.mark.parametrize("method", LABELERS)
@@ -23,7 +26,7 @@ def test_non_finite_signal_names_rollout_field_and_token(method, bad, shown):
         {"answer": "5", "view": "original", "self_certainty": [1.0, 2.0], "entropy": [0.1, bad]},
     ]
     with pytest.raises(PseudoLabelError) as err:
-        pseudo_label(method, rollouts)
+        pseudo_label(method, rollouts, **NEEDS.get(method, {}))
     msg = str(err.value)
     assert f"{method}: rollouts[2].entropy" in msg and shown in msg and "token 1" in msg
 
