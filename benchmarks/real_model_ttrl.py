@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tok = load_tokenizer(args.model)
     model = load_model(args.model, tok).eval()
-    evaluate = _evaluator(tok, args)
+    evaluate = _evaluator(tok, args, base)
 
     # 1. the scan, before any training
     print(f"== scan: avg@{args.k} / maj@{args.k} of the checkpoint on {args.n_scan} questions per candidate "
@@ -206,43 +206,40 @@ def _questions(name: str, n: int, seed: int, instruction: str) -> list[dict]:
     return with_instruction(questions_from_task(PREFIX + generator, n, seed, **config), instruction)
 
 
+def _split_specs(args, task: str, other: str | None) -> dict[str, tuple[str, int, int]]:
+    """Every split of a trained task: name -> (candidate, questions, seed); the evaluated ones first."""
+    specs = {"trained_on": (task, args.n_train, TRAIN_SEED), "held_out": (task, args.n_eval, HELD_OUT_SEED)}
+    if other:
+        specs["other_task"] = (other, args.n_eval, OTHER_SEED)
+    specs["calibration"] = (task, args.n_calibration, CALIBRATION_SEED)
+    return specs
+
+
 def _question_files(args, tasks: list[str], other: str | None) -> dict[str, str]:
     """The splits as question files (``ttrl questions``' format): ``{"<task>/<split>": path}``."""
-    from ttrl_lightning.safe_files import atomic_write
+    from ttrl_lightning.data.questions import write_questions
 
-    folder = os.path.join(args.out, "questions")
-    os.makedirs(folder, exist_ok=True)
-    want = {}
-    for task in tasks:
-        want[f"{task}/train"] = (task, args.n_train, TRAIN_SEED)
-        want[f"{task}/held_out"] = (task, args.n_eval, HELD_OUT_SEED)
-        want[f"{task}/calibration"] = (task, args.n_calibration, CALIBRATION_SEED)
-    if other:
-        want[f"{other}/other"] = (other, args.n_eval, OTHER_SEED)
     files = {}
-    for key, (task, n, seed) in want.items():
-        path = os.path.join(folder, key.replace(":", "_").replace("/", "_") + ".jsonl")
-        with atomic_write(path) as fh:
-            for q in _questions(task, n, seed, args.instruction):
-                fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}) + "\n")
-        files[key] = path
+    for task in tasks:
+        for split, (name, n, seed) in _split_specs(args, task, other).items():
+            key = f"{task}/{split}"
+            path = os.path.join(args.out, "questions", key.replace(":", "_").replace("/", "_") + ".jsonl")
+            write_questions(path, _questions(name, n, seed, args.instruction))
+            files[key] = path
     return files
 
 
-def _evaluator(tok, args):
+def _evaluator(tok, args, h):
     """``evaluate(model, task, n, seed) -> {avg, maj, pass, gold_check, seconds}``: the ``n`` questions of
-    ``task`` drawn with ``seed`` (``_questions``, the files' own), sampled at the config's sampling with seed 0
+    ``task`` drawn with ``seed`` (``_questions``, the files' own), sampled at the config's (``h``, its parsed ``model.init_args``) sampling with seed 0
     and the chat template (the one prompt rule), scored by answer equivalence and, beside it, by
     reasoning-gym's ``score_answer`` (``gold_check``: their disagreements counted)."""
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
-    from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.fit import parse_config
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
     from ttrl_lightning.prompt_format import format_prompt
     from ttrl_lightning.rollout import SamplingParams, build_engine
 
-    h = parse_config(["--config", config_path(CONFIG)]).model.init_args
     params = SamplingParams(n=args.k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
                             seed=0)
     engine = build_engine(ENGINES[args.engine], tok)
@@ -262,11 +259,9 @@ def _evaluator(tok, args):
 
 
 def _splits(evaluate, model, args, task: str, other: str | None) -> dict:
-    """The trained-on, held-out and other-task accuracy of ``model``."""
-    splits = {"trained_on": (task, args.n_train, TRAIN_SEED), "held_out": (task, args.n_eval, HELD_OUT_SEED)}
-    if other:
-        splits["other_task"] = (other, args.n_eval, OTHER_SEED)
-    return {name: evaluate(model, *spec) for name, spec in splits.items()}
+    """The trained-on, held-out and other-task accuracy of ``model`` (not the dev-cal split)."""
+    return {name: evaluate(model, *spec) for name, spec in _split_specs(args, task, other).items()
+            if name != "calibration"}
 
 
 def _print_splits(title: str, splits: dict, k: int) -> None:
@@ -286,7 +281,7 @@ def _run(args, base, files: dict, task: str, other: str | None, arm: str, seed: 
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
     fit_args = ["--config", config_path(CONFIG), "--model.init_args.policy.model", args.model,
                 "--model.init_args.pseudo_labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
-                *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/train"],
+                *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
     t0 = time.perf_counter()
     cli = fit_in_process(fit_args)

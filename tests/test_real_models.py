@@ -101,6 +101,14 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
     assert report["tasks"] == ["chain_sum:2x1"] and report["other_task"] == "basic_arithmetic:2x1"
     assert set(report["runs"]) == {"chain_sum:2x1/majority/seed0", "chain_sum:2x1/gold_reward/seed0"}
+    from ttrl_lightning.data.questions import read_questions
+
+    files = report["files"]  # every split as a question file, the instruction in its prompts
+    assert set(files) == {f"chain_sum:2x1/{s}" for s in ("trained_on", "held_out", "other_task", "calibration")}
+    assert [len(read_questions(files[f"chain_sum:2x1/{s}"])) for s in ("trained_on", "held_out", "other_task",
+                                                                          "calibration")] == [4, 2, 2, 2]
+    assert all(q["prompt"].endswith("Answer with just the number.")
+               for q in read_questions(files["chain_sum:2x1/other_task"]))
     gold = report["runs"]["chain_sum:2x1/gold_reward/seed0"]
     assert gold["steps"] == 1 and gold["label_accuracy"] == 1.0  # its label is the gold answer
     for run in report["runs"].values():

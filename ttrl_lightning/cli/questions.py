@@ -14,10 +14,8 @@ that sample (``prompt_format``).
 from __future__ import annotations
 
 import json
-import os
 
 from ..errors import UserError
-from ..safe_files import atomic_write
 from .arguments import EXIT_CODES, CommandParser, positive_int, seed
 
 
@@ -45,7 +43,7 @@ def questions_main(argv: list[str]) -> int:
         parser.error(f"argument --config: not JSON ({err.msg})")
     if not isinstance(config, dict):
         parser.error(f"argument --config: a JSON object of the task's settings, got {args.config!r}")
-    from ..data.questions import questions_from_task, read_questions, with_instruction
+    from ..data.questions import questions_from_task, with_instruction, write_questions
     from ..data.reasoning_gym_tasks import is_reasoning_gym
     from ..data.tasks import TASKS
 
@@ -57,13 +55,6 @@ def questions_main(argv: list[str]) -> int:
     except TypeError as err:
         raise UserError(f"{args.task}: bad --config ({err})") from None
     questions = with_instruction(questions, args.instruction)
-    folder = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(folder, exist_ok=True)
-    with atomic_write(args.out) as fh:
-        for q in questions:
-            fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}, ensure_ascii=False) + "\n")
-    back = read_questions(args.out)
-    if [(q["id"], q["prompt"], q["gold"]) for q in back] != [(q["id"], q["prompt"], q["gold"]) for q in questions]:
-        raise RuntimeError(f"{args.out}: the file does not read back as written")
+    write_questions(args.out, questions)
     print(f"wrote {len(questions)} questions of {args.task} (seed {args.seed}) to {args.out}")
     return 0

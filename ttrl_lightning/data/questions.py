@@ -40,7 +40,7 @@ from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
-           "questions_from_task", "with_instruction", "collate_questions", "QuestionDataModule", "few_ids"]
+           "questions_from_task", "with_instruction", "write_questions", "collate_questions", "QuestionDataModule", "few_ids"]
 
 #: The columns a question file may have (any other column is refused).
 QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
@@ -249,6 +249,23 @@ def with_instruction(questions: list[dict], instruction: str | None) -> list[dic
     if not isinstance(instruction, str) or not instruction.strip():
         raise UserError(f"an instruction is a non-blank string, got {instruction!r}")
     return [dict(q, prompt=f"{q['prompt']} {instruction.strip()}") for q in questions]
+
+
+def write_questions(path: str | os.PathLike, questions: list[dict]) -> None:
+    """Write ``questions`` as a JSONL question file (``id``, ``prompt``, ``gold`` per line), atomically (a
+    temporary file renamed into place), and read it back: a file that does not read back as written is a
+    ``RuntimeError``."""
+    import json
+
+    from ..safe_files import atomic_write
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with atomic_write(path) as fh:
+        for q in questions:
+            fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}, ensure_ascii=False) + "\n")
+    back = read_questions(path)
+    if [(q["id"], q["prompt"], q["gold"]) for q in back] != [(q["id"], q["prompt"], q["gold"]) for q in questions]:
+        raise RuntimeError(f"{path}: the file does not read back as written")
 
 
 def collate_questions(items: list[dict]) -> dict[str, list]:
