@@ -5,7 +5,7 @@ import torch
 
 from ttrl_lightning.data.pool import VIEWS
 from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec, pixel_inputs
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, decisive_token_mask
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, VoteGroup, decisive_token_mask
 from ttrl_lightning.rollout.agent import AgentRollouts, Trajectory
 from ttrl_lightning.rollout.records import records_from_rollouts
 
@@ -47,6 +47,11 @@ def test_decisive_masks_lie_on_the_model_tokens_of_successful_calls_and_the_answ
     entropy = records[0]["rollouts"][0]["entropy"]
     assert len(entropy) == len(masks[0])
     assert [e for e, d in zip(entropy, masks[0]) if d] == [0, 1, 2, 9, 10]  # the decisive columns' signals
+    # the columnar group a labeler reads holds the same tokens as the pool record, observations out
+    group = VoteGroup.from_tensors(["2", "3"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
+    assert group.token_signal(0, "entropy", "pixel").tolist() == entropy
+    assert group.token_signal(1, "entropy", "pixel").tolist() == [0, 1, 2, 3]
+    assert group.signals["entropy"].lengths.tolist() == [7, 4]
     # the old reading: the legacy ids on the first n columns, observations included -> all True, shifted
     old = decisive_token_mask(votes.completion_ids[0, :7].tolist(), -1, -2, -3)
     assert old == [True] * 7 and old != masks[0]
@@ -56,10 +61,8 @@ def test_pixel_inputs_use_the_span_masks_for_agent_rollouts():
     votes = _two_step_group()
     for ro, traj in zip(votes.trajectories, ("2", "3")):
         assert ro.answer == traj
-    records = records_from_rollouts(votes, ["q"], signals=("entropy", "logprob"))
-    for ro in records[0]["rollouts"]:
-        ro["answer"] = "2"
-    extra = pixel_inputs(None, votes, records)
+    group = VoteGroup.from_tensors(["2", "2"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
+    extra = pixel_inputs(None, votes, [group])
     assert extra[0]["decisive_masks"] == votes.decisive_token_masks()
 
 

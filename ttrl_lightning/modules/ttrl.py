@@ -7,8 +7,9 @@ records, as TTRL-on-verl labels in its reward stage:
     rollout(batch)      samples only: M = num_votes votes per question (plus M fused Reframe-and-Solve samples
                         for a labeler whose spec votes over the reframed view, ``self_harmony``: prompt
                         ``fused_prompt_template.format(prompt=...)``, one generation each)
-    score(votes, batch) labels: each question's votes -> pool-schema rollouts (``records_from_rollouts``, no
-                        gold) -> ``pseudo_label(pseudo_labeler, ...)``, into a ``VoteStep``; returns the
+    score(votes, batch) labels: each question's votes -> a columnar ``VoteGroup`` (canonical answers, texts,
+                        views, the engine's [N, T] signal tensors; no gold, no per-token lists) ->
+                        ``pseudo_label(pseudo_labeler, ...)``, into a ``VoteStep``; returns the
                         ``RolloutRewards`` of the first N = num_generations rows of every prompt (the rows
                         trained on; the samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes
                         / 32 trained), a question whose labeler abstains left out (``group_mask``), rows a
@@ -47,7 +48,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ttrl_lightning.answers import ANSWER_EXTRACTORS
-from ttrl_lightning.data.pool_schema import TOKEN_FIELDS, VIEWS
+from ttrl_lightning.data.pool_schema import TOKEN_FIELDS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
 from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards, StepStats
@@ -56,9 +57,8 @@ from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 from ttrl_lightning.modules.ttrl_labelers import ADVANTAGES, TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
-from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
+from ttrl_lightning.pseudo_labels.votes import VoteGroup
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
-from ttrl_lightning.rollout.records import records_from_rollouts
 from ttrl_lightning.seeding import derive_seed
 
 __all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec", "ADVANTAGES"]
@@ -259,9 +259,9 @@ class TTRLModule(GRPOModule):
         ids = _question_ids(batch)
         views = self.vote_views(Q)
         choices = batch.get("choices") or [None] * Q
-        records = self.vote_records(votes, ids * (len(views) // Q), views, choices)
+        groups = self.vote_groups(votes, Q, views, choices)
         name = self.hparams.pseudo_labeler
-        extra = self.labeler.inputs(self, votes, records) if self.labeler.inputs else [{} for _ in records]
+        extra = self.labeler.inputs(self, votes, groups) if self.labeler.inputs else [{} for _ in groups]
         if self.labeler.reads_gold:  # the gold_reward control (module docstring)
             golds = batch.get("gold")
             missing = [ids[q] for q in range(Q) if golds is None or golds[q] is None]
@@ -273,9 +273,9 @@ class TTRLModule(GRPOModule):
             kwargs.update(self.calibration.get("labeler_kwargs", {}))
         if self.global_step < self.hparams.warmup_majority_steps:
             kwargs["warmup_majority"] = True
-        labels = [pseudo_label(name, rec["rollouts"], choices=choices[q], **kwargs, **extra[q])
-                  for q, rec in enumerate(records)]
-        answers = [canonical_answers(rec["rollouts"], choices[q]) for q, rec in enumerate(records)]
+        labels = [pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q])
+                  for q, group in enumerate(groups)]
+        answers = [list(group.answers) for group in groups]
         M, N = self.hparams.num_votes, self.hparams.num_generations
         num_views = len(views) // Q
         rewards = torch.zeros(num_views * Q, N)
@@ -296,16 +296,28 @@ class TTRLModule(GRPOModule):
             raise RuntimeError(f"{name} returned a non-finite reward")
         return VoteStep(votes, labels, answers, ids, M, N, rewards.reshape(-1), keep, update.reshape(-1))
 
-    def vote_records(self, votes: Rollouts, prompt_ids: Sequence[str], views: Sequence[str],
-                     choices: Sequence) -> list[dict]:
-        """Pool-schema records of the votes (one per question, no gold), each rollout's ``answer`` read with
-        ``answer_extractor``."""
-        records = records_from_rollouts(votes, prompt_ids, views=views, signals=self.signal_names)
+    def vote_groups(self, votes: Rollouts, num_questions: int, views: Sequence[str],
+                    choices: Sequence) -> list[VoteGroup]:
+        """Each question's votes as one ``VoteGroup`` (no gold): the rows of its prompts (``views``: one per
+        prompt, the questions' then their fused prompts'), in that order; each vote's answer read with
+        ``answer_extractor``; the recorded ``signals`` on the vote's own tokens (``completion_mask``: an
+        agent's observations left out), taken from the engine's tensors as they are."""
+        missing = [s for s in self.signal_names if s not in votes.signals]
+        if missing:
+            raise RuntimeError(f"the rollout engine did not record signal {missing[0]!r}; it recorded "
+                               f"{sorted(votes.signals)}")
         extract = ANSWER_EXTRACTORS[self.hparams.answer_extractor]
-        for rec, ch in zip(records, choices):
-            for ro in rec["rollouts"]:
-                ro["answer"] = extract(ro["text"], ch)
-        return records
+        prompt_of = votes.group.cpu()
+        groups = []
+        for q in range(num_questions):
+            prompts = list(range(q, len(views), num_questions))
+            rows = torch.cat([torch.nonzero(prompt_of == p).flatten() for p in prompts])
+            texts = [votes.texts[r] for r in rows.tolist()]
+            view_of = [views[int(prompt_of[r])] for r in rows]
+            signals = {s: votes.signals[s][rows.to(votes.signals[s].device)] for s in self.signal_names}
+            groups.append(VoteGroup.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
+                                                 votes.completion_mask[rows.to(votes.completion_mask.device)]))
+        return groups
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
@@ -441,9 +453,8 @@ class TTRLModule(GRPOModule):
                  "choices": [q.get("choices") for q in questions]}
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
         votes = self.sample_votes(batch["prompt"], seed)
-        views = self.vote_views(len(questions))
-        records = self.vote_records(votes, batch["id"] * (len(views) // len(questions)), views, batch["choices"])
-        fitted = self.labeler.calibration(self, votes, records, [str(q["gold"]) for q in questions],
+        groups = self.vote_groups(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
+        fitted = self.labeler.calibration(self, votes, groups, [str(q["gold"]) for q in questions],
                                           batch["choices"])
         return {"labeler_kwargs": fitted, "num_questions": len(questions)}
 

@@ -9,9 +9,10 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
   prompt, Self-Harmony sec. 3);
 * ``advantage``: its advantage rule when ``TTRLModule(advantage=None)`` (``pixel``: Pixelis appendix 6's
   EMA baseline; the others GRPO's group-relative one);
-* ``inputs``: ``fn(module, votes, records) -> [per-question kwargs]`` for inputs that need the token ids,
+* ``inputs``: ``fn(module, votes, groups) -> [per-question kwargs]`` (``votes`` the engine's ``Rollouts``,
+  ``groups`` each question's ``VoteGroup``) for inputs that need the token ids,
   the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
-* ``calibration``: ``fn(module, votes, records, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
+* ``calibration``: ``fn(module, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
 * ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
@@ -28,7 +29,7 @@ from typing import Callable
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool_schema import VIEWS
-from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
+from ttrl_lightning.pseudo_labels.votes import VoteGroup
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts
 from ttrl_lightning.rollout.base import Rollouts
@@ -67,7 +68,7 @@ def labeler_spec(name: str) -> LabelerSpec:
 
 
 # ---------------------------------------------------------------------- pixel: inputs and calibration
-def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
+def pixel_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]:
     """Decisive-token masks, Dawid-Skene slot reliabilities over the batch and, for agent rollouts with tool
     steps, each rollout's VisFid (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question
     with none as neutral).
@@ -96,11 +97,11 @@ def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
         masks = []
         for row, m in zip(votes.completion_ids.tolist(), votes.completion_mask.tolist()):
             masks.append(decisive_token_mask(row[:int(sum(m))], *ids))
-    per_q = len(votes.texts) // len(records)
-    answers = [canonical_answers(rec["rollouts"]) for rec in records]
+    per_q = len(votes.texts) // len(groups)
+    answers = [list(group.answers) for group in groups]
     reliability = batch_reliability([[None if a == NO_ANSWER else a for a in row] for row in answers])
     out = [{"decisive_masks": masks[q * per_q:(q + 1) * per_q], "reliability": reliability[q]}
-           for q in range(len(records))]
+           for q in range(len(groups))]
     trajectories = getattr(votes, "trajectories", None)
     if trajectories:
         from ttrl_lightning.fidelity import group_visfid
@@ -115,12 +116,11 @@ def pixel_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
     return out
 
 
-def pixel_calibration(module, votes: Rollouts, records: list[dict], golds: list[str], choices: list) -> dict:
+def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: list[str], choices: list) -> dict:
     """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split."""
     from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
 
-    extra = pixel_inputs(module, votes, records)
-    groups = [rec["rollouts"] for rec in records]
+    extra = pixel_inputs(module, votes, groups)
     kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
     cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
                           reliability=[e["reliability"] for e in extra], **kwargs)
@@ -134,14 +134,14 @@ def pixel_calibration(module, votes: Rollouts, records: list[dict], golds: list[
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
-def random_reward_inputs(module, votes: Rollouts, records: list[dict]) -> list[dict]:
+def random_reward_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]:
     """Each question's ``random_reward`` seed, derived from the policy seed, the step, the question's place in
     the batch and the rank: the same run draws the same rewards, every step and question new ones."""
     from ttrl_lightning.seeding import derive_seed
 
     world = module._trainer.world_size if module._trainer is not None else 1  # no trainer: a unit test's step
     step = module.global_step * world + module.global_rank
-    return [{"seed": derive_seed(module.policy_spec.seed, "random_reward", step, q)} for q in range(len(records))]
+    return [{"seed": derive_seed(module.policy_spec.seed, "random_reward", step, q)} for q in range(len(groups))]
 
 
 TTRL_LABELERS.register("majority", LabelerSpec())

@@ -1,9 +1,11 @@
 """Pseudo-labelers for test-time RL: one question's rollouts -> a pseudo-label and one reward per rollout.
 
 ``pseudo_label(method, rollouts, **options) -> PseudoLabel``; ``method`` is a name in
-:data:`PSEUDO_LABELERS`. Rollouts are dicts in the pool schema (:mod:`ttrl_lightning.data.pool`: ``answer``
-/ ``text`` / ``view`` and optional per-token arrays); every labeler also takes ``choices`` for
-multiple-choice answer extraction.
+:data:`PSEUDO_LABELERS`. Every labeler reads one question's votes as a :class:`~.votes.VoteGroup` (columns:
+canonical answers, texts, views, ``[N, T]`` per-token signals); ``rollouts`` is that group (``TTRLModule``
+builds it from the engine's tensors) or a list of pool-schema dicts (:mod:`ttrl_lightning.data.pool_schema`:
+``answer`` / ``text`` / ``view`` and optional per-token arrays), read into one by ``rollouts.vote_group``.
+Every labeler also takes ``choices`` for multiple-choice answer extraction from dicts.
 
 ==================  ===============================================================  ======================
 name                label and reward                                                 source
@@ -24,13 +26,14 @@ also on a tie, a weighted margin below ``delta`` or a conformal set that is not 
 """
 from . import controls, intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
 from ..answers.fused_format import FUSED_SECTIONS, fused_format_score, fused_template
-from .label import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError, pseudo_label
 from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,
                     fit_temperature, pixel_label)
-from .rollouts import PseudoLabelError
+from .rollouts import vote_group
 from .self_harmony import DIVERSITY_PENALTIES, js_consistency_penalty, sharpness_penalty
+from .votes import TokenColumn, VoteGroup
 
 __all__ = ["PSEUDO_LABELERS", "PseudoLabel", "PseudoLabelError", "pseudo_label", "DIVERSITY_PENALTIES",
            "js_consistency_penalty", "sharpness_penalty", "FUSED_SECTIONS", "fused_format_score",
            "fused_template", "PixelCalibration", "batch_reliability", "calibrate_pixel",
-           "decisive_token_mask", "fit_temperature", "pixel_label"]
+           "decisive_token_mask", "fit_temperature", "pixel_label", "TokenColumn", "VoteGroup", "vote_group"]

@@ -12,36 +12,37 @@
 from __future__ import annotations
 
 import random
-from typing import Sequence
 
 from ..answers import NO_ANSWER
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches
+from .label import PseudoLabelError
+from .rollouts import vote_group
+from .votes import matches
 
 __all__ = ["random_reward", "gold_reward"]
 
 
 @PSEUDO_LABELERS.register("random_reward")
-def random_reward(rollouts: Sequence[dict], *, choices=None, seed: int, p: float = 0.5) -> PseudoLabel:
+def random_reward(rollouts, *, choices=None, seed: int, p: float = 0.5) -> PseudoLabel:
     """Bernoulli(``p``) rewards from ``random.Random(seed)``, one per rollout in order; see the module docstring."""
-    rollouts = check_rollouts(rollouts, "random_reward")
+    group = vote_group(rollouts, choices, "random_reward")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
         raise PseudoLabelError(f"random_reward: p must be a probability in [0, 1], got {p!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise PseudoLabelError(f"random_reward: seed must be an integer, got {seed!r}")
     rng = random.Random(seed)
-    rewards = [1.0 if rng.random() < p else 0.0 for _ in rollouts]
+    rewards = [1.0 if rng.random() < p else 0.0 for _ in range(len(group))]
     return PseudoLabel(None, rewards, False, {"reward": f"Bernoulli({p}) (Spurious Rewards control)"})
 
 
 @PSEUDO_LABELERS.register("gold_reward")
-def gold_reward(rollouts: Sequence[dict], *, choices=None, gold: str) -> PseudoLabel:
+def gold_reward(rollouts, *, choices=None, gold: str) -> PseudoLabel:
     """The gold answer as the label and ``1[y_i = gold]`` as the reward; see the module docstring."""
-    rollouts = check_rollouts(rollouts, "gold_reward")
+    group = vote_group(rollouts, choices, "gold_reward")
     if gold is None or not str(gold).strip():
         raise PseudoLabelError("gold_reward needs the question's gold answer, got none")
     gold = str(gold).strip()
-    answers = canonical_answers(rollouts + [{"answer": gold}], choices, "gold_reward")  # gold joins its class
-    if answers[-1] == NO_ANSWER:
+    answers, gold_class = group.classes_with(gold)  # gold joins its class
+    if gold_class == NO_ANSWER:
         raise PseudoLabelError(f"gold_reward: the gold answer {gold!r} is not an answer")
-    return PseudoLabel(gold, matches(answers[:-1], answers[-1]), False, {"reward": "1[answer = gold] (RLVR)"})
+    return PseudoLabel(gold, matches(answers, gold_class), False, {"reward": "1[answer = gold] (RLVR)"})

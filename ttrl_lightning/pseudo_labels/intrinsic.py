@@ -11,27 +11,24 @@ Both return ``label=None`` and ``abstain=False`` (they never abstain and never v
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 from ..signals import self_certainty_score
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import check_rollouts, token_signal
+from .rollouts import vote_group
 
 __all__ = ["self_certainty_reward", "entropy_reward"]
 
 
 @PSEUDO_LABELERS.register("self_certainty")
-def self_certainty_reward(rollouts: Sequence[dict], *, choices=None) -> PseudoLabel:
+def self_certainty_reward(rollouts, *, choices=None) -> PseudoLabel:
     """Intuitor: reward = mean token self-certainty; needs per-token ``self_certainty`` on every rollout."""
-    rollouts = check_rollouts(rollouts, "self_certainty")
-    rewards = [float(self_certainty_score(token_signal(rollouts, j, "self_certainty", "self_certainty")))
-               for j in range(len(rollouts))]
+    group = vote_group(rollouts, choices, "self_certainty")
+    rewards = [float(self_certainty_score(x)) for x in group.token_signals("self_certainty", "self_certainty")]
     return PseudoLabel(None, rewards, False, {"reward": "mean token self-certainty (Intuitor)"})
 
 
 @PSEUDO_LABELERS.register("entropy")
-def entropy_reward(rollouts: Sequence[dict], *, choices=None) -> PseudoLabel:
+def entropy_reward(rollouts, *, choices=None) -> PseudoLabel:
     """RENT: reward = -mean token entropy; needs per-token ``entropy`` on every rollout."""
-    rollouts = check_rollouts(rollouts, "entropy")
-    rewards = [-float(token_signal(rollouts, j, "entropy", "entropy").mean()) for j in range(len(rollouts))]
+    group = vote_group(rollouts, choices, "entropy")
+    rewards = [-float(x.mean()) for x in group.token_signals("entropy", "entropy")]
     return PseudoLabel(None, rewards, False, {"reward": "minus mean token entropy (RENT)"})

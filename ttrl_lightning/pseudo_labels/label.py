@@ -1,12 +1,17 @@
-"""The result of a pseudo-labeler, the registry of labelers and the one public entry point."""
+"""The result of a pseudo-labeler, its error, the registry of labelers and the one public entry point."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+from ..errors import UserError
 from ..registry import Registry
 
-__all__ = ["PseudoLabel", "PSEUDO_LABELERS", "pseudo_label"]
+__all__ = ["PseudoLabel", "PseudoLabelError", "PSEUDO_LABELERS", "pseudo_label"]
+
+
+class PseudoLabelError(UserError):
+    """Votes a pseudo-labeler cannot label: the message names the rollout and the field."""
 
 
 @dataclass
@@ -27,12 +32,14 @@ class PseudoLabel:
     info: dict = field(default_factory=dict)
 
 
-#: ``name -> labeler(rollouts, *, choices=None, **options) -> PseudoLabel``
+#: ``name -> labeler(rollouts, *, choices=None, **options) -> PseudoLabel``; ``rollouts`` is a
+#: ``votes.VoteGroup`` or a list of pool-schema rollout dicts (``rollouts.vote_group`` reads either)
 PSEUDO_LABELERS: Registry[Callable[..., PseudoLabel]] = Registry("pseudo-labeler")
 
 
 def pseudo_label(method: str, rollouts: Sequence[dict], **kw) -> PseudoLabel:
-    """Apply the pseudo-labeler ``method`` (a name in :data:`PSEUDO_LABELERS`) to one question's rollouts.
+    """Apply the pseudo-labeler ``method`` (a name in :data:`PSEUDO_LABELERS`) to one question's rollouts (a
+    ``votes.VoteGroup`` or pool-schema rollout dicts).
 
     Unknown names raise ``KeyError`` listing the known ones.
     """

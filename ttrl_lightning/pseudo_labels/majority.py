@@ -18,7 +18,8 @@ from typing import Sequence
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import canonical_answers, check_rollouts, matches
+from .rollouts import vote_group
+from .votes import matches
 
 __all__ = ["majority_label", "majority_from_answers"]
 
@@ -35,7 +36,6 @@ def majority_from_answers(answers: Sequence[str]) -> PseudoLabel:
 
 
 @PSEUDO_LABELERS.register("majority")
-def majority_label(rollouts: Sequence[dict], *, choices=None) -> PseudoLabel:
+def majority_label(rollouts, *, choices=None) -> PseudoLabel:
     """TTRL majority vote over all given rollouts (every view pooled); see the module docstring."""
-    rollouts = check_rollouts(rollouts, "majority")
-    return majority_from_answers(canonical_answers(rollouts, choices, "majority"))
+    return majority_from_answers(vote_group(rollouts, choices, "majority").answers)

@@ -57,13 +57,14 @@ import torch
 
 from ..answers import NO_ANSWER
 from ..consensus import aggregate, conformal_threshold, pixelis_weights
-from .label import PSEUDO_LABELERS, PseudoLabel
+from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .pixel_decisive import _check_masks, _decisive, decisive_token_mask
 from .pixel_duplicates import _update_mask, rollout_similarity
 from .pixel_reliability import batch_reliability
 from .pixel_temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
                                 temperature_scale)
-from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches
+from .rollouts import vote_group
+from .votes import VoteGroup, matches
 
 __all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
            "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",
@@ -106,13 +107,13 @@ def _per_rollout(values, n: int, name: str, upper: float | None = None) -> list[
     return [float(v) for v in vals]
 
 
-def _signals(rollouts, decisive_masks, temperature: float):
-    """``(H [N], p [N], Cal [N])`` of checked rollouts."""
-    n = len(rollouts)
+def _signals(group: VoteGroup, decisive_masks, temperature: float):
+    """``(H [N], p [N], Cal [N])`` of a question's votes."""
+    n = len(group)
     masks = _check_masks(decisive_masks, n)
     h, p = [], []
     for j in range(n):
-        ent, lp = _decisive(rollouts, j, masks)
+        ent, lp = _decisive(group, j, masks)
         h.append(float(ent.mean()))
         p.append(math.exp(min(float(lp.mean()), 0.0)))
     cal = temperature_scale(p, temperature).tolist()
@@ -120,7 +121,7 @@ def _signals(rollouts, decisive_masks, temperature: float):
 
 
 @PSEUDO_LABELERS.register("pixel")
-def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
+def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
                 conformal_qhat: float | None = None, temperature: float = 1.0,
                 reliability: Sequence[float] | None = None,
                 decisive_masks: Sequence[Sequence[bool] | None] | None = None,
@@ -131,7 +132,8 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
     docstring for the formulas, the decisive steps and the near-duplicate reading.
 
     Args:
-        rollouts: one question's rollouts; each needs per-token ``entropy`` and ``logprob``.
+        rollouts: one question's votes (``votes.VoteGroup`` or rollout dicts); each needs per-token
+            ``entropy`` and ``logprob``.
         choices: multiple-choice options for answer extraction.
         delta: abstain when the normalised weighted vote margin is below ``delta`` (ties always abstain).
         conformal_qhat: split-conformal threshold (:func:`calibrate_pixel`); abstain unless the set is a
@@ -150,8 +152,8 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
             this asks for near-unanimity: 15 of 16 votes give 0.234, 7 of 8 give 0.377. ``None`` (default):
             off, the weighted vote and its abstention rules alone decide.
     """
-    rollouts = check_rollouts(rollouts, METHOD)
-    n = len(rollouts)
+    group = vote_group(rollouts, choices, METHOD)
+    n = len(group)
     temperature = _check_temperature(temperature)
     _check_number("delta", delta, upper=1.0)
     if conformal_qhat is not None:
@@ -162,12 +164,12 @@ def pixel_label(rollouts: Sequence[dict], *, choices=None, delta: float = 0.1,
         _check_number("majority_entropy_max", majority_entropy_max, upper=math.inf)
     rel = _per_rollout(reliability, n, "reliability")
     vis = _per_rollout(visual_fidelity, n, "visual_fidelity", upper=1.0)
-    h, _, cal = _signals(rollouts, decisive_masks, temperature)
+    h, _, cal = _signals(group, decisive_masks, temperature)
     weights = pixelis_weights(h, cal, vis, rel)
-    answers = canonical_answers(rollouts, choices, METHOD)
+    answers = group.answers
     total = float(weights.sum())
     decision = aggregate(answers, "weighted", weights, conformal_qhat=conformal_qhat if total > 0 else None)
-    update_mask = _update_mask(rollouts, duplicate_threshold)
+    update_mask = _update_mask(group, duplicate_threshold)
     info = {
         "weights": weights.tolist(), "entropy": h, "calibration": cal,
         "reliability": rel if rel is not None else [1.0] * n,
@@ -234,7 +236,7 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
     ``pixel_label`` would compare it).
 
     Args:
-        groups: one list of pool-schema rollouts per dev-cal question.
+        groups: one ``votes.VoteGroup`` (or list of pool-schema rollouts) per dev-cal question.
         golds: one gold answer per question.
         alpha: conformal miscoverage level.
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
@@ -269,24 +271,23 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         if not isinstance(gold, str) or not gold.strip() or gold == NO_ANSWER:
             raise PseudoLabelError(f"{METHOD}: golds[{g}] must be a non-empty answer string, got {gold!r}")
         try:
-            rollouts = check_rollouts(group, METHOD)
-            canon = canonical_answers(list(rollouts) + [{"answer": gold}], choices_g[g], METHOD)
-            _, p, _ = _signals(rollouts, opts["decisive_masks"][g], 1.0)
+            votes = vote_group(group, choices_g[g], METHOD)
+            ans, gold_c = votes.classes_with(gold)
+            _, p, _ = _signals(votes, opts["decisive_masks"][g], 1.0)
         except PseudoLabelError as e:
             raise PseudoLabelError(f"groups[{g}]: {e}") from None
-        ans, gold_c = canon[:-1], canon[-1]
         answers.append(ans)
         golds_c.append(gold_c)
-        checked.append(rollouts)
+        checked.append(votes)
         p_all.extend(p)
         correct.extend(a == gold_c for a in ans)
     temperature = fit_temperature(p_all, correct)
     gold_support = []
-    for g, rollouts in enumerate(checked):
+    for g, votes in enumerate(checked):
         try:
-            rel = _per_rollout(opts["reliability"][g], len(rollouts), "reliability")
-            vis = _per_rollout(opts["visual_fidelity"][g], len(rollouts), "visual_fidelity", upper=1.0)
-            h, _, cal = _signals(rollouts, opts["decisive_masks"][g], temperature)
+            rel = _per_rollout(opts["reliability"][g], len(votes), "reliability")
+            vis = _per_rollout(opts["visual_fidelity"][g], len(votes), "visual_fidelity", upper=1.0)
+            h, _, cal = _signals(votes, opts["decisive_masks"][g], temperature)
         except PseudoLabelError as e:
             raise PseudoLabelError(f"groups[{g}]: {e}") from None
         support = aggregate(answers[g], "weighted", pixelis_weights(h, cal, vis, rel)).support

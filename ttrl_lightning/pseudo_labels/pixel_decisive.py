@@ -7,7 +7,8 @@ from typing import Sequence
 
 import torch
 
-from .rollouts import PseudoLabelError, token_signal
+from .label import PseudoLabelError
+from .votes import VoteGroup
 
 __all__ = ["decisive_token_mask", "SIGN_SLACK"]
 
@@ -65,10 +66,10 @@ def decisive_token_mask(completion_ids: Sequence[int], call_start_id: int, call_
     return mask if any(mask) else [True] * len(ids)
 
 
-def _decisive(rollouts, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rollout ``j``'s decisive-token entropy and log-probability arrays, every error naming the field."""
-    ent = token_signal(rollouts, j, "entropy", "pixel")
-    lp = token_signal(rollouts, j, "logprob", "pixel")
+def _decisive(group: VoteGroup, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
+    """Vote ``j``'s decisive-token entropy and log-probability arrays, every error naming the field."""
+    ent = group.token_signal(j, "entropy", "pixel")
+    lp = group.token_signal(j, "logprob", "pixel")
     if ent.numel() != lp.numel():
         raise PseudoLabelError(f"pixel: rollouts[{j}].logprob has {lp.numel()} tokens but entropy has "
                                f"{ent.numel()}")

@@ -2,7 +2,7 @@
 similarity; a rollout too similar to an earlier kept one leaves the update (``info["update_mask"]``)."""
 from __future__ import annotations
 
-from .rollouts import PseudoLabelError
+from .votes import VoteGroup
 
 __all__ = ["rollout_similarity"]
 
@@ -19,17 +19,10 @@ def rollout_similarity(a: str, b: str) -> float:
     return len(ga & gb) / len(ga | gb)
 
 
-def _update_mask(rollouts, threshold) -> list[bool]:
-    n = len(rollouts)
+def _update_mask(group: VoteGroup, threshold) -> list[bool]:
     if threshold is None:
-        return [True] * n
-    texts = []
-    for j, ro in enumerate(rollouts):
-        t = ro.get("text")
-        if t is not None and not isinstance(t, str):
-            raise PseudoLabelError(f"pixel: rollouts[{j}].text must be a string or None, "
-                                   f"got {type(t).__name__}")
-        texts.append(t)
+        return [True] * len(group)
+    texts = group.texts
     keep: list[bool] = []
     for j, t in enumerate(texts):
         dup = t is not None and any(keep[i] and texts[i] is not None

@@ -4,9 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from ..answers import NO_ANSWER
+from ..answers import NO_ANSWER, canonical_answer_classes
 from ..consensus import dawid_skene, dawid_skene_reliability, rollout_annotator_labels
-from .rollouts import canonical_answers
 
 __all__ = ["batch_reliability"]
 
@@ -41,9 +40,8 @@ def batch_reliability(answers_per_query: Sequence[Sequence[str | None]], *, retu
         for j, a in enumerate(row):
             if a is not None and not isinstance(a, str):
                 raise TypeError(f"answers_per_query[{q}][{j}] must be a str or None, got {type(a).__name__}")
-        raw = [{"answer": NO_ANSWER if a is None else a} for a in row]
-        canon = canonical_answers(raw, None, "pixel") if raw else []
-        rows.append([None if a == NO_ANSWER else a for a in canon])
+        ids, reps = canonical_answer_classes([NO_ANSWER if a is None else a for a in row])
+        rows.append([None if reps[c] == NO_ANSWER else reps[c] for c in ids])
     out = [[1.0] * len(row) for row in rows]
     informative = [q for q, row in enumerate(rows) if any(a is not None for a in row)]
     reason = None

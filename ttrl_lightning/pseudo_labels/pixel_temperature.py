@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from .rollouts import PseudoLabelError
+from .label import PseudoLabelError
 
 __all__ = ["temperature_scale", "fit_temperature", "CONFIDENCE_CLAMP", "TEMPERATURE_BOUNDS"]
 

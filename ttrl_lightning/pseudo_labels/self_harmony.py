@@ -47,9 +47,10 @@ from ..consensus import harmonic_mean_select
 from ..data.pool_schema import VIEWS
 from ..registry import Registry
 from ..answers.fused_format import fused_format_score
-from .label import PSEUDO_LABELERS, PseudoLabel
+from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .majority import majority_from_answers
-from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, matches, rollout_views
+from .rollouts import vote_group
+from .votes import VoteGroup, matches
 
 __all__ = ["self_harmony_label", "DIVERSITY_PENALTIES", "js_consistency_penalty", "sharpness_penalty"]
 
@@ -104,7 +105,7 @@ def _check_weight(name: str, w: float) -> float:
     return float(w)
 
 
-def _format_scores(rollouts, reframed: list[int], format_scores, w_f: float) -> list[float]:
+def _format_scores(group: VoteGroup, reframed: list[int], format_scores, w_f: float) -> list[float]:
     if format_scores is not None:
         scores = list(format_scores)
         if len(scores) != len(reframed):
@@ -116,7 +117,7 @@ def _format_scores(rollouts, reframed: list[int], format_scores, w_f: float) -> 
         return [float(s) for s in scores]
     out = []
     for j in reframed:
-        text = rollouts[j].get("text")
+        text = group.texts[j]
         if text is None and w_f > 0:
             raise PseudoLabelError(f"self_harmony: rollouts[{j}].text is missing; the format penalty needs the "
                                    "fused output's text (give format_scores, or w_f=0)")
@@ -125,7 +126,7 @@ def _format_scores(rollouts, reframed: list[int], format_scores, w_f: float) -> 
 
 
 @PSEUDO_LABELERS.register("self_harmony")
-def self_harmony_label(rollouts: Sequence[dict], *, choices=None, w_f: float = 0.3, w_d: float = 0.2,
+def self_harmony_label(rollouts, *, choices=None, w_f: float = 0.3, w_d: float = 0.2,
                        penalty: str = "js", sharpness_target: float = 4, laplace: bool = False,
                        unextractable_in_denominator: bool = True, warmup_majority: bool = False,
                        format_scores: Sequence[float] | None = None) -> PseudoLabel:
@@ -133,19 +134,17 @@ def self_harmony_label(rollouts: Sequence[dict], *, choices=None, w_f: float = 0
 
     Needs at least one rollout of each view. Rewards are returned in the order the rollouts were given.
     """
-    rollouts = check_rollouts(rollouts, "self_harmony")
+    group = vote_group(rollouts, choices, "self_harmony")
     w_f, w_d = _check_weight("w_f", w_f), _check_weight("w_d", w_d)
     penalty_fn = DIVERSITY_PENALTIES[penalty]
-    views = rollout_views(rollouts, "self_harmony")
-    original = [j for j, v in enumerate(views) if v == VIEWS[0]]
-    reframed = [j for j, v in enumerate(views) if v == VIEWS[1]]
+    original, reframed = group.view_rows(VIEWS[0]), group.view_rows(VIEWS[1])
     for name, idx in ((VIEWS[0], original), (VIEWS[1], reframed)):
         if not idx:
             raise PseudoLabelError(f"self_harmony: no rollout of view {name!r}; Self-Harmony needs both the "
                                    "original and the reframed view (use 'majority' for one view)")
-    answers = canonical_answers(rollouts, choices, "self_harmony")  # classes shared across views
+    answers = group.answers  # classes shared across views
     a0, a1 = [answers[j] for j in original], [answers[j] for j in reframed]
-    fmt = _format_scores(rollouts, reframed, format_scores, w_f)
+    fmt = _format_scores(group, reframed, format_scores, w_f)
     if warmup_majority:
         base = majority_from_answers(a0 + a1)
         label, info = base.label, {"support": base.info["support"], "margin": base.info["margin"],
@@ -159,7 +158,7 @@ def self_harmony_label(rollouts: Sequence[dict], *, choices=None, w_f: float = 0
         info["div_penalty"] = 0.0
         info["abstain_reason"] = ("unextractable answers are the majority" if warmup_majority
                                   else "no answer common to both views")
-        return PseudoLabel(None, [0.0] * len(rollouts), True, info)
+        return PseudoLabel(None, [0.0] * len(group), True, info)
     div = float(penalty_fn(a0, a1, label, sharpness_target))
     info["div_penalty"] = div
     hit = matches(answers, label)

@@ -17,25 +17,25 @@ rollouts but not all is an error, as is a missing ``self_certainty``.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
 from ..signals import calibrate_confidence, visconf_score
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import PseudoLabelError, canonical_answers, check_rollouts, has_signal, matches, token_signal
+from .label import PseudoLabelError
+from .rollouts import vote_group
+from .votes import matches
 
 __all__ = ["visconf_label"]
 
 
 @PSEUDO_LABELERS.register("visconf")
-def visconf_label(rollouts: Sequence[dict], *, choices=None, alpha: float | None = None,
+def visconf_label(rollouts, *, choices=None, alpha: float | None = None,
                   eps: float = 1e-6) -> PseudoLabel:
     """VisConf + RWC pseudo-label; see the module docstring. ``alpha``: ``None`` for ``Z = V C``."""
-    rollouts = check_rollouts(rollouts, "visconf")
-    n = len(rollouts)
-    sc = [token_signal(rollouts, j, "self_certainty", "visconf") for j in range(n)]
-    have_v = has_signal(rollouts, "visual_engagement")
+    group = vote_group(rollouts, choices, "visconf")
+    n = len(group)
+    sc = group.token_signals("self_certainty", "visconf")
+    have_v = group.has("visual_engagement")
     if any(have_v) and not all(have_v):
         j = have_v.index(False)
         raise PseudoLabelError(f"visconf: rollouts[{j}].visual_engagement is missing while other rollouts "
@@ -45,7 +45,7 @@ def visconf_label(rollouts: Sequence[dict], *, choices=None, alpha: float | None
         signal = "visconf"
         scores = []
         for j in range(n):
-            v = token_signal(rollouts, j, "visual_engagement", "visconf")
+            v = group.token_signal(j, "visual_engagement", "visconf")
             if v.shape != cal[j].shape:
                 raise PseudoLabelError(f"visconf: rollouts[{j}].visual_engagement has {v.numel()} tokens but "
                                        f"self_certainty has {cal[j].numel()}")
@@ -53,7 +53,7 @@ def visconf_label(rollouts: Sequence[dict], *, choices=None, alpha: float | None
     else:
         signal = "self_certainty_only"
         scores = [float(c.mean()) for c in cal]
-    answers = canonical_answers(rollouts, choices, "visconf")
+    answers = group.answers
     decision = aggregate(answers, "rwc", scores)
     info = {"signal": signal, "scores": scores, "support": dict(decision.support), "margin": decision.margin}
     if decision.answer == NO_ANSWER:
