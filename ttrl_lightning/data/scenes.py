@@ -338,38 +338,33 @@ def _retry(make: Callable[[int], Scene], pick: Callable[[Scene], list[SceneObjec
     raise ValueError(f"no unambiguous scene for item {index}")
 
 
-@SCENE_TASKS.register("colour")
-def colour_task(seed: int, index: int) -> SceneTask:
+def _property_task(kind: str, asked: str, named_by: str, question: str, seed: int, index: int) -> SceneTask:
+    """A PROP question: the ``asked`` property (colour or shape) of the one object whose ``named_by``
+    property is unique in the scene; ``question`` is formatted with that object's ``named_by`` value."""
     scene, choices = _retry(
-        lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "shape"), index
+        lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, named_by), index
     )
     obj = choices[0]
+    key = getattr(obj, named_by)
     return SceneTask(
-        "colour",
+        kind,
         "PROP",
-        f"What colour is the {obj.shape}?",
-        obj.colour,
-        (("PROP", {"query": obj.shape}),),
+        question.format(key),
+        getattr(obj, asked),
+        (("PROP", {"query": key}),),
         image=scene.image,
         truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box},
     )
+
+
+@SCENE_TASKS.register("colour")
+def colour_task(seed: int, index: int) -> SceneTask:
+    return _property_task("colour", "colour", "shape", "What colour is the {}?", seed, index)
 
 
 @SCENE_TASKS.register("shape")
 def shape_task(seed: int, index: int) -> SceneTask:
-    scene, choices = _retry(
-        lambda i: make_scene(seed, i, n_objects=(2, 4)), lambda s: _unique(s, "colour"), index
-    )
-    obj = choices[0]
-    return SceneTask(
-        "shape",
-        "PROP",
-        f"What shape is the {obj.colour} object?",
-        obj.shape,
-        (("PROP", {"query": obj.colour}),),
-        image=scene.image,
-        truth={"colour": obj.colour, "shape": obj.shape, "size": obj.size, "box": obj.box},
-    )
+    return _property_task("shape", "shape", "colour", "What shape is the {} object?", seed, index)
 
 
 @SCENE_TASKS.register("read")
