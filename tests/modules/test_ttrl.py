@@ -382,3 +382,15 @@ def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
         warnings.simplefilter("error")
         fitted = m.fit_calibration(questions(["5", "4", "7"]))  # the golds hold votes: a useful threshold
     assert fitted["labeler_kwargs"]["conformal_qhat"] < 1
+    # alpha is the calibration's option: the step labels with the fitted threshold, alpha not handed on
+    m.calibration = fitted
+    scored = m.scored(m.rollout(BATCH), BATCH)
+    assert all(lab.info["prediction_set"] is not None for lab in scored.detail.labels)
+
+
+def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built():
+    with pytest.raises(UserError, match="labeler_kwargs: pixel has no option 'detla'; its options: delta, "):
+        TTRLModule(policy=TINY, pseudo_labeler="pixel", labeler_kwargs={"detla": 0.2})
+    with pytest.raises(UserError, match="majority has no option 'alpha'; its options: none"):
+        TTRLModule(policy=TINY, labeler_kwargs={"alpha": 0.1})
+    TTRLModule(policy=TINY, pseudo_labeler="pixel", labeler_kwargs={"alpha": 0.2, "delta": 0.05})

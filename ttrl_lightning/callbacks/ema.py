@@ -13,7 +13,7 @@ all-gathers like the policy's. Lightning's FSDP1 ``FSDPStrategy`` (flat paramete
 
 Checkpoints: the callback state holds the full EMA tensors (single device, DDP, or FSDP2 writing one full
 file); with FSDP2's distributed checkpoint folder each rank's EMA shards are written with the policy's
-shards (``state_dict`` keys under ``ema_anchor.``) and read back into the same shards on resume.
+shards (``state_dict`` keys under ``frozen_copies.ema_anchor.``) and read back into the same shards on resume.
 """
 from __future__ import annotations
 

@@ -231,9 +231,11 @@ class PIDKLController(pl.Callback):
         pl_module.kl_coef = self._ensure(pl_module).beta
         steps, warmup = trainer.max_steps, self.kwargs["warmup_steps"]
         if self.kwargs["form"] not in ("ziegler", "fixed") and 0 < steps <= warmup:
+            held = ("Kd is held at 0" if self.kwargs["form"] == "positional"
+                    else "Kd, and Ki under integral_start='warmup', are held at 0")
             rank_zero_warn(f"PIDKLController: the run's {steps} steps end inside the {warmup}-step warm-up, so "
-                           "beta is driven by Kp alone (Kd, and Ki under integral_start='warmup', are held "
-                           "at 0); set warmup_steps below max_steps to use the whole controller")
+                           f"the controller never runs whole ({held}); set warmup_steps below max_steps to use "
+                           "the whole controller")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         kl = pl_module.kl_observation

@@ -105,7 +105,9 @@ class TTRLModule(GRPOModule):
     Args beyond ``GRPOModule``'s (``num_generations`` is N, the rows trained on per prompt; ``sampling`` and
     ``grpo`` as there, ``grpo.kl_coef`` 0 by default, the TTRL recipe's):
       pseudo_labeler: a name in ``PSEUDO_LABELERS`` (majority, self_harmony, visconf, pixel, self_certainty,
-        entropy); labeler_kwargs: its options (e.g. ``{"delta": 0.1}`` for pixel);
+        entropy, or the controls random_reward, gold_reward); labeler_kwargs: its options (e.g.
+        ``{"delta": 0.1}`` for pixel) and its calibration's (``LabelerSpec.calibration_options``: pixel's
+        ``alpha``); an option the labeler does not have is refused when the module is built;
       num_votes: M >= N samples per prompt for the label (TTRL: 64 votes, 32 trained);
       answer_extractor: how a completion's answer is read (``answers.ANSWER_EXTRACTORS``: ``final_answer``,
         ``last_number``), the same in the labels and in the monitoring;
@@ -163,8 +165,8 @@ class TTRLModule(GRPOModule):
         where = f"{type(self).__name__} argument "
         check_bounds(locals(), TTRL_RULES, where)
         advantage, signals = _checked_labeler_options(
-            where, pseudo_labeler, num_votes, num_generations, answer_extractor, fused_prompt_template,
-            warmup_majority_steps, signals, perturbation, advantage, agent, engine)
+            where, pseudo_labeler, labeler_kwargs, num_votes, num_generations, answer_extractor,
+            fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage, agent, engine)
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
                          rewards=("exact_answer",), record_signals=bool(signals), engine=engine,
                          prompt_format=prompt_format)
@@ -268,7 +270,7 @@ class TTRLModule(GRPOModule):
             if missing:
                 raise UserError(f"{name} rewards with the gold answers, but questions {missing[:5]} have none")
             extra = [dict(e, gold=str(golds[q])) for q, e in enumerate(extra)]
-        kwargs = dict(self.labeler_kwargs)
+        kwargs = {k: v for k, v in self.labeler_kwargs.items() if k not in self.labeler.calibration_options}
         if self.calibration:
             kwargs.update(self.calibration.get("labeler_kwargs", {}))
         if self.global_step < self.hparams.warmup_majority_steps:
@@ -489,20 +491,41 @@ def _question_ids(batch: dict[str, list]) -> list[str]:
     return ids
 
 
-def _checked_labeler_options(where, pseudo_labeler, num_votes, num_generations, answer_extractor,
+def _check_labeler_kwargs(where: str, name: str, labeler_kwargs, spec: LabelerSpec) -> None:
+    """``labeler_kwargs`` must be a mapping of the labeler's own options (its keyword parameters besides the
+    votes and ``choices``) or its calibration's (``LabelerSpec.calibration_options``): a misspelled option is
+    refused when the module is built, not at the first step after the calibration has run."""
+    import inspect
+
+    if labeler_kwargs is None:
+        return
+    if not isinstance(labeler_kwargs, dict):
+        raise UserError(f"{where}labeler_kwargs must be a mapping of {name}'s options, got {labeler_kwargs!r}")
+    params = inspect.signature(PSEUDO_LABELERS[name]).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    known = [p for p in list(params)[1:] if p != "choices"] + list(spec.calibration_options)
+    unknown = [k for k in labeler_kwargs if k not in known]
+    if unknown:
+        raise UserError(f"{where}labeler_kwargs: {name} has no option {unknown[0]!r}; its options: "
+                        f"{', '.join(known) or 'none'}")
+
+
+def _checked_labeler_options(where, pseudo_labeler, labeler_kwargs, num_votes, num_generations, answer_extractor,
                              fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage,
                              agent, engine) -> tuple[str, tuple[str, ...]]:
     """``(advantage, signals)`` resolved from the labeler's spec, after refusing (``UserError`` naming the
-    argument) an unknown labeler or extractor, N > M, a fused labeler without its template, a perturbation or
+    argument) an unknown labeler, labeler option or extractor, N > M, a fused labeler without its template, a perturbation or
     ``warmup_majority_steps`` the labeler does not take, an agent with an engine or a fused view, and signals
     that cannot be recorded while sampling."""
     if pseudo_labeler not in PSEUDO_LABELERS:
         raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
                         f"got {pseudo_labeler!r}")
+    spec = labeler_spec(pseudo_labeler)
+    _check_labeler_kwargs(where, pseudo_labeler, labeler_kwargs, spec)
     if isinstance(num_generations, int) and isinstance(num_votes, int) and num_generations > num_votes:
         raise UserError(f"{where}num_generations (N={num_generations}, the rows trained on) must be <= "
                         f"num_votes (M={num_votes}, the rows voting)")
-    spec = labeler_spec(pseudo_labeler)
     if spec.fused and (not fused_prompt_template or "{prompt}" not in fused_prompt_template):
         raise UserError(f"{where}fused_prompt_template must be a string holding '{{prompt}}' for "
                         f"{pseudo_labeler} (the fused Reframe-and-Solve prompt), got "

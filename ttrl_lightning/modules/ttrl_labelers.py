@@ -15,6 +15,8 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
 * ``calibration``: ``fn(module, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
 * ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``);
+* ``calibration_options``: ``labeler_kwargs`` read by its calibration only, never handed to the labeler
+  (``pixel``: the conformal miscoverage ``alpha``);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
   control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``).
 
@@ -50,6 +52,7 @@ class LabelerSpec:
     inputs: Callable[..., list[dict]] | None = None
     calibration: Callable[..., dict] | None = None
     options: tuple[str, ...] = ()
+    calibration_options: tuple[str, ...] = ()
     reads_gold: bool = False
 
     @property
@@ -150,6 +153,7 @@ TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",)))
 TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",)))
 TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",)))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
-                                           inputs=pixel_inputs, calibration=pixel_calibration))
+                                           inputs=pixel_inputs, calibration=pixel_calibration,
+                                           calibration_options=("alpha",)))
 TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs))
 TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))

@@ -44,7 +44,8 @@ as they are and the trainer drops the masked rollouts. ``duplicate_threshold=Non
 ``info``: ``weights`` (``w_j``), ``entropy`` (``H_j``), ``calibration`` (``Cal_j``), ``reliability``,
 ``visual_fidelity`` (the list, or ``"neutral"``), ``support``, ``margin``, ``confidence`` (``s(y*) /
 sum_a s(a)`` of the vote's winner, 0 with no vote mass), ``prediction_set`` (with ``conformal_qhat``),
-``update_mask``, ``duplicates`` and, when abstaining, ``abstain_reason``.
+``update_mask``, ``duplicates``, ``vote_entropy`` (nats, of the unweighted votes) and, when abstaining,
+``abstain_reason``.
 """
 from __future__ import annotations
 
@@ -241,8 +242,8 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         alpha: conformal miscoverage level.
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
         label_kwargs: ``reliability``, ``visual_fidelity``, ``decisive_masks``, each one entry per group
-            (what ``pixel_label`` takes for that group, or None); ``delta`` and ``duplicate_threshold`` are
-            accepted and unused. ``temperature`` and ``conformal_qhat`` are what is fitted here.
+            (what ``pixel_label`` takes for that group, or None); ``delta``, ``duplicate_threshold`` and
+            ``majority_entropy_max`` are accepted and unused. ``temperature`` and ``conformal_qhat`` are what is fitted here.
     """
     for key in label_kwargs:
         if key in ("temperature", "conformal_qhat"):
