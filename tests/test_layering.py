@@ -18,7 +18,7 @@ import pytest
 ALLOWED = {
     "tools": {"registry"},
     "answers": {"registry", "tools"},
-    "consensus": {"answers", "registry"},
+    "consensus": {"answers", "errors", "registry"},
     "data": {"answers", "errors", "masking", "models", "registry", "safe_files", "seeding", "tools"},
     "pseudo_labels": {"answers", "consensus", "signals", "registry", "errors", "data"},
     "rollout": {"data", "errors", "integrations", "masking", "models", "registry", "safe_files", "signals",

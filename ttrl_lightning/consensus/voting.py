@@ -6,19 +6,15 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..errors import checked_list
+
 __all__ = ["weighted_vote", "check_answers"]
 
 
 def check_answers(answers: Sequence[str], n: int | None = None, name: str = "answers") -> list[str]:
-    """Validate a list of answer labels (strings); raise a clear error otherwise."""
-    if isinstance(answers, str):
-        raise TypeError(f"{name} must be a sequence of strings, got a single string")
-    out = list(answers)
-    if not out:
-        raise ValueError(f"{name} is empty")
-    for i, a in enumerate(out):
-        if not isinstance(a, str):
-            raise TypeError(f"{name}[{i}] must be a str (use extract_answer / NO_ANSWER), got {type(a).__name__}")
+    """Validate a list of answer labels (strings; ``extract_answer`` / ``NO_ANSWER`` give them); raise a clear
+    error otherwise."""
+    out = checked_list(answers, name, str, "str")
     if n is not None and len(out) != n:
         raise ValueError(f"{name} has {len(out)} entries but {n} scores/weights were given")
     return out

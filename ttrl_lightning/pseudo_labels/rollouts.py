@@ -15,6 +15,7 @@ import torch
 
 from ..answers import extract_answer
 from ..data.pool_schema import TOKEN_FIELDS, VIEWS
+from ..errors import checked_list
 from .label import PseudoLabelError
 from .votes import TokenColumn, VoteGroup
 
@@ -23,15 +24,8 @@ __all__ = ["PseudoLabelError", "vote_group", "check_rollouts", "canonical_answer
 
 def check_rollouts(rollouts: Sequence[dict], method: str) -> list[dict]:
     """A non-empty list of rollout dicts, else :class:`PseudoLabelError`."""
-    if isinstance(rollouts, (str, bytes, Mapping)) or not isinstance(rollouts, Sequence):
-        raise PseudoLabelError(f"{method}: rollouts must be a list of rollout dicts, got {type(rollouts).__name__}")
-    out = list(rollouts)
-    if not out:
-        raise PseudoLabelError(f"{method}: rollouts is empty (one question needs at least one rollout)")
-    for j, ro in enumerate(out):
-        if not isinstance(ro, Mapping):
-            raise PseudoLabelError(f"{method}: rollouts[{j}] must be a dict, got {type(ro).__name__}")
-    return out
+    return checked_list(rollouts, f"{method}: rollouts", Mapping, "dict", error=PseudoLabelError,
+                        empty_hint=" (one question needs at least one rollout)")
 
 
 def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str = "pseudo-labeler") -> VoteGroup:
