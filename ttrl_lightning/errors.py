@@ -7,6 +7,8 @@ change (the file, the record - line or row and id - and the field, or the flag).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 
 class UserError(ValueError):
     """An error in the user's input: the CLI prints its one-line message and exits 1, no traceback.
@@ -21,8 +23,6 @@ def checked_list(values, name: str, item_type: type | tuple[type, ...], item_nam
     string, bytes or a mapping is not such a list. Raises ``error`` when given (a labeler's one-line
     :class:`UserError`), else ``TypeError`` for a wrong type and ``ValueError`` for an empty list; every
     message names ``name`` or the item ``name[i]``."""
-    from collections.abc import Mapping, Sequence
-
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
         raise (error or TypeError)(f"{name} must be a list of {item_name}s, got {type(values).__name__}")
     out = list(values)

@@ -41,6 +41,7 @@ Pixelis' online stream (``shuffle=False``, one epoch: each question seen once; `
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar, Sequence
@@ -312,13 +313,14 @@ class TTRLModule(GRPOModule):
         prompt_of = votes.group.cpu()
         groups = []
         for q in range(num_questions):
-            prompts = list(range(q, len(views), num_questions))
-            rows = torch.cat([torch.nonzero(prompt_of == p).flatten() for p in prompts])
+            per_prompt = [torch.nonzero(prompt_of == p).flatten() for p in range(q, len(views), num_questions)]
+            rows = torch.cat(per_prompt)
+            view_of = [views[q + v * num_questions] for v, r in enumerate(per_prompt) for _ in range(len(r))]
             texts = [votes.texts[r] for r in rows.tolist()]
-            view_of = [views[int(prompt_of[r])] for r in rows]
             signals = {s: votes.signals[s][rows.to(votes.signals[s].device)] for s in self.signal_names}
+            mask = votes.completion_mask[rows.to(votes.completion_mask.device)]
             groups.append(VoteGroup.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
-                                                 votes.completion_mask[rows.to(votes.completion_mask.device)]))
+                                                 mask))
         return groups
 
     # ------------------------------------------------------------------ GRPO hooks
@@ -354,8 +356,6 @@ class TTRLModule(GRPOModule):
         """``advantage: None`` is saved as the labeler's default rule (``LabelerSpec.advantage``)."""
         out = super().resolved_hparams(init_args)
         if out.get("advantage") is None:
-            import inspect
-
             labeler = out.get("pseudo_labeler", inspect.signature(cls.__init__).parameters["pseudo_labeler"].default)
             out["advantage"] = labeler_spec(labeler).advantage
         return out
@@ -495,8 +495,6 @@ def _check_labeler_kwargs(where: str, name: str, labeler_kwargs, spec: LabelerSp
     """``labeler_kwargs`` must be a mapping of the labeler's own options (its keyword parameters besides the
     votes and ``choices``) or its calibration's (``LabelerSpec.calibration_options``): a misspelled option is
     refused when the module is built, not at the first step after the calibration has run."""
-    import inspect
-
     if labeler_kwargs is None:
         return
     if not isinstance(labeler_kwargs, dict):
@@ -515,9 +513,9 @@ def _checked_labeler_options(where, pseudo_labeler, labeler_kwargs, num_votes, n
                              fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage,
                              agent, engine) -> tuple[str, tuple[str, ...]]:
     """``(advantage, signals)`` resolved from the labeler's spec, after refusing (``UserError`` naming the
-    argument) an unknown labeler, labeler option or extractor, N > M, a fused labeler without its template, a perturbation or
-    ``warmup_majority_steps`` the labeler does not take, an agent with an engine or a fused view, and signals
-    that cannot be recorded while sampling."""
+    argument) an unknown labeler, labeler option or extractor, N > M, a fused labeler without its template, a
+    perturbation or ``warmup_majority_steps`` the labeler does not take, an agent with an engine or a fused
+    view, and signals that cannot be recorded while sampling."""
     if pseudo_labeler not in PSEUDO_LABELERS:
         raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
                         f"got {pseudo_labeler!r}")

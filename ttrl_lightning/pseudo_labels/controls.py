@@ -14,8 +14,7 @@ from __future__ import annotations
 import random
 
 from ..answers import NO_ANSWER
-from .label import PSEUDO_LABELERS, PseudoLabel
-from .label import PseudoLabelError
+from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import vote_group
 from .votes import matches
 

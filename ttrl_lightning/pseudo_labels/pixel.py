@@ -243,7 +243,8 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
         label_kwargs: ``reliability``, ``visual_fidelity``, ``decisive_masks``, each one entry per group
             (what ``pixel_label`` takes for that group, or None); ``delta``, ``duplicate_threshold`` and
-            ``majority_entropy_max`` are accepted and unused. ``temperature`` and ``conformal_qhat`` are what is fitted here.
+            ``majority_entropy_max`` are accepted and unused. ``temperature`` and ``conformal_qhat`` are what is
+            fitted here.
     """
     for key in label_kwargs:
         if key in ("temperature", "conformal_qhat"):

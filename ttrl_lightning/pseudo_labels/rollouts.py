@@ -8,7 +8,6 @@ skip the dicts (``VoteGroup.from_tensors``).
 """
 from __future__ import annotations
 
-import math
 from typing import Mapping, Sequence
 
 import torch
@@ -32,7 +31,8 @@ def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str =
     """The :class:`VoteGroup` a labeler reads: ``rollouts`` itself when it is one (its answers were read when
     it was built; ``choices`` is then unused), else the group of the checked rollout dicts: each answer read
     (``answer``, else extracted from ``text`` with ``choices``), each view, and every per-token array given,
-    used or not (a NaN means the rollouts are corrupt)."""
+    used or not (a NaN means the rollouts are corrupt: the group refuses it, and the message is prefixed with
+    ``method``)."""
     if isinstance(rollouts, VoteGroup):
         return rollouts
     rollouts = check_rollouts(rollouts, method)
@@ -50,7 +50,10 @@ def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str =
                 if r is not None:
                     values[j, :r.numel()] = r
             columns[name] = TokenColumn(values, lengths)
-    return VoteGroup(tuple(raw), tuple(texts), tuple(views), columns)
+    try:
+        return VoteGroup(tuple(raw), tuple(texts), tuple(views), columns)
+    except PseudoLabelError as err:
+        raise PseudoLabelError(f"{method}: {err}") from None
 
 
 def canonical_answers(rollouts: Sequence[Mapping], choices=None, method: str = "pseudo-labeler") -> list[str]:
@@ -86,17 +89,12 @@ def _view(ro: Mapping, j: int, method: str) -> str:
 
 
 def _token_array(arr, where: str) -> torch.Tensor:
-    """A per-token array as float64; empty, non-numeric, NaN or inf values raise :class:`PseudoLabelError`
-    naming the rollout, the field and the token."""
+    """A per-token array as float64; an empty or non-numeric one raises :class:`PseudoLabelError` naming the
+    rollout and the field (non-finite values are refused by the ``VoteGroup`` it goes into)."""
     try:
         x = torch.as_tensor(arr, dtype=torch.float64).reshape(-1)
     except (TypeError, ValueError):
         raise PseudoLabelError(f"{where} must be a list of numbers") from None
     if x.numel() == 0:
         raise PseudoLabelError(f"{where} is empty")
-    bad = ~torch.isfinite(x)
-    if bool(bad.any()):
-        k = int(torch.nonzero(bad)[0])
-        v = float(x[k])
-        raise PseudoLabelError(f"{where} holds {'NaN' if math.isnan(v) else v} at token {k}")
     return x
