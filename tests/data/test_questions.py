@@ -189,13 +189,20 @@ def test_stream_order_and_batch_shape(tmp_path):
 
 def test_task_source_validation_and_calibration_splits(tmp_path):
     dm = QuestionDataModule(task="arith", n=6, n_val=3, val_task="arith", n_calibration=4, seed=2, batch_size=4)
-    assert [q["id"] for q in dm.train_questions()] == [f"arith-2-{i}" for i in range(6)]
-    assert [q["id"] for q in dm.val_questions()] == [f"arith-3-{i}" for i in range(3)]
+    # one stream (seed 2) read in order, repeats skipped, cut into train, validation, calibration
+    stream = generate_prompts("arith", 200, 2)
+    distinct = list({p["prompt"]: (i, p) for i, p in reversed(list(enumerate(stream)))}.values())[::-1]
+    distinct = sorted(distinct, key=lambda ip: ip[0])
+    expected = [f"arith-2-{i}" for i, _ in distinct[:13]]
+    assert [q["id"] for q in dm.train_questions()] == expected[:6]
+    assert [q["id"] for q in dm.val_questions()] == expected[6:9]
     cal = dm.calibration_questions()
-    assert [q["id"] for q in cal] == [f"arith-4-{i}" for i in range(4)]  # seed + 2
-    assert [q["gold"] for q in cal] == [p["answer"] for p in generate_prompts("arith", 4, 4)]
+    assert [q["id"] for q in cal] == expected[9:13]
+    assert [q["gold"] for q in cal] == [p["answer"] for _, p in distinct[9:13]]
+    prompts = [q["prompt"] for q in dm.train_questions() + dm.val_questions() + cal]
+    assert len(set(prompts)) == 13
     val = list(dm.val_dataloader())
-    assert [b["id"] for b in val] == [[f"arith-3-{i}" for i in range(3)]]
+    assert [b["id"] for b in val] == [expected[6:9]]
     assert QuestionDataModule(task="arith", n=2).val_dataloader() == []
     assert QuestionDataModule(task="arith", n=2).calibration_questions() == []
 

@@ -31,8 +31,14 @@ def test_the_scorer_and_the_equivalence_side_by_side():
     qs = questions_from_task(TASK, 3, 0)
     golds = [q["gold"] for q in qs]
     wrong = [str(int(g) + 1) for g in golds]
-    scored = score_answers(TASK, 3, 0, [[g, w, None] for g, w in zip(golds, wrong)])
+    scored = score_answers(TASK, [q["id"] for q in qs], [[g, w, None] for g, w in zip(golds, wrong)])
     assert scored == [[True, False, False]] * 3
+    # each question is scored against its own entry, found from its id wherever it sits in the stream
+    later = questions_from_task(TASK, 9, 0)[5:]
+    assert score_answers(TASK, [q["id"] for q in later], [[q["gold"]] for q in later]) == [[True]] * 4
+    assert score_answers(TASK, [later[0]["id"]], [[later[1]["gold"]]]) == [[later[0]["gold"] == later[1]["gold"]]]
+    with pytest.raises(UserError, match="is not one of reasoning-gym chain_sum's"):
+        score_answers(TASK, ["q1"], [["1"]])
     # the scorer and the equivalence disagree on one sample each way
     check = gold_check([[True, False], [True, True]], [[True, True], [False, True]])
     assert check == {"samples": 4, "project_accuracy": 0.75, "score_answer_accuracy": 0.75, "project_only": 1,

@@ -176,10 +176,10 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
 
 
 def _questions(args: argparse.Namespace) -> list[dict]:
-    from ..data.questions import few_ids, questions_from_task, read_questions
+    from ..data.questions import few_ids, read_questions, task_splits
 
-    if args.task is not None:
-        return questions_from_task(args.task, args.n, args.task_seed)
+    if args.task is not None:  # the first --n distinct questions of the task's stream (data.splits)
+        return task_splits(args.task, args.task_seed, {"questions": args.n})["questions"]
     questions = read_questions(args.data)
     ungraded = [q["id"] for q in questions if q["gold"] is None]
     if ungraded:
@@ -216,7 +216,7 @@ def _generator_gold_check(args, metrics) -> dict | None:
 
     if not is_reasoning_gym(args.task):
         return None
-    return sampled_gold_check(args.task, args.n, args.task_seed, metrics.per_question)
+    return sampled_gold_check(args.task, metrics.per_question)
 
 
 def eval_main(argv: list[str]) -> int:

@@ -28,7 +28,7 @@ import functools
 from typing import Any, Sequence
 
 from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, encode_trace
-from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks
+from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks, scene_source
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
 from ttrl_lightning.tools.agent_format import ANSWER_PREFIX, AgentPrompt, agent_prompt, format_agent_observation
@@ -130,17 +130,30 @@ def generate_cota_traces(seed: int, n: int, kinds: Sequence[str] | None = None,
     return [list(t) for t in _cota_traces(int(seed), int(n), _kinds(kinds), eos)]
 
 
+def _agent_row(seed: int, index: int, task: SceneTask) -> dict[str, Any]:
+    prompt = AgentPrompt(agent_prompt(task.question), image=task.image,
+                         frames=list(task.frames) if task.frames is not None else None,
+                         source=scene_task_source(task.kind, seed, index))
+    return {"prompt": prompt, "gold": task.answer, "kind": task.kind, "id": f"{task.kind}-{seed}-{index}"}
+
+
 def agent_prompts(seed: int, n: int, kinds: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """``n`` agent rows ``{"prompt": AgentPrompt, "gold", "kind", "id"}`` of ``make_tasks(seed, n, kinds)``;
     the prompt carries the task's pixels and its ``source``."""
     kinds = _kinds(kinds)
-    rows = []
-    for i, task in enumerate(make_tasks(seed, n, list(kinds))):
-        prompt = AgentPrompt(agent_prompt(task.question), image=task.image,
-                             frames=list(task.frames) if task.frames is not None else None,
-                             source=scene_task_source(task.kind, seed, i))
-        rows.append({"prompt": prompt, "gold": task.answer, "kind": task.kind, "id": f"{task.kind}-{seed}-{i}"})
-    return rows
+    return [_agent_row(seed, i, task) for i, task in enumerate(make_tasks(seed, n, list(kinds)))]
+
+
+def agent_prompt_splits(seed: int, sizes: dict[str, int], kinds: Sequence[str] | None = None
+                        ) -> dict[str, list[dict[str, Any]]]:
+    """Named splits of agent rows (``{name: size}``), cut in order from the distinct scene tasks of ``seed``
+    (``data.splits``: no two splits share a question with the same pixels)."""
+    from ttrl_lightning.data.splits import SplitSpec, draw_splits
+
+    source = scene_source(seed, list(_kinds(kinds)))
+    splits = draw_splits([SplitSpec(name, n, source) for name, n in sizes.items()])
+    return {name: [_agent_row(seed, item["index"], item["task"]) for item in items]
+            for name, items in splits.items()}
 
 
 class CoTADataModule(SFTDataModule):
@@ -181,7 +194,8 @@ class CoTADataModule(SFTDataModule):
 
 class AgentPromptDataModule(PromptRowsDataModule):
     """Agent prompts of the generated visual tasks for CC-RFT: batches ``{"prompt": [AgentPrompt],
-    "gold": [str], "kind": [str], "id": [str]}``; train from ``seed``, validation from ``seed + 1``. The train loader
+    "gold": [str], "kind": [str], "id": [str]}``; train and validation cut from the distinct tasks of ``seed``
+    (:func:`agent_prompt_splits`: they share no question with the same pixels). The train loader
     is resumable mid-epoch; no shuffling (the tasks are drawn at random already)."""
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 56, n_val: int = 14,
@@ -192,5 +206,5 @@ class AgentPromptDataModule(PromptRowsDataModule):
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
-        self._train = agent_prompts(h.seed, h.n_train, self.kinds)
-        self._val = agent_prompts(h.seed + 1, h.n_val, self.kinds)
+        splits = agent_prompt_splits(h.seed, {"train": h.n_train, "validation": h.n_val}, self.kinds)
+        self._train, self._val = splits["train"], splits["validation"]

@@ -37,10 +37,12 @@ from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompt
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
 from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
+from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, keys_of, question_key
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
-           "questions_from_task", "with_instruction", "write_questions", "collate_questions", "QuestionDataModule", "few_ids"]
+           "questions_from_task", "task_source", "task_splits", "with_instruction", "write_questions",
+           "collate_questions", "QuestionDataModule", "few_ids"]
 
 #: The columns a question file may have (any other column is refused).
 QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
@@ -240,6 +242,28 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
             for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
 
 
+def task_source(task: str, seed: int, instruction: str | None = None, **task_kwargs) -> QuestionSource:
+    """The question stream of ``task`` under ``seed`` (:func:`questions_from_task`, ``instruction`` appended by
+    :func:`with_instruction`), as a :class:`~.splits.QuestionSource`: the splits cut from it are disjoint by
+    construction (:mod:`.splits`)."""
+    import json
+
+    config = json.dumps(task_kwargs, sort_keys=True, default=str)
+    name = f"{task} (seed {seed}" + (f", {config}" if task_kwargs else "") + ")"
+    return QuestionSource(name, lambda n: with_instruction(questions_from_task(task, n, seed, **task_kwargs),
+                                                           instruction),
+                          identity=(task, int(seed), config, instruction or ""))
+
+
+def task_splits(task: str, seed: int, sizes: dict[str, int], exclude: Iterable[str] = (),
+                instruction: str | None = None, **task_kwargs) -> dict[str, list[dict]]:
+    """Named splits of ``task`` (``{name: size}``, cut in that order from one pool of distinct questions drawn
+    with ``seed``), disjoint from each other and from the question keys in ``exclude``
+    (:func:`~.splits.draw_splits`; a split that cannot be filled is a :class:`~.splits.SplitError`)."""
+    source = task_source(task, seed, instruction, **task_kwargs)
+    return draw_splits([SplitSpec(name, n, source) for name, n in sizes.items()], exclude=exclude)
+
+
 def with_instruction(questions: list[dict], instruction: str | None) -> list[dict]:
     """The questions with ``instruction`` appended to every prompt after one space (``"... 3 + 4 =" ->
     "... 3 + 4 = Answer with just the number."``); ``None`` or ``""`` leaves them as they are. It is part of the
@@ -285,12 +309,19 @@ class QuestionDataModule(pl.LightningDataModule):
             ``(seed, epoch)``): TTRL's epochs over a fixed unlabeled test set. False: the file order, read
             once per epoch as a stream (Pixelis' online setting; run one epoch).
         val_path / val_task: optional validation questions; a ``val_task`` draws ``n_val`` questions with
-            ``seed + 1`` and ``val_task_kwargs`` (default: ``task_kwargs``).
+            ``val_task_kwargs`` (default: ``task_kwargs``).
         calibration_path / n_calibration: an optional labelled dev-cal split, returned by
             :meth:`calibration_questions` (every question must have a gold answer): the file's questions
             (the first ``n_calibration`` of them when it is given), or, for a generated task,
-            ``n_calibration`` questions of ``task`` drawn with ``seed + 2``.
+            ``n_calibration`` questions of ``task``.
         seed: the data seed (generation and shuffling).
+
+    Generated splits are disjoint by construction (:mod:`.splits`): the training, validation and calibration
+    questions of one task are cut, in that order, from one pool of its distinct questions drawn with ``seed``
+    (so the training split is the first ``n`` distinct questions whatever else is asked for), a split of
+    another task or a file's skips the questions already taken, and a split that cannot be filled is one
+    :class:`~.splits.SplitError` naming how many distinct questions the task holds. A calibration split never
+    shares a question with the training or validation split (refused for files).
 
     Batches: ``{"id", "prompt", "gold", "choices", "images", "reframed_prompt"}``, each a list over the
     batch (:func:`collate_questions`). The train loader is a :class:`ResumableDataLoader`: a run resumed
@@ -336,43 +367,59 @@ class QuestionDataModule(pl.LightningDataModule):
         self._val: list[dict] | None = None
         self._calibration: list[dict] | None = None
 
-    def _load_train(self) -> list[dict]:
+    def _load_calibration_file(self) -> list[dict]:
         h = self.hparams
+        questions = read_questions(h.calibration_path)
+        if h.n_calibration is not None:
+            if h.n_calibration > len(questions):
+                raise QuestionError(f"{h.calibration_path}: n_calibration={h.n_calibration} but the file "
+                                    f"has {len(questions)} questions")
+            questions = questions[:h.n_calibration]
+        unlabelled = [q["id"] for q in questions if q["gold"] is None]
+        if unlabelled:
+            raise QuestionError(f"{h.calibration_path}: the calibration split must be labelled, but "
+                                f"{len(unlabelled)} question(s) have no gold: {few_ids(unlabelled)}")
+        return questions
+
+    def _load_splits(self) -> dict[str, list[dict]]:
+        """``train``, ``validation`` and ``calibration``: the files as they are; the generated ones cut from one
+        pool of distinct questions per task, drawn with ``seed`` (:mod:`.splits`), skipping every question of
+        the files. A calibration split that shares a question with the training or validation split is
+        refused: its gold answers would be read for questions the run trains or is scored on. A validation
+        file may hold the training questions (TTRL's own protocol scores the trained-on questions)."""
+        h = self.hparams
+        kwargs = h.task_kwargs or {}
+        files: dict[str, list[dict]] = {}
         if h.path is not None:
-            return read_questions(h.path)
-        return questions_from_task(h.task, h.n, h.seed, **(h.task_kwargs or {}))
-
-    def _load_val(self) -> list[dict]:
-        h = self.hparams
+            files["train"] = read_questions(h.path)
         if h.val_path is not None:
-            return read_questions(h.val_path)
-        if h.val_task is not None:
-            kwargs = h.val_task_kwargs if h.val_task_kwargs is not None else (h.task_kwargs or {})
-            return questions_from_task(h.val_task, h.n_val, h.seed + 1, **kwargs)
-        return []
-
-    def _load_calibration(self) -> list[dict]:
-        h = self.hparams
+            files["validation"] = read_questions(h.val_path)
         if h.calibration_path is not None:
-            questions = read_questions(h.calibration_path)
-            if h.n_calibration is not None:
-                if h.n_calibration > len(questions):
-                    raise QuestionError(f"{h.calibration_path}: n_calibration={h.n_calibration} but the file "
-                                        f"has {len(questions)} questions")
-                questions = questions[:h.n_calibration]
-            unlabelled = [q["id"] for q in questions if q["gold"] is None]
-            if unlabelled:
-                raise QuestionError(f"{h.calibration_path}: the calibration split must be labelled, but "
-                                    f"{len(unlabelled)} question(s) have no gold: {few_ids(unlabelled)}")
-            return questions
-        if h.task is not None and h.n_calibration:
-            return questions_from_task(h.task, h.n_calibration, h.seed + 2, **(h.task_kwargs or {}))
-        return []
+            files["calibration"] = self._load_calibration_file()
+        specs = []
+        if h.task is not None:
+            specs.append(SplitSpec("train", h.n, task_source(h.task, h.seed, **kwargs)))
+        if h.val_task is not None:
+            val_kwargs = h.val_task_kwargs if h.val_task_kwargs is not None else kwargs
+            specs.append(SplitSpec("validation", h.n_val, task_source(h.val_task, h.seed, **val_kwargs)))
+        if h.task is not None and h.n_calibration and h.calibration_path is None:
+            specs.append(SplitSpec("calibration", h.n_calibration, task_source(h.task, h.seed, **kwargs)))
+        exclude = set().union(*(keys_of(qs) for qs in files.values())) if files else set()
+        splits = {**files, **draw_splits(specs, exclude=exclude)}
+        calibration = keys_of(splits.get("calibration", []))
+        for name in ("train", "validation"):
+            shared = [q["id"] for q in splits.get(name, []) if question_key(q) in calibration]
+            if shared:
+                raise SplitError(f"the calibration split shares {len(shared)} question(s) with the {name} split "
+                                 f"({few_ids(shared)}); a labelled dev-cal split must hold other questions")
+        return {"train": splits["train"], "validation": splits.get("validation", []),
+                "calibration": splits.get("calibration", [])}
 
     def setup(self, stage: str | None = None) -> None:
         if self._train is None:
-            self._train = self._load_train()
-            self._val = self._load_val()
+            splits = self._load_splits()
+            self._train, self._val, self._calibration = (splits["train"], splits["validation"],
+                                                         splits["calibration"])
 
     def train_questions(self) -> list[dict]:
         self.setup()
@@ -384,9 +431,8 @@ class QuestionDataModule(pl.LightningDataModule):
 
     def calibration_questions(self) -> list[dict]:
         """The labelled dev-cal questions (``[]`` when neither a calibration file nor ``n_calibration`` for
-        a generated task is given); loaded once."""
-        if self._calibration is None:
-            self._calibration = self._load_calibration()
+        a generated task is given); loaded once, with the other splits."""
+        self.setup()
         return self._calibration
 
     def train_dataloader(self) -> DataLoader:

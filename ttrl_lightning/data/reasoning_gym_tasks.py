@@ -4,20 +4,22 @@ with difficulty settings, a seed and their own ``score_answer``; extra ``real-mo
 ``reasoning_gym_questions(name, n, seed, **config)`` draws ``reasoning_gym.create_dataset(name, size=n,
 seed=seed, **config)`` into the question shape of ``data.questions`` (``prompt`` = the entry's question,
 ``gold`` = its answer, ids ``rg-<name>-<seed>-<i>``). The generator's scorer is the independent check of
-gold: :func:`score_answers` scores extracted answers with ``score_answer`` (right when it gives 1.0), and
+gold: :func:`score_answers` scores extracted answers with ``score_answer`` against each question's own entry
+(found from its id, so a question drawn anywhere in the stream is scored right; right when it gives 1.0), and
 :func:`gold_check` counts where that and the project's answer equivalence disagree, so a disagreement is
 reported, never hidden.
 """
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any, Sequence
 
 from ..answers import NO_ANSWER, answers_equal
 from ..errors import UserError
 
-__all__ = ["PREFIX", "is_reasoning_gym", "reasoning_gym_name", "reasoning_gym_questions", "score_answers",
+__all__ = ["PREFIX", "is_reasoning_gym", "reasoning_gym_name", "reasoning_gym_questions", "entry", "score_answers",
            "gold_check", "sampled_gold_check"]
 
 PREFIX = "reasoning_gym:"
@@ -69,15 +71,31 @@ def reasoning_gym_questions(task: str, n: int, seed: int, **config) -> list[dict
              "choices": None, "images": [], "reframed_prompt": None} for i, entry in enumerate(ds)]
 
 
-def score_answers(task: str, n: int, seed: int, answers: Sequence[Sequence[str | None]],
+def entry(task: str, question_id: str, **config) -> dict:
+    """The generator's entry behind a question of :func:`reasoning_gym_questions` (its id
+    ``rg-<name>-<seed>-<i>`` names the seed and the index: reasoning-gym draws item ``i`` of seed ``s`` from
+    ``Random(s + i)``, whatever the dataset's size), with ``config``: what ``score_answer`` scores against."""
+    name = reasoning_gym_name(task)
+    m = re.fullmatch(rf"rg-{re.escape(name)}-(\d+)-(\d+)", str(question_id))
+    if m is None:
+        raise UserError(f"question id {question_id!r} is not one of reasoning-gym {name}'s (rg-{name}-<seed>-<i>), "
+                        "so its generator entry is unknown")
+    seed, index = int(m.group(1)), int(m.group(2))
+    return dataset(task, index + 1, seed, **config)[index]
+
+
+def score_answers(task: str, ids: Sequence[str], answers: Sequence[Sequence[str | None]],
                   **config) -> list[list[bool]]:
-    """Per question, per sample: whether the generator's ``score_answer`` gives the answer 1.0 (an
-    unextractable answer, None, is wrong)."""
-    ds = dataset(task, n, seed, **config)
-    if len(answers) != len(ds):
-        raise ValueError(f"{len(answers)} questions' answers for {len(ds)} generated questions")
-    return [[a is not None and float(ds.score_answer(a, ds[q])) >= 1.0 for a in row]
-            for q, row in enumerate(answers)]
+    """Per question (by its id, :func:`entry`), per sample: whether the generator's ``score_answer`` gives the
+    answer 1.0 (an unextractable answer, None, is wrong)."""
+    if len(answers) != len(ids):
+        raise ValueError(f"{len(answers)} questions' answers for {len(ids)} question ids")
+    ds = dataset(task, 1, 0, **config)  # the scorer; the entries carry their own seed and index
+    out = []
+    for qid, row in zip(ids, answers):
+        e = entry(task, qid, **config)
+        out.append([a is not None and float(ds.score_answer(a, e)) >= 1.0 for a in row])
+    return out
 
 
 def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[bool]]) -> dict[str, Any]:
@@ -92,11 +110,11 @@ def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[b
             "score_answer_only": sum(b and not a for a, b in pairs)}
 
 
-def sampled_gold_check(task: str, n: int, seed: int, per_question: Sequence[dict], **config) -> dict[str, Any]:
+def sampled_gold_check(task: str, per_question: Sequence[dict], **config) -> dict[str, Any]:
     """:func:`gold_check` of sampled answers: ``per_question`` is ``eval.sampled.SampledMetrics.per_question``
-    (each with ``gold`` and the extracted ``answers``) of the ``n`` questions of ``task`` drawn with ``seed`` and
-    ``config``; the project's side is answer equivalence with gold, the generator's ``score_answer``."""
+    (each with the question's ``id``, ``gold`` and the extracted ``answers``) of questions of ``task`` drawn
+    with ``config``; the project's side is answer equivalence with gold, the generator's ``score_answer``."""
     project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]] for pq in per_question]
-    scorer = score_answers(task, n, seed, [[None if a == NO_ANSWER else a for a in pq["answers"]]
-                                           for pq in per_question], **config)
+    scorer = score_answers(task, [pq["id"] for pq in per_question],
+                           [[None if a == NO_ANSWER else a for a in pq["answers"]] for pq in per_question], **config)
     return gold_check(project, scorer)

@@ -441,3 +441,23 @@ def make_tasks(seed: int, n: int, kinds: list[str] | None = None) -> list[SceneT
     from ``(seed, i)``."""
     kinds = kinds or SCENE_TASKS.names()
     return [SCENE_TASKS[kinds[i % len(kinds)]](seed, i) for i in range(n)]
+
+
+def scene_source(seed: int, kinds: list[str] | None = None):
+    """The scene tasks of ``seed`` as a question stream (:class:`.splits.QuestionSource`): item ``i`` is
+    ``{"index": i, "task": SceneTask, "prompt": its question, "images": its image or frames}``, the task
+    :func:`make_tasks` draws at ``i``. Splits cut from it are disjoint by question text and pixels
+    (:func:`.splits.question_key`), so two scenes asked the same question are two questions."""
+    from .splits import QuestionSource
+
+    kinds = list(kinds or SCENE_TASKS.names())
+    drawn: list[dict] = []
+
+    def draw(n: int) -> list[dict]:
+        for i in range(len(drawn), n):  # memoised: a longer draw renders only the new scenes
+            task = SCENE_TASKS[kinds[i % len(kinds)]](seed, i)
+            pixels = [task.image] if task.image is not None else list(task.frames or ())
+            drawn.append({"index": i, "task": task, "prompt": task.question, "images": pixels})
+        return drawn[:n]
+
+    return QuestionSource(f"scenes {','.join(kinds)} (seed {seed})", draw, identity=(int(seed), tuple(kinds)))

@@ -24,22 +24,30 @@ IMAGE_TASKS = ("count", "colour", "shape", "read", "read_small")
 ANSWER_FORMAT = " Finish with 'The answer is X.'"
 
 
-def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS) -> str:
-    """Write ``n`` scene questions (module docstring) under ``folder``; returns the question file's path."""
+def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS, exclude=()) -> str:
+    """Write ``n`` distinct scene questions (module docstring) under ``folder``, none of them a question of the
+    question files in ``exclude`` (same prompt and pixels: ``data.splits``); returns the question file's path."""
     from PIL import Image
 
-    from ..data.scenes import SCENE_TASKS
+    from ..data.questions import read_questions
+    from ..data.scenes import scene_source
+    from ..data.splits import QuestionSource, SplitSpec, draw_splits, keys_of
 
     kinds = list(kinds)
     bad = [k for k in kinds if k not in IMAGE_TASKS]
     if bad or not kinds:
         raise ValueError(f"scene kinds must be among {IMAGE_TASKS}, got {kinds}")
+    scenes = scene_source(seed, kinds)
+    # the questions as the file words them, so that a file's questions are excluded by what they say
+    source = QuestionSource(scenes.name, lambda m: [dict(it, prompt=it["prompt"] + ANSWER_FORMAT)
+                                                    for it in scenes.draw(m)], identity=scenes.identity)
+    taken = set().union(*(keys_of(read_questions(p)) for p in exclude)) if exclude else set()
+    items = draw_splits([SplitSpec("questions", n, source)], exclude=taken)["questions"]
     os.makedirs(os.path.join(folder, "images"), exist_ok=True)
     rows = []
-    for i in range(n):
-        kind = kinds[i % len(kinds)]
-        task = SCENE_TASKS[kind](seed, i)
-        qid = f"{kind}-{seed}-{i}"
+    for item in items:
+        task, i = item["task"], item["index"]
+        qid = f"{task.kind}-{seed}-{i}"
         image = os.path.join("images", f"{qid}.png")
         with atomic_write_path(os.path.join(folder, image)) as tmp:
             Image.fromarray(task.image).save(tmp, format="PNG")
@@ -58,8 +66,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--kinds", nargs="+", default=list(IMAGE_TASKS), choices=IMAGE_TASKS)
+    p.add_argument("--exclude", nargs="+", default=[], metavar="FILE", help="question files to share no question with")
     args = p.parse_args(argv)
-    print(write_scene_questions(args.folder, args.n, args.seed, args.kinds))
+    print(write_scene_questions(args.folder, args.n, args.seed, args.kinds, args.exclude))
     return 0
 
 

@@ -1,0 +1,129 @@
+"""Disjoint splits by construction (data.splits) for every question source: reasoning-gym, the generated tasks
+and the generated scenes; a split that cannot be filled is one error naming how many distinct questions the
+source gave."""
+import json
+
+import pytest
+
+from ttrl_lightning.data.questions import QuestionDataModule, read_questions, task_source, task_splits
+from ttrl_lightning.data.splits import (QuestionSource, SplitError, SplitSpec, distinct_questions, draw_splits,
+                                        keys_of, overlaps, prompt_key, question_key)
+
+CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
+
+
+def _pairwise_disjoint(splits):
+    found = overlaps(splits)
+    assert found and all(n == 0 for n in found.values()), found
+    for name, qs in splits.items():  # and no split repeats a question itself
+        assert len(keys_of(qs)) == len(qs), name
+
+
+def test_reasoning_gym_seeds_overlap_and_the_pool_does_not():
+    pytest.importorskip("reasoning_gym")
+    from ttrl_lightning.data.questions import questions_from_task
+
+    # the reason for the module: seed s + 1 is seed s shifted by one item
+    a = questions_from_task("reasoning_gym:chain_sum", 16, 1, **CHAIN_SUM)
+    b = questions_from_task("reasoning_gym:chain_sum", 16, 2, **CHAIN_SUM)
+    assert [q["prompt"] for q in a[1:]] == [q["prompt"] for q in b[:-1]]
+    splits = task_splits("reasoning_gym:chain_sum", 0, {"scan": 24, "held_out": 24, "calibration": 16,
+                                                        "trained_on": 120}, **CHAIN_SUM)
+    assert [len(v) for v in splits.values()] == [24, 24, 16, 120]
+    _pairwise_disjoint(splits)
+    # two one-digit terms and + or -: 10 x 10 x 2 prompts, and no more
+    assert len(distinct_questions(task_source("reasoning_gym:chain_sum", 0, **CHAIN_SUM), 10_000)) == 200
+    with pytest.raises(SplitError, match=r"reasoning_gym:chain_sum \(seed 0, .*\): 200 distinct questions found "
+                                         r"in \d+ draws, but the splits need 216 \(train 200, held_out 16\)"):
+        task_splits("reasoning_gym:chain_sum", 0, {"train": 200, "held_out": 16}, **CHAIN_SUM)
+
+
+@pytest.mark.parametrize("task", ["arith", "add2_carry"])
+def test_generated_task_splits_are_disjoint_and_prefix_stable(task):
+    big = task_splits(task, 3, {"train": 40, "validation": 20, "calibration": 20})
+    _pairwise_disjoint(big)
+    # the training split is the first distinct questions of the stream, whatever else is asked for
+    assert task_splits(task, 3, {"train": 40})["train"] == big["train"]
+
+
+def test_arith_is_small_and_says_how_small():
+    # operands 0..2 and + / -: 3 x 3 x 2 = 18 distinct prompts
+    with pytest.raises(SplitError, match=r"arith \(seed 0, .*\): 18 distinct questions found in \d+ draws, but "
+                                         r"the splits need 20 \(a 10, b 10\)"):
+        task_splits("arith", 0, {"a": 10, "b": 10}, max_operand=2)
+
+
+def test_scene_splits_are_disjoint_by_text_and_pixels(tmp_path):
+    from ttrl_lightning.data.cota import agent_prompt_splits
+    from ttrl_lightning.data.scenes import scene_source
+    from ttrl_lightning.generate.scene_questions import write_scene_questions
+
+    splits = draw_splits([SplitSpec("train", 12, scene_source(0, ["count", "colour"])),
+                          SplitSpec("validation", 6, scene_source(0, ["count", "colour"]))])
+    _pairwise_disjoint(splits)
+    # the same wording with other pixels is another question
+    texts = [it["prompt"] for it in splits["train"] + splits["validation"]]
+    assert len(set(texts)) < len(texts)
+    rows = agent_prompt_splits(0, {"train": 4, "validation": 2}, ["count"])
+    assert [r["id"] for r in rows["train"]] == [f"count-0-{i}" for i in range(4)]
+    assert [r["id"] for r in rows["validation"]] == ["count-0-4", "count-0-5"]
+    # a question file of scenes excludes another's: same prompt and same pixels (a PNG is its array)
+    first = write_scene_questions(str(tmp_path / "a"), 5, seed=0, kinds=["colour"])
+    second = write_scene_questions(str(tmp_path / "b"), 5, seed=0, kinds=["colour"], exclude=[first])
+    a, b = read_questions(first), read_questions(second)
+    assert not keys_of(a) & keys_of(b)
+    assert [q["id"] for q in b] == [f"colour-0-{i}" for i in range(5, 10)]
+    assert question_key({"prompt": "x", "images": [a[0]["images"][0]]}) == question_key(
+        {"prompt": "X ", "images": [__import__("PIL.Image").Image.open(a[0]["images"][0]).convert("RGB")]})
+
+
+def test_keys_normalise_text_and_names_are_checked():
+    assert prompt_key("  Ｗhat is\t2 +  2? ") == prompt_key("what is 2 + 2?")
+    src = QuestionSource("three", lambda n: [{"prompt": p} for p in ["a", "A ", "b", "c"][:n]])
+    # a finite stream: 'A ' repeats 'a'
+    assert [q["prompt"] for q in draw_splits([SplitSpec("x", 3, src)])["x"]] == ["a", "b", "c"]
+    with pytest.raises(SplitError, match="three: 3 distinct questions found in 4 draws, but the splits need 4"):
+        draw_splits([SplitSpec("x", 4, src)])
+    with pytest.raises(SplitError, match=r"besides the 1 excluded ones"):
+        draw_splits([SplitSpec("x", 3, src)], exclude=keys_of([{"prompt": "b"}]))
+    with pytest.raises(ValueError, match="distinct"):
+        draw_splits([SplitSpec("x", 1, src), SplitSpec("x", 1, src)])
+    with pytest.raises(ValueError, match="size must be an integer >= 1"):
+        draw_splits([SplitSpec("x", 0, src)])
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_the_datamodule_refuses_a_calibration_file_that_shares_questions(tmp_path):
+    train = _write(tmp_path / "t.jsonl", [{"id": "a", "prompt": "1+1="}, {"id": "b", "prompt": "2+2="}])
+    cal = _write(tmp_path / "c.jsonl", [{"id": "c1", "prompt": "2 + 2 =", "gold": "4"},
+                                        {"id": "c2", "prompt": "2+2=", "gold": "4"}])
+    with pytest.raises(SplitError, match=r"shares 1 question\(s\) with the train split \('b'\)"):
+        QuestionDataModule(path=train, calibration_path=cal).calibration_questions()
+    # TTRL's own protocol scores the trained-on questions: a validation file may be the training file
+    dm = QuestionDataModule(path=train, val_path=train)
+    assert [q["id"] for q in dm.val_questions()] == ["a", "b"]
+    # a generated validation split skips the training file's questions
+    rows = [{"id": f"q{i}", "prompt": q["prompt"]} for i, q in enumerate(task_splits("arith", 0, {"x": 5})["x"])]
+    dm = QuestionDataModule(path=_write(tmp_path / "g.jsonl", rows), val_task="arith", n_val=5, seed=0)
+    assert not keys_of(dm.val_questions()) & keys_of(dm.train_questions())
+
+
+def test_ttrl_questions_exclude_prints_the_overlap(tmp_path, capsys):
+    pytest.importorskip("reasoning_gym")
+    from ttrl_lightning.cli import main
+
+    common = ["questions", "--task", "reasoning_gym:chain_sum", "--config", json.dumps(CHAIN_SUM),
+              "--instruction", "Answer with just the number."]
+    a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    assert main([*common, "--n", "150", "--seed", "1", "--out", a]) == 0
+    assert main([*common, "--n", "50", "--seed", "2", "--out", b, "--exclude", a]) == 0
+    out = capsys.readouterr().out
+    assert f"overlap with {a} (150 questions): 0" in out
+    assert not keys_of(read_questions(a)) & keys_of(read_questions(b))
+    assert main([*common, "--n", "10", "--seed", "3", "--out", str(tmp_path / "c.jsonl"), "--exclude", a, b]) == 1
+    err = capsys.readouterr().err
+    assert "0 distinct questions found" in err and "besides the 200 excluded ones" in err
