@@ -1,0 +1,135 @@
+"""``LabelFreeStopping``: when to stop test-time RL without a label -- a rule on label-free training signals.
+
+Label-free RL rises and then falls: its gains peak and, trained on, fall below the start as entropy and length
+collapse ("No Free Lunch"), and TTRL's users ask when to stop (PRIME-RL/TTRL #48). No public recipe has a
+label-free answer. This rule reads only what every TTRL step logs without gold:
+
+* **consensus plateau.** ``train/majority_ratio`` (the winning answer's share of a question's votes, mean over
+  the batch) rises while the policy converges on its pseudo-labels. Smoothed by an EMA
+  (``s_t = a s_{t-1} + (1 - a) x_t``, ``a = smoothing``), the rule fires at the first step ``t >= min_steps``
+  whose last ``patience`` smoothed values set no new high by more than ``min_delta`` over the best before
+  them: the labels have stopped moving, and further steps only sharpen the policy on them.
+* **length collapse.** ``train/completion_len`` smoothed the same way falls below ``length_floor`` times its
+  first value: the collapse that precedes the fall.
+
+``stop_decision(history, rule)`` is the pure function (``history``: the per-step values in step order); the
+callback feeds it each step's values (averaged over ranks, so every rank decides alike), logs
+``stop/majority_ratio_smoothed`` and, once, ``stop/flagged_step``; ``mode="stop"`` ends the run there,
+``mode="flag"`` only records it (``flagged``), to validate the rule against a gold curve on full runs.
+
+The rule was validated on one task and one model (``benchmarks/real_model_ttrl.py``: SmolLM2-135M-Instruct on
+reasoning-gym ``chain_sum``; the README reports the step it picks against the best held-out step). It is a
+heuristic, not a guarantee.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
+
+import lightning.pytorch as pl
+import torch
+
+__all__ = ["StoppingRule", "stop_decision", "smoothed", "LabelFreeStopping"]
+
+#: the logged metrics the rule reads
+MAJORITY_RATIO, COMPLETION_LEN = "train/majority_ratio", "train/completion_len"
+
+
+@dataclass(frozen=True)
+class StoppingRule:
+    """The rule's settings (module docstring)."""
+
+    smoothing: float = 0.7
+    patience: int = 8
+    min_delta: float = 0.01
+    min_steps: int = 8
+    length_floor: float = 0.5
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.smoothing < 1:
+            raise ValueError(f"smoothing must be in [0, 1), got {self.smoothing}")
+        for name in ("patience", "min_steps"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if not self.min_delta >= 0 or not 0 <= self.length_floor < 1:
+            raise ValueError(f"need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
+                             f"{self.length_floor}")
+
+
+def smoothed(values: Sequence[float], a: float) -> list[float]:
+    """EMA of ``values``: ``s_0 = x_0``, ``s_t = a s_{t-1} + (1 - a) x_t``."""
+    out: list[float] = []
+    for x in values:
+        out.append(float(x) if not out else a * out[-1] + (1 - a) * float(x))
+    return out
+
+
+def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = StoppingRule()
+                  ) -> tuple[int, str] | None:
+    """``(index, reason)`` of the first step (0-based, in ``history``'s order) at which the rule fires, or None.
+    ``history[MAJORITY_RATIO]`` is required; ``history[COMPLETION_LEN]`` is optional."""
+    ratio = smoothed(history[MAJORITY_RATIO], rule.smoothing)
+    length = smoothed(history.get(COMPLETION_LEN, ()), rule.smoothing)
+    for t in range(len(ratio)):
+        if length and t < len(length) and length[t] < rule.length_floor * length[0]:
+            return t, f"completion length fell below {rule.length_floor:g} x its first value"
+        if t + 1 < max(rule.min_steps, rule.patience + 1):
+            continue
+        before = max(ratio[: t + 1 - rule.patience])
+        if max(ratio[t + 1 - rule.patience: t + 1]) <= before + rule.min_delta:
+            return t, (f"smoothed majority ratio set no new high (+{rule.min_delta:g}) in {rule.patience} "
+                       "steps")
+    return None
+
+
+class LabelFreeStopping(pl.Callback):
+    """Stops (``mode="stop"``) or flags (``mode="flag"``) a TTRL run by :func:`stop_decision` (module
+    docstring); its history is saved in checkpoints, so a resumed run decides as the uninterrupted one."""
+
+    def __init__(self, mode: str = "stop", smoothing: float = 0.7, patience: int = 8, min_delta: float = 0.01,
+                 min_steps: int = 8, length_floor: float = 0.5):
+        if mode not in ("stop", "flag"):
+            raise ValueError(f"mode must be 'stop' or 'flag', got {mode!r}")
+        self.mode = mode
+        self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor)
+        self.history: dict[str, list[float]] = {MAJORITY_RATIO: [], COMPLETION_LEN: []}
+        self.steps: list[int] = []
+        self.flagged: dict | None = None
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        metrics = trainer.callback_metrics
+        if MAJORITY_RATIO not in metrics:
+            raise RuntimeError(f"LabelFreeStopping reads {MAJORITY_RATIO!r}, which the module does not log "
+                               "(use it with TTRLModule)")
+        for key in (MAJORITY_RATIO, COMPLETION_LEN):
+            if key in metrics:
+                value = torch.as_tensor(metrics[key], dtype=torch.float32, device=pl_module.device).detach().clone()
+                self.history[key].append(float(trainer.strategy.reduce(value, reduce_op="mean")))
+        self.steps.append(int(trainer.global_step))
+        ratio = smoothed(self.history[MAJORITY_RATIO], self.rule.smoothing)[-1]
+        pl_module.log("stop/majority_ratio_smoothed", ratio, on_step=True, on_epoch=False)
+        if self.flagged is not None:
+            return
+        decision = stop_decision(self.history, self.rule)
+        if decision is None:
+            return
+        index, reason = decision
+        self.flagged = {"step": self.steps[index], "reason": reason}
+        pl_module.log("stop/flagged_step", float(self.steps[index]), on_step=True, on_epoch=False)
+        if self.mode == "stop":
+            from lightning.pytorch.utilities import rank_zero_info
+
+            rank_zero_info(f"LabelFreeStopping: stopping after step {self.steps[index]}: {reason}")
+            trainer.should_stop = True
+
+    def state_dict(self) -> dict:
+        return {"history": self.history, "steps": self.steps, "flagged": self.flagged, "rule": asdict(self.rule)}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict.get("rule") not in (None, asdict(self.rule)):
+            raise ValueError(f"LabelFreeStopping: the checkpoint's rule {state_dict['rule']} is not this run's "
+                             f"{asdict(self.rule)}")
+        self.history = {k: list(v) for k, v in state_dict.get("history", self.history).items()}
+        self.steps = list(state_dict.get("steps", []))
+        self.flagged = state_dict.get("flagged")
