@@ -40,7 +40,7 @@ def in_regime(avg: float, maj: float) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
-    from ttrl_lightning.data.questions import questions_from_task
+    from ttrl_lightning.data.questions import task_splits
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
     from ttrl_lightning.models import load_model, load_tokenizer
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--prompt-format", choices=PROMPT_FORMATS, default="auto")
-    p.add_argument("--seed", type=int, default=0, help="questions' seed (the TTRL split uses others)")
+    p.add_argument("--seed", type=int, default=0, help="the seed of the questions' stream")
     p.add_argument("--out", default="outputs/bench/real_model_scan.json")
     args = p.parse_args(argv)
 
@@ -72,13 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         generator, config = CANDIDATES[name]
         task = PREFIX + generator
         t0 = time.perf_counter()
-        questions = questions_from_task(task, args.n, args.seed, **config)
+        questions = task_splits(task, args.seed, {"scan": args.n}, **config)["scan"]  # distinct questions
         prompts = [dict(q, prompt=format_prompt(q["prompt"], args.prompt_format, tok)) for q in questions]
         params = SamplingParams(n=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed)
         metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=8, engine=engine,
                                       extract=extract)
-        check = sampled_gold_check(task, args.n, args.seed, metrics.per_question, **config)
+        check = sampled_gold_check(task, metrics.per_question, **config)
         avg, maj = metrics.avg_at_k, metrics.maj_at_k
         entry = {"generator": generator, "config": config, "avg": avg, "maj": maj, "pass": metrics.pass_at_k,
                  "in_regime": in_regime(avg, maj), "gold_check": check,

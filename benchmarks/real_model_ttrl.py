@@ -1,14 +1,20 @@
 """A real pretrained model improves itself without labels (or does not): TTRL arms on SmolLM2-135M-Instruct with
 reasoning-gym tasks, against a random-reward and a gold-reward control.
 
+Every split is cut from one pool of distinct questions per candidate (``data.splits``, seed 0, the instruction
+appended): the scan, the trained-on, the held-out and pixel's calibration split of a trained task, and the
+other task's evaluation split share no question (by normalised prompt text). The script prints the splits'
+sizes and pairwise overlaps and refuses to run when any overlap is not 0; a candidate too small for its splits
+is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200).
+
 1. **Scan, before any training.** Every ``--candidates`` task (a reasoning-gym generator and difficulty, with the
-   run's instruction, temperature and token budget) is sampled ``--k`` times on ``--n-scan`` questions of seed 0
-   (questions the runs never see); a task is in TTRL's regime when maj@k - avg@k >= 10 points and
-   15% <= avg@k <= 60% (``real_model_scan.in_regime``). The runs train on the first ``--max-tasks`` tasks in the
-   regime; the first candidate outside it is the "other task" nobody trains on.
-2. **Question files** (``ttrl questions`` form, the instruction appended): per trained task an unlabeled
-   training split (seed 1), a held-out split (seed 2) and a labelled dev-cal split for pixel (seed 4); the
-   other task's evaluation split (seed 3).
+   run's instruction, temperature and token budget) is sampled ``--k`` times on its ``--n-scan`` scan questions;
+   a task is in TTRL's regime when maj@k - avg@k >= 10 points and 15% <= avg@k <= 60%
+   (``real_model_scan.in_regime``). The runs train on the first ``--max-tasks`` tasks in the regime; the first
+   candidate outside it is the "other task" nobody trains on.
+2. **Question files** (``ttrl questions`` form): per trained task the unlabeled training split (``--n-train``;
+   by default every question of the task the other splits leave), the held-out split and a labelled dev-cal
+   split for pixel; the other task's evaluation split.
 3. **Arms**, each ``ttrl fit --config configs/ttrl/real_smollm2.yaml`` from the same checkpoint, ``--seeds``
    seeds each (the seed drives sampling, data order and the random rewards): ``majority``, ``self_harmony``
    (its reframe instruction inside the chat model's user turn; M/2 + M/2 votes, N/2 + N/2 trained: the same
@@ -58,9 +64,12 @@ ARMS: dict[str, list[str]] = {
     "gold_reward": [],
 }
 #: the per-step metrics kept per run (the plot's and the table's)
-CURVES = ("train/vote_accuracy", "train/label_accuracy", "train/kl_p95", "train/vote_tokens", "train/coverage")
-#: question seeds: the scan's, the training split's, the held-out split's, the other task's, pixel's dev-cal
-SCAN_SEED, TRAIN_SEED, HELD_OUT_SEED, OTHER_SEED, CALIBRATION_SEED = 0, 1, 2, 3, 4
+CURVES = ("train/vote_accuracy", "train/label_accuracy", "train/kl_p95", "train/vote_tokens", "train/coverage",
+          "train/majority_ratio", "train/completion_len")
+#: the seed of every candidate's question stream: all its splits are cut from it (data.splits)
+QUESTION_SEED = 0
+#: the trained-on questions a large task gives by default (--n-train)
+MAX_TRAIN = 256
 INSTRUCTION = "Answer with just the number."
 #: --engine -> the engine spec of the runs and the evaluation (vLLM's context sized to the short prompts)
 ENGINES = {"hf": "hf", "vllm": {"name": "vllm", "max_model_len": 256}}
@@ -78,14 +87,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--n-scan", type=int, default=24, help="scan questions per candidate")
-    p.add_argument("--n-train", type=int, default=24, help="unlabeled training questions per trained task")
-    p.add_argument("--n-eval", type=int, default=16, help="questions of the held-out and other-task splits")
+    p.add_argument("--n-train", type=int, default=None,
+                   help="unlabeled training questions per trained task (default: all that the other splits leave, "
+                        f"at most {MAX_TRAIN})")
+    p.add_argument("--n-eval", type=int, default=24, help="questions of the held-out and other-task splits")
     p.add_argument("--n-calibration", type=int, default=16, help="pixel's labelled dev-cal questions")
     p.add_argument("--k", type=int, default=16, help="samples per question in the scan and the evaluation")
     p.add_argument("--epochs", type=int, default=2, help="epochs over the training split")
     p.add_argument("--instruction", default=INSTRUCTION, help="appended to every prompt ('' for none)")
     p.add_argument("--engine", choices=sorted(ENGINES), default="hf", help="rollout engine of the scan, the evaluation and the runs "
                    "(hf: measured faster than vllm on a 2-core CPU; vllm on a GPU)")
+    p.add_argument("--val-every", type=int, default=4,
+                   help="steps between held-out evaluations during a run (the long-horizon curve; 0: none)")
+    p.add_argument("--val-k", type=int, default=8, help="samples per held-out question in those evaluations")
     p.add_argument("--resume", action="store_true", help="keep the runs already in --out's JSON")
     return p
 
@@ -101,8 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     json_path = os.path.join(args.out, "real_model_ttrl.json")
     base = parse_config(["--config", config_path(CONFIG)]).model.init_args
     settings = {"model": os.path.abspath(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
-                "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval, "epochs": args.epochs,
-                "instruction": args.instruction, "engine": args.engine, "temperature": base.sampling.temperature,
+                "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval,
+                "n_calibration": args.n_calibration, "epochs": args.epochs,
+                "instruction": args.instruction, "engine": args.engine, "val_every": args.val_every,
+                "val_k": args.val_k, "temperature": base.sampling.temperature,
                 "max_new_tokens": base.sampling.max_new_tokens, "num_votes": base.num_votes,
                 "num_generations": base.num_generations, "lr": _field(base.policy, "lr")}
     report = _resumed(json_path, settings) if args.resume else None
@@ -121,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = _evaluator(tok, args, base)
 
     # 1. the scan, before any training
+    scan = _draw(args)
     print(f"== scan: avg@{args.k} / maj@{args.k} of the checkpoint on {args.n_scan} questions per candidate "
-          f"(seed {SCAN_SEED}, T {settings['temperature']}, {settings['max_new_tokens']} new tokens)", flush=True)
+          f"(T {settings['temperature']}, {settings['max_new_tokens']} new tokens)", flush=True)
     for name in args.candidates:
         if name not in report["scan"]:
-            report["scan"][name] = evaluate(model, name, args.n_scan, SCAN_SEED)
+            report["scan"][name] = evaluate(model, name, scan[f"{name}/scan"])
             save()
         e = report["scan"][name]
         e["in_regime"] = in_regime(e["avg"], e["maj"])
@@ -148,25 +165,27 @@ def main(argv: list[str] | None = None) -> int:
           "--max-tasks)" if skipped else "") + f"; other task: {other or 'none (every candidate is in the regime)'}")
     report["tasks"], report["other_task"] = tasks, other
 
-    # 2. question files, 3. the checkpoint's accuracy
-    files = _question_files(args, tasks, other)
+    # 2. the splits (disjoint, checked) and their question files, 3. the checkpoint's accuracy
+    splits = _draw(args, tasks, other)
+    report["split_sizes"], report["overlaps"] = _checked_disjoint(splits)
+    files = _question_files(args, splits, tasks, other)
     report["files"] = files
     for task in tasks:
         if task not in report["before"]:
-            report["before"][task] = _splits(evaluate, model, args, task, other)
+            report["before"][task] = _splits(evaluate, model, splits, task, other)
             save()
         _print_splits(f"checkpoint, {task}", report["before"][task], args.k)
 
     # 4. the arms
     for task in tasks:
-        for arm in args.arms:
-            for s in args.seeds:
+        for s in args.seeds:  # seed-major: a partial report holds every arm of its first seeds
+            for arm in args.arms:
                 key = f"{task}/{arm}/seed{s}"
                 if key in report["runs"]:
                     continue
                 print(f"\n== {key}: ttrl fit ({len(report['runs']) + 1} of "
                       f"{len(tasks) * len(args.arms) * len(args.seeds)})", flush=True)
-                report["runs"][key] = _run(args, base, files, task, other, arm, s, evaluate)
+                report["runs"][key] = _run(args, base, files, splits, task, other, arm, s, evaluate)
                 _print_splits(key, report["runs"][key]["after"], args.k)
                 save()
     report["summary"] = {task: _summary(report, task, args) for task in tasks}
@@ -174,6 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     for task in tasks:
         print(_table(report, task, args.k))
         print(_checks(report["summary"][task], args.k))
+        if args.val_every:
+            print(_horizon_table(report, task, args.val_k))
     _plot(report, os.path.join(args.out, "real_model_ttrl.png"))
     print(f"\nwall time {report['seconds'] / 60:.1f} min; {json_path}; "
           f"{os.path.join(args.out, 'real_model_ttrl.png')}")
@@ -186,54 +207,99 @@ def _field(spec, name: str):
 
 
 def _resumed(path: str, settings: dict) -> dict | None:
-    """The report at ``path`` when it was written with the same settings (else None: start again)."""
+    """The report at ``path`` when it was written with the same settings, the seeds aside (else None: start
+    again); a run of a seed is the same whichever other seeds are asked for, so more seeds extend a report."""
     if not os.path.exists(path):
         return None
     with open(path) as fh:
         old = json.load(fh)
-    if old.get("settings") != settings:
+    same = {k: v for k, v in old.get("settings", {}).items() if k != "seeds"}
+    if same != {k: v for k, v in settings.items() if k != "seeds"}:
         print(f"--resume: {path} was written with other settings; starting again", flush=True)
         return None
     print(f"--resume: keeping {len(old.get('runs', {}))} runs of {path}", flush=True)
+    old["settings"] = settings
     return old
 
 
-def _questions(name: str, n: int, seed: int, instruction: str) -> list[dict]:
-    from ttrl_lightning.data.questions import questions_from_task, with_instruction
+def _source(name: str, instruction: str):
+    """The question stream of candidate ``name`` (its generator and config, the instruction appended)."""
+    from ttrl_lightning.data.questions import task_source
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX
 
     generator, config = CANDIDATES[name]
-    return with_instruction(questions_from_task(PREFIX + generator, n, seed, **config), instruction)
+    return task_source(PREFIX + generator, QUESTION_SEED, instruction or None, **config)
 
 
-def _split_specs(args, task: str, other: str | None) -> dict[str, tuple[str, int, int]]:
-    """Every split of a trained task: name -> (candidate, questions, seed); the evaluated ones first."""
-    specs = {"trained_on": (task, args.n_train, TRAIN_SEED), "held_out": (task, args.n_eval, HELD_OUT_SEED)}
+#: the splits of a trained task, in the order they are cut from its pool: the held-out and calibration splits
+#: do not depend on --n-train
+TRAINED_SPLITS = ("held_out", "calibration", "trained_on")
+
+
+def _draw(args, tasks: list[str] = (), other: str | None = None) -> dict[str, list[dict]]:
+    """Every split, ``{"<candidate>/<split>": questions}``, pairwise disjoint by construction
+    (``data.splits.draw_splits``): each candidate's scan first, then the trained tasks' held-out, calibration and
+    trained-on splits, then the other task's evaluation split. ``--n-train`` None takes every question of the
+    task that the other splits leave (at most ``MAX_TRAIN``)."""
+    from ttrl_lightning.data.splits import SplitSpec, distinct_questions, draw_splits
+
+    specs = [SplitSpec(f"{c}/scan", args.n_scan, _source(c, args.instruction)) for c in args.candidates]
+    for task in tasks:
+        source = _source(task, args.instruction)
+        n_train = args.n_train
+        if n_train is None:
+            others = args.n_scan + args.n_eval + args.n_calibration
+            n_train = len(distinct_questions(source, others + MAX_TRAIN)) - others
+            if n_train < 1:
+                raise SystemExit(f"{task}: no question is left for training after the scan, held-out and "
+                                 "calibration splits")
+        sizes = {"held_out": args.n_eval, "calibration": args.n_calibration, "trained_on": n_train}
+        specs += [SplitSpec(f"{task}/{split}", sizes[split], source) for split in TRAINED_SPLITS]
     if other:
-        specs["other_task"] = (other, args.n_eval, OTHER_SEED)
-    specs["calibration"] = (task, args.n_calibration, CALIBRATION_SEED)
-    return specs
+        specs.append(SplitSpec(f"{other}/other_task", args.n_eval, _source(other, args.instruction)))
+    return draw_splits(specs)
 
 
-def _question_files(args, tasks: list[str], other: str | None) -> dict[str, str]:
-    """The splits as question files (``ttrl questions``' format): ``{"<task>/<split>": path}``."""
+def _checked_disjoint(splits: dict[str, list[dict]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Print every split's size and every pairwise overlap; refuse to go on when one is not 0."""
+    from ttrl_lightning.data.splits import overlaps
+
+    shared = {f"{a} & {b}": n for (a, b), n in overlaps(splits).items()}
+    sizes = {name: len(qs) for name, qs in splits.items()}
+    print("splits: " + ", ".join(f"{name} {n}" for name, n in sizes.items()))
+    print(f"pairwise overlaps (questions with the same normalised prompt): {len(shared)} pairs, "
+          f"largest {max(shared.values(), default=0)}")
+    bad = {pair: n for pair, n in shared.items() if n}
+    if bad:
+        raise SystemExit(f"splits overlap: {bad}; refusing to measure on them")
+    return sizes, shared
+
+
+def _question_files(args, splits: dict[str, list[dict]], tasks: list[str], other: str | None) -> dict[str, str]:
+    """The splits of every trained task as question files (``ttrl questions``' format):
+    ``{"<task>/<split>": path}``, the other task's split as ``"<task>/other_task"``."""
     from ttrl_lightning.data.questions import write_questions
 
     files = {}
     for task in tasks:
-        for split, (name, n, seed) in _split_specs(args, task, other).items():
+        chosen = {split: f"{task}/{split}" for split in TRAINED_SPLITS}
+        if other:
+            chosen["other_task"] = f"{other}/other_task"
+        for split in ("trained_on", "held_out", "other_task", "calibration"):
+            if split not in chosen:
+                continue
             key = f"{task}/{split}"
             path = os.path.join(args.out, "questions", key.replace(":", "_").replace("/", "_") + ".jsonl")
-            write_questions(path, _questions(name, n, seed, args.instruction))
+            write_questions(path, splits[chosen[split]])
             files[key] = path
     return files
 
 
 def _evaluator(tok, args, h):
-    """``evaluate(model, task, n, seed) -> {avg, maj, pass, gold_check, seconds}``: the ``n`` questions of
-    ``task`` drawn with ``seed`` (``_questions``, the files' own), sampled at the config's (``h``, its parsed ``model.init_args``) sampling with seed 0
-    and the chat template (the one prompt rule), scored by answer equivalence and, beside it, by
-    reasoning-gym's ``score_answer`` (``gold_check``: their disagreements counted)."""
+    """``evaluate(model, candidate, questions) -> {avg, maj, pass, gold_check, seconds}``: ``questions`` of
+    ``candidate`` sampled at the config's (``h``, its parsed ``model.init_args``) sampling with seed 0 and the chat
+    template (the one prompt rule), scored by answer equivalence and, beside it, by reasoning-gym's
+    ``score_answer`` (``gold_check``: their disagreements counted)."""
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
@@ -245,23 +311,25 @@ def _evaluator(tok, args, h):
     engine = build_engine(ENGINES[args.engine], tok)
     extract = ANSWER_EXTRACTORS[h.answer_extractor]
 
-    def evaluate(model, task: str, n: int, seed: int) -> dict:
+    def evaluate(model, task: str, questions: list[dict]) -> dict:
         t0 = time.perf_counter()
-        questions = _questions(task, n, seed, args.instruction)
         prompts = [dict(q, prompt=format_prompt(q["prompt"], h.prompt_format, tok)) for q in questions]
         metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=32, engine=engine,
                                       extract=extract, progress=True)
         generator, config = CANDIDATES[task]
-        check = sampled_gold_check(PREFIX + generator, n, seed, metrics.per_question, **config)
+        check = sampled_gold_check(PREFIX + generator, metrics.per_question, **config)
         return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k, "gold_check": check,
                 "seconds": round(time.perf_counter() - t0, 1)}
     return evaluate
 
 
-def _splits(evaluate, model, args, task: str, other: str | None) -> dict:
+def _splits(evaluate, model, splits: dict[str, list[dict]], task: str, other: str | None) -> dict:
     """The trained-on, held-out and other-task accuracy of ``model`` (not the dev-cal split)."""
-    return {name: evaluate(model, *spec) for name, spec in _split_specs(args, task, other).items()
-            if name != "calibration"}
+    out = {"trained_on": evaluate(model, task, splits[f"{task}/trained_on"]),
+           "held_out": evaluate(model, task, splits[f"{task}/held_out"])}
+    if other:
+        out["other_task"] = evaluate(model, other, splits[f"{other}/other_task"])
+    return out
 
 
 def _print_splits(title: str, splits: dict, k: int) -> None:
@@ -270,7 +338,8 @@ def _print_splits(title: str, splits: dict, k: int) -> None:
     print(f"  {title}: {cells}", flush=True)
 
 
-def _run(args, base, files: dict, task: str, other: str | None, arm: str, seed: int, evaluate) -> dict:
+def _run(args, base, files: dict, splits: dict, task: str, other: str | None, arm: str, seed: int,
+         evaluate) -> dict:
     from ttrl_lightning.cli.demo import fit_in_process, logged_curves, seed_args
     from ttrl_lightning.cli.configs import config_path
 
@@ -283,12 +352,16 @@ def _run(args, base, files: dict, task: str, other: str | None, arm: str, seed: 
                 "--model.init_args.pseudo_labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
                 *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
+    if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
+        fit_args += ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval_k",
+                     str(args.val_k), "--trainer.limit_val_batches", "1.0", "--trainer.val_check_interval",
+                     str(args.val_every), "--trainer.check_val_every_n_epoch", "null"]
     t0 = time.perf_counter()
     cli = fit_in_process(fit_args)
     fit_seconds = time.perf_counter() - t0
     curves = logged_curves(cli.trainer, CURVES)
     policy = cli.model.policy.eval()
-    after = _splits(evaluate, policy, args, task, other)
+    after = _splits(evaluate, policy, splits, task, other)
     vote_tokens = sum(v for _, v in curves.get("train/vote_tokens", []))
     return {"arm": arm, "seed": seed, "task": task, "after": after, "steps": int(cli.trainer.global_step),
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
@@ -305,6 +378,50 @@ def _cli_value(spec) -> str:
 
 def _mean(points) -> float | None:
     return sum(v for _, v in points) / len(points) if points else None
+
+
+def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
+    """The long-horizon view of one run: its held-out curve (step 0: the checkpoint's held-out avg@k, then
+    avg@val_k every --val-every steps; avg@k estimates one sample's accuracy whatever k), its peak, the step
+    of the peak and the final point, and where the label-free stopping rule (``callbacks.stopping``, applied
+    to the run's logged majority ratio and completion length, no gold) would have stopped: the step, the
+    held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
+    from ttrl_lightning.callbacks.stopping import COMPLETION_LEN, MAJORITY_RATIO, stop_decision
+
+    points = sorted(run["curves"].get(f"val/avg@{val_k}", []))
+    if not points:
+        return None
+    curve = [(0, before_held_out)] + [(int(step), v) for step, v in points]
+    peak_step, peak = max(curve, key=lambda p: (p[1], -p[0]))
+    ratio = sorted(run["curves"].get(MAJORITY_RATIO, []))
+    history = {MAJORITY_RATIO: [v for _, v in ratio],
+               COMPLETION_LEN: [v for _, v in sorted(run["curves"].get(COMPLETION_LEN, []))]}
+    decision = stop_decision(history) if ratio else None
+    out = {"curve": curve, "peak": peak, "peak_step": peak_step, "final": curve[-1][1], "final_step": curve[-1][0],
+           "stop_step": None, "stop_reason": None, "at_stop": None, "lost_at_stop": None}
+    if decision is not None:
+        step = int(ratio[decision[0]][0])
+        at = [v for s_, v in curve if s_ <= step][-1]
+        out.update(stop_step=step, stop_reason=decision[1], at_stop=at, lost_at_stop=peak - at)
+    return out
+
+
+def _horizon_table(report: dict, task: str, val_k: int) -> str:
+    """One line per run: held-out peak (step), final, the stopping rule's step, its accuracy and the loss."""
+    before = report["before"][task]["held_out"]["avg"]
+    lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
+             "(step 0: the checkpoint), and the label-free stopping rule",
+             f"{'run':<34} {'peak (step)':>12} {'final (step)':>13} {'stop step':>9} {'at stop':>8} {'lost':>6}"]
+    for key, run in report["runs"].items():
+        h = _horizon(run, before, val_k) if run["task"] == task else None
+        if h is None:
+            continue
+        stop = "none" if h["stop_step"] is None else str(h["stop_step"])
+        at = "" if h["at_stop"] is None else f"{100 * h['at_stop']:.1f}"
+        lost = "" if h["lost_at_stop"] is None else f"{100 * h['lost_at_stop']:+.1f}"
+        lines.append(f"{key:<34} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:7.1f} "
+                     f"({h['final_step']:>3}) {stop:>9} {at:>8} {lost:>6}")
+    return "\n".join(lines)
 
 
 def _summary(report: dict, task: str, args) -> dict:
@@ -393,9 +510,21 @@ def _plot(report: dict, path: str) -> None:
 
     from ttrl_lightning.safe_files import atomic_write_path
 
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+    settings = report["settings"]
+    val_k = settings.get("val_k")
+    held = bool(settings.get("val_every")) and any(r["curves"].get(f"val/avg@{val_k}") for r in report["runs"].values())
+    fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
+        if held:  # the held-out curve per seed, from the checkpoint's step 0; a cross where the rule stops
+            for j, r in enumerate(runs):
+                h = _horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k)
+                if h is None:
+                    continue
+                axes[2].plot([p[0] for p in h["curve"]], [100 * p[1] for p in h["curve"]], marker=".",
+                             color=f"C{i}", alpha=0.8, label=arm if j == 0 else None)
+                if h["stop_step"] is not None:
+                    axes[2].plot([h["stop_step"]], [100 * h["at_stop"]], marker="x", markersize=9, color=f"C{i}")
         for ax, key, scale in ((axes[0], "train/vote_accuracy", 100), (axes[1], "train/kl_p95", 1)):
             by_step: dict[int, list[float]] = {}
             for r in runs:
@@ -407,6 +536,8 @@ def _plot(report: dict, path: str) -> None:
                         color=f"C{i}")  # one colour per arm in both panels (pixel logs no KL: it never updates)
     axes[0].set_ylabel("trained-on vote accuracy, avg@M (%)")
     axes[1].set_ylabel("token KL to the initial policy, P95")
+    if held:
+        axes[2].set_ylabel(f"held-out avg@{val_k} (%); x: label-free stop")
     for ax in axes:
         ax.set_xlabel("TTRL step")
         ax.legend(fontsize=7)

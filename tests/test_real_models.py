@@ -93,9 +93,11 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
 
     argv = ["--model", smollm2, "--out", str(tmp_path), "--candidates", "chain_sum:2x1", "basic_arithmetic:2x1",
             "--train-on", "chain_sum:2x1", "--arms", "majority", "gold_reward", "--seeds", "0", "--n-scan", "2",
-            "--n-train", "4", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1"]
+            "--n-train", "4", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1",
+            "--val-every", "1", "--val-k", "2"]
     assert bench(argv) == 0
     printed = capsys.readouterr().out
+    assert "largest 0" in printed and "long horizon, chain_sum:2x1: held-out avg@2" in printed
     assert "majority: trained-on avg@2 gain" in printed and "gold reward: trained-on avg@2" in printed
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
@@ -103,6 +105,11 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     assert set(report["runs"]) == {"chain_sum:2x1/majority/seed0", "chain_sum:2x1/gold_reward/seed0"}
     from ttrl_lightning.data.questions import read_questions
 
+    # every split cut from one pool per candidate: no two share a question
+    assert report["split_sizes"] == {"chain_sum:2x1/scan": 2, "basic_arithmetic:2x1/scan": 2,
+                                     "chain_sum:2x1/held_out": 2, "chain_sum:2x1/calibration": 2,
+                                     "chain_sum:2x1/trained_on": 4, "basic_arithmetic:2x1/other_task": 2}
+    assert len(report["overlaps"]) == 15 and set(report["overlaps"].values()) == {0}
     files = report["files"]  # every split as a question file, the instruction in its prompts
     assert set(files) == {f"chain_sum:2x1/{s}" for s in ("trained_on", "held_out", "other_task", "calibration")}
     assert [len(read_questions(files[f"chain_sum:2x1/{s}"])) for s in ("trained_on", "held_out", "other_task",
@@ -118,11 +125,17 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
             assert e["gold_check"]["samples"] == 2 * n  # k samples of every question, scored both ways
             assert abs(e["avg"] * 2 * n - round(e["avg"] * 2 * n)) < 1e-9
         assert run["curves"]["train/vote_accuracy"] and run["vote_tokens_per_s"] > 0
+        assert run["curves"]["val/avg@2"] and run["curves"]["train/majority_ratio"]  # the long-horizon curves
     arms = report["summary"]["chain_sum:2x1"]["arms"]
     before = report["summary"]["chain_sum:2x1"]["before"]["trained_on"]["avg"]
     assert arms["majority"]["trained_on"]["avg_gain"] == pytest.approx(
         report["runs"]["chain_sum:2x1/majority/seed0"]["after"]["trained_on"]["avg"] - before)
     assert (tmp_path / "real_model_ttrl.png").stat().st_size > 0
+    # a split that overlaps another is refused before anything is measured
+    from benchmarks.real_model_ttrl import _checked_disjoint
+
+    with pytest.raises(SystemExit, match="splits overlap"):
+        _checked_disjoint({"a": [{"prompt": "1 + 2 ="}], "b": [{"prompt": "1 +  2 = "}]})
     # resumed with the same settings: every run is kept, none is trained again
     assert bench(argv + ["--resume"]) == 0
     assert "keeping 2 runs" in capsys.readouterr().out
