@@ -1,4 +1,8 @@
-"""DDP on CPU (gloo, 2 processes): GRPO with EMA anchor and PID controller; both ranks end identical."""
+"""DDP on CPU (gloo, 2 processes): GRPO with EMA anchor and PID controller; both ranks end identical.
+
+The reward alternates within each group (tests/cli/ddp_rewards.py), so every update moves the policy whatever
+the CPU's float kernels make of the tiny model's samples: with a task reward the tiny random model may score 0
+everywhere, train nothing and observe a KL of 0.0 on both ranks, which says nothing about the all-reduce."""
 import os
 import subprocess
 import sys
@@ -17,6 +21,7 @@ def test_ddp_two_ranks_stay_identical(tmp_path):
         "seed_everything": 0,
         "model": {"class_path": "ttrl_lightning.modules.GRPOModule",
                   "init_args": {"policy": {"model": "tiny:qwen2", "lr": 1e-2}, "num_generations": 2,
+                                "rewards": [{"class_path": "tests.cli.ddp_rewards.AlternatingReward"}],
                                 "sampling": {"max_new_tokens": 4},
                                 "grpo": {"kl_coef": 0.1, "reference": "external", "num_iterations": 2}}},
         "data": {"class_path": "ttrl_lightning.data.datamodules.PromptDataModule",
@@ -44,8 +49,9 @@ def test_ddp_two_ranks_stay_identical(tmp_path):
             assert torch.equal(r0[part][k], r1[part][k]), (part, k)
     assert r0["pid"] == r1["pid"] and r0["kl_coef"] == r1["kl_coef"]
     assert r0["pid"]["step"] == 2  # one update per batch, 2 optimizer steps (num_iterations) each
-    # the ranks saw different prompts and samples (DistributedSampler + rank-dependent seeds), so their local
-    # KL observations differ; the controller used the all-reduced mean on both
+    # the ranks saw different prompts and samples (DistributedSampler + rank-dependent seeds) and the policy
+    # moved, so their local KL observations are positive and differ; the controller used the all-reduced mean
+    assert r0["pid_kl"]["local"] > 0 and r1["pid_kl"]["local"] > 0
     assert r0["pid_kl"]["local"] != r1["pid_kl"]["local"]
     mean = (r0["pid_kl"]["local"] + r1["pid_kl"]["local"]) / 2
     assert abs(r0["pid_kl"]["reduced"] - mean) < 1e-6 and r0["pid_kl"]["reduced"] == r1["pid_kl"]["reduced"]
