@@ -117,6 +117,14 @@ def test_monitoring_metrics_by_hand():
     assert set(ttrl_metrics(step, None, None, c, step_index=2)) == {"coverage", "abstention_rate",
                                                                      "accepted_per_1k", "majority_ratio", "vote_tokens"}
     assert c.label_vs_majority["both_right"] == 2
+    # a continuous or random reward says nothing about correctness: no reward accuracy for it
+    assert "reward_accuracy" not in ttrl_metrics(step, BATCH["gold"], None, c, step_index=3,
+                                                 rewards_are_labels=False)
+    from ttrl_lightning.modules.ttrl_labelers import labeler_spec
+
+    labelling = ("majority", "self_harmony", "pixel", "visconf", "gold_reward")
+    assert [labeler_spec(n).labels for n in labelling] == [True] * 5
+    assert [labeler_spec(n).labels for n in ("self_certainty", "entropy", "random_reward")] == [False] * 3
 
 
 def _train_one_step(m, batch):

@@ -71,3 +71,29 @@ def test_a_span_count_that_disagrees_with_the_steps_is_refused():
     votes.step_spans[0] = votes.step_spans[0][:1]
     with pytest.raises(ValueError, match="1 step spans for 2 recorded tool steps"):
         votes.decisive_token_masks()
+
+
+def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
+    """Pixelis sec. 3.2.3: the weights w_j = exp(-H_j) Cal_j VisFid_j r_j label the training questions, so the
+    conformal threshold is fitted on the same weights, VisFid included (split conformal covers only the score
+    it was fitted on)."""
+    from types import SimpleNamespace
+
+    from ttrl_lightning.modules import ttrl_labelers
+    from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
+
+    def ro(answer, h, lp):
+        return {"answer": answer, "text": answer, "entropy": [h], "logprob": [lp]}
+
+    groups = [[ro("5", 0.1, -0.1), ro("6", 0.1, -0.2), ro("5", 0.3, -0.4)],
+              [ro("7", 0.2, -0.1), ro("8", 0.1, -0.9), ro("8", 0.2, -0.3)],
+              [ro("1", 0.2, -0.2), ro("2", 0.1, -0.1), ro("1", 0.4, -0.5)]]
+    golds = ["5", "8", "1"]
+    vis = [[0.1, 1.0, 0.2], [1.0, 0.3, 0.1], None]
+    extra = [{"decisive_masks": None, "reliability": None, **({"visual_fidelity": v} if v else {})} for v in vis]
+    monkeypatch.setattr(ttrl_labelers, "pixel_inputs", lambda module, votes, groups: extra)
+    module = SimpleNamespace(labeler_kwargs={"alpha": 0.4})
+    fitted = ttrl_labelers.pixel_calibration(module, None, groups, golds, [None] * 3)
+    with_vis = calibrate_pixel(groups, golds, alpha=0.4, visual_fidelity=vis)
+    without = calibrate_pixel(groups, golds, alpha=0.4)
+    assert fitted["conformal_qhat"] == with_vis.conformal_qhat != without.conformal_qhat

@@ -1,4 +1,5 @@
-"""Fidelity metrics of tool outputs, one module per family (Pixelis 4 and 3.4):
+"""Fidelity metrics of tool outputs, one module per family (Pixelis sec. 3.2.3, "Pixel fidelity and
+pseudo-references", and the metrics of sec. 4.1):
 
 * ``iou``: box and mask IoU (``box_iou``, ``box_iou_matrix``, ``mask_iou``, ``greedy_match``);
 * ``anls``: Average Normalized Levenshtein Similarity (``anls``, ``anls_score``, ``normalise_text``);

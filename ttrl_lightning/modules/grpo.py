@@ -20,8 +20,16 @@ policy's own log-probs stay PPO's "old" log-probs, and the sampler's give the tr
 ``w_tis = min(exp(logp_policy - logp_sampler), tis_cap)`` per token (TIS; verl's and TRL's rollout
 importance-sampling correction), and ``train/sampler_logprob_gap = mean |logp_policy - logp_sampler|`` is
 logged every step (stale weights show up there). Both compare the two models under the raw logits (the
-pool's ``logprob``; the policy's come from the training forward itself, no second pass), so the ratio is that
-of the raw distributions, which the tempered ones are the same function of (exact at T = 1).
+pool's ``logprob``; the policy's come from the training forward itself, no second pass).
+
+Our reading of TIS at a sampling temperature T != 1: the weight is the ratio of the raw-logit probabilities,
+softmax(z_policy) / softmax(z_sampler), not of the distributions the tokens were drawn from,
+softmax(z_policy / T) / softmax(z_sampler / T), which the policy loss's log-probs are (``sequence_logprobs``
+scores at the sampling temperature, as TRL and verl do). The two ratios are equal at T = 1 only; at T != 1
+the raw ratio is a proxy of the sampler/learner mismatch, not the exact importance weight of the tempered
+policy. It is kept because ``signals["logprob"]`` is the pool's raw log-prob, which the signal consumers
+(VisConf's self-certainty, the pool files) read; an exact tempered weight needs the sampler's tempered
+log-probs (vLLM's ``logprobs_mode="processed_logprobs"``) in a field of their own.
 
 CC-RFT and TTRL subclass it and override ``score`` (curiosity/coherence rewards, pseudo-labels; a group
 without a pseudo-label abstains through ``group_mask``; TTRL scores M votes and trains on N of them through
@@ -78,7 +86,12 @@ class RolloutRewards:
     rewards: [R] float, one per rollout row;
     group_mask: [G] bool, False for a group that abstains (e.g. no pseudo-label: TTRL, Pixelis' abstention):
     its rows get advantage 0 and are left out of the loss (no gradient, no weight in the aggregation), and
-    the step counts them (``train/abstained_groups``). None: every group is kept.
+    the step counts them (``train/abstained_groups``). None: every group is kept. Our reading of Pixelis sec.
+    3.2.3's "we abstain; KL safety remains active": the KL-to-EMA corridor (the controller and its beta on
+    the step's updated rows) stays in force while questions abstain, but an abstained question's own rows
+    carry no KL term either. Its rows would contribute only a pull toward the anchor on questions nobody
+    labelled, and their token KL would enter the step's KL observation, moving beta for updates that did not
+    happen.
     row_mask: [R] bool, False for a single rollout left out of the update (Pixelis' near-duplicates): it
     still counts in its group's advantage statistics (its reward is a vote's), but carries no policy or KL
     term and no weight in the aggregation (``train/dropped_rows``). None: every row is kept.

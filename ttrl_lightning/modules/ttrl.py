@@ -123,8 +123,8 @@ class TTRLModule(GRPOModule):
         for pixel, else "group");
       baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
       retrieval: ``{"index": <file>, "k": 8, "rho": 0.99, "whitelist": [...]}``: with ``ema_baseline``, the
-        per-query baseline of Pixelis appendix 2 from the questions' retrieved neighbours
-        (``modules.ttrl_retrieval``; None: the global EMA baseline with vbar = 1);
+        per-query baseline of Pixelis supp. S6 ("Neighborhood value and baseline") from the questions'
+        retrieved neighbours (``modules.ttrl_retrieval``; None: the global EMA baseline with vbar = 1);
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
       eval_k, eval_temperature, eval_top_p: validation samples per question and their decoding (avg@k, maj@k,
@@ -439,7 +439,8 @@ class TTRLModule(GRPOModule):
         out = super().step_metrics(batch, scored, stats)
         metrics = ttrl_metrics(scored.detail, batch.get("gold"), batch.get("choices"), self.counters,
                                step_index=int(self.global_step), token_kl=stats.token_kl,
-                               completion_mask=scored.rollouts.completion_mask)
+                               completion_mask=scored.rollouts.completion_mask,
+                               rewards_are_labels=self.labeler.labels)
         out.update({f"train/{k}": torch.tensor(float(v)) for k, v in metrics.items()})
         return out
 

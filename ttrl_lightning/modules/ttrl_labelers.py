@@ -18,7 +18,10 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
 * ``calibration_options``: ``labeler_kwargs`` read by its calibration only, never handed to the labeler
   (``pixel``: the conformal miscoverage ``alpha``);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
-  control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``).
+  control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``);
+* ``labels``: its rewards say whether a vote agrees with a pseudo-label (1[answer = label], gated or not), so
+  ``train/reward_accuracy`` (reward > 0 iff the vote is right) means something. False for the continuous
+  rewards (``self_certainty``, ``entropy``) and the random control, for which that metric is not logged.
 
 A labeler registered without a spec (e.g. a user's own) votes over the original view, needs no signals and
 takes GRPO's advantage.
@@ -54,6 +57,7 @@ class LabelerSpec:
     options: tuple[str, ...] = ()
     calibration_options: tuple[str, ...] = ()
     reads_gold: bool = False
+    labels: bool = True
 
     @property
     def fused(self) -> bool:
@@ -82,7 +86,8 @@ def pixel_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]
     majority "under a low-entropy majority (< 0.2)"; that gate is pixel's ``majority_entropy_max`` option of
     the label, and S is formed without it.
 
-    The decisive steps (Pixelis sec. 3.2.3: "tool calls and the final answer step") are found on the
+    The decisive steps (Pixelis sec. 3.2.3: H_j is "token entropy on decisive steps", and only "decisive tool
+    steps (SEG/ZOOM, TRK, OCR, TEMP, PROP)" are scored; our reading adds the final answer turn) are found on the
     model's own tokens, the indices the entropy and log-prob signals are laid on: for agent rollouts from
     the trajectory's step spans (``AgentRollouts.decisive_token_masks``: successful tool calls only, as VisFid counts
     them), for text rollouts from the completion ids (``decisive_token_mask``; a text completion records no
@@ -120,11 +125,17 @@ def pixel_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]
 
 
 def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: list[str], choices: list) -> dict:
-    """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split."""
+    """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split, on the score the
+    training steps apply: the same :func:`pixel_inputs` (decisive masks, reliabilities and, for agent rollouts
+    with tool steps, VisFid), so the weights w_j = exp(-H_j) Cal_j VisFid_j r_j whose conformal coverage is
+    fitted are the weights the labels use (split conformal covers only the score it was fitted on)."""
     from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
 
     extra = pixel_inputs(module, votes, groups)
     kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
+    fidelity = [e.get("visual_fidelity") for e in extra]
+    if any(v is not None for v in fidelity):
+        kwargs["visual_fidelity"] = fidelity
     cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
                           reliability=[e["reliability"] for e in extra], **kwargs)
     if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: pixel can never label
@@ -150,10 +161,10 @@ def random_reward_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> li
 TTRL_LABELERS.register("majority", LabelerSpec())
 TTRL_LABELERS.register("self_harmony", LabelerSpec(views=VIEWS[:2], options=("warmup_majority_steps",)))
 TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",)))
-TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",)))
-TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",)))
+TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",), labels=False))
+TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",), labels=False))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
                                            inputs=pixel_inputs, calibration=pixel_calibration,
                                            calibration_options=("alpha",)))
-TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs))
+TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs, labels=False))
 TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))

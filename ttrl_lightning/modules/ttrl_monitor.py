@@ -7,6 +7,8 @@ checkpointed with the module):
 * ``label_accuracy``: labelled questions whose pseudo-label equals gold (answer equivalence);
 * ``reward_accuracy``: trained rollouts whose reward agrees with gold correctness (``reward > 0`` iff the
   answer is right; most wrong rollouts correctly get 0, so it is high even when labels are often wrong);
+  only for labelling methods (``rewards_are_labels``): a continuous reward (self-certainty, entropy) or a
+  random one is not a statement about correctness, so it is not logged for them;
 * ``majority_ratio``: the most frequent answer's share of the votes (all labelers);
 * ``coverage`` / ``abstention_rate``: questions labelled / abstained; ``err_at_sel``: error of the labels on
   the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
@@ -69,7 +71,8 @@ class TTRLCounters:
 
 def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | None, counters: TTRLCounters, *,
                  step_index: int, token_kl: torch.Tensor | None = None,
-                 completion_mask: torch.Tensor | None = None) -> dict[str, float]:
+                 completion_mask: torch.Tensor | None = None, rewards_are_labels: bool = True
+                 ) -> dict[str, float]:
     """This step's TTRL metrics (module docstring), counted into ``counters``. ``golds``: the batch's gold
     answers (None, or None entries: not monitored); ``token_kl`` / ``completion_mask``: [R, C] of the trained
     rows (the quantiles are taken over the tokens of the kept questions)."""
@@ -125,7 +128,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
     if labelled:
         out["label_accuracy"] = right / labelled
         out["err_at_sel"] = 1 - right / labelled
-    if rew_total:
+    if rew_total and rewards_are_labels:
         out["reward_accuracy"] = rew_agree / rew_total
     return out
 

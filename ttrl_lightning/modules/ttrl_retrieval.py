@@ -1,4 +1,5 @@
-"""Pixel TTRL's per-query baseline from retrieved neighbours (Pixelis appendix 2 and 6; issue 21, D8).
+"""Pixel TTRL's per-query baseline from retrieved neighbours (Pixelis supp. S6, "Neighborhood value and
+baseline", and its pseudo-code step 6).
 
 For each accepted question ``q`` of a step:
 

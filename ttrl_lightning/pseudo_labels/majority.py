@@ -8,7 +8,8 @@ classes, ``answers.canonical_answer_classes``); reward ``r_i = 1[y_i = y*]``.
 * Unextractable answers share one label (:data:`~ttrl_lightning.answers.NO_ANSWER`, TTRL's "None"); when
   it wins the vote the question abstains (``label=None``, all rewards 0), otherwise unextractable rollouts
   get reward 0.
-* ``info``: ``majority_ratio`` (TTRL's name: winner's votes / N, computed also when abstaining),
+* ``info``: ``majority_ratio`` (TTRL's name: winner's votes / N, N here every vote the labeler is given,
+  i.e. all M votes of the question, not the N trained; computed also when abstaining),
   ``support`` (answer -> votes), ``margin`` (normalised vote margin).
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What Pixel TTRL takes from a query's retrieved neighbourhood: its value, the EMA baseline, and VisFid.
 
-Pixelis appendix 2 ("Neighbourhood value and baseline"):
+Pixelis supp. S6 ("Neighborhood value and baseline"):
 
     v_bar(N(q)) = (1 / |N(q)|) sum_{h in N(q)} v(h)          (stop-gradient; v(h) the neighbour's summary)
     b(q)        = EMA_rho(v_bar(N(q))),  rho = 0.99           (query-level baseline, constant in the gradient)

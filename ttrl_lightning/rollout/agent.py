@@ -88,7 +88,8 @@ class AgentRollouts(Rollouts):
     def decisive_token_masks(self) -> list[list[bool]]:
         """Per row, one bool per token the model wrote, in order: the indices its per-token signals are laid
         on (``records_from_rollouts`` keeps ``completion_mask``'s tokens, observations out). True on the
-        decisive steps of Pixelis sec. 3.2.3 ("tool calls and the final answer step"):
+        decisive steps of Pixelis sec. 3.2.3 (its "decisive tool steps (SEG/ZOOM, TRK, OCR, TEMP, PROP)"; our
+        reading adds the final answer turn, which the paper does not name):
 
         * each turn that issued a tool call which ran without error (``Trajectory.errors``), read as the
           whole turn ``[call_start, call_end)`` of its step span. A failed call is not decisive, as VisFid

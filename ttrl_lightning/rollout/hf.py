@@ -141,6 +141,10 @@ class HFGenerateEngine:
         tok = self.tokenizer
         stop = None
         if params.stop:
+            # Stop strings are matched over the completion's tokens only, here and in the shared finishing
+            # rule (cut_at_stop_strings). generate's StopStringCriteria reads the whole sequence, so a stop
+            # string that begins inside the prompt and ends in the completion stops generate but not this
+            # sampler; every stop string wholly inside the completion stops both at the same token.
             from transformers import StopStringCriteria
 
             criteria = StopStringCriteria(tokenizer=tok, stop_strings=list(params.stop))
