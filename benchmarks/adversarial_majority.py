@@ -93,4 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from ttrl_lightning.cli.numerics import reexec_portable
+
+    reexec_portable()  # the demo's portable numerics (cli.numerics): the same figures on every AVX2 CPU
     sys.exit(main())

@@ -25,12 +25,16 @@ def test_demo_help(capsys):
 
 
 @pytest.mark.slow  # ~40 s on 2 cores: a few SFT and TTRL steps per labeler, the full pipeline
-def test_ttrl_demo_writes_the_report(tmp_path, capsys):
+def test_ttrl_demo_writes_the_report(tmp_path, capfd):
     out = tmp_path / "demo"
     rc = main(["demo", "--out", str(out), "--sft-steps", "5", "--ttrl-steps", "1", "--questions", "4", "--k", "2"])
     assert rc == 0
     report = json.loads((out / "ttrl_report.json").read_text())
     assert set(report["labelers"]) == set(DEMO_LABELERS)
+    # it ran again under the portable kernels (cli.numerics), whatever this machine's own are
+    assert report["settings"]["numerics"]["mode"] == "portable"
+    assert report["settings"]["numerics"]["cpu_capability"] == "AVX2"
+    assert report["settings"]["numerics"]["ATEN_CPU_CAPABILITY"] == "avx2"
     entries = report["labelers"].values()
     # one SFT checkpoint and one seeded evaluation: every labeler starts from the same accuracy
     assert len({e["accuracy_before"] for e in entries}) == 1
@@ -45,15 +49,15 @@ def test_ttrl_demo_writes_the_report(tmp_path, capsys):
         assert entry["coverage"] == pytest.approx(1 - counts["abstained"] / 4)
         assert entry["accepted_per_1k"] == pytest.approx(1000 * entry["coverage"])
     assert (out / "ttrl_accuracy.png").stat().st_size > 0 and (out / "ttrl_kl.png").stat().st_size > 0
-    printed = capsys.readouterr().out
+    printed = capfd.readouterr().out  # the portable child's output, on this process's terminal
     assert "avg@2 before -> after" in printed and "self_harmony" in printed
 
 
 @pytest.mark.slow  # ~6 s on 2 cores (the demo's full protocol: 100 subsets, 2,000 bootstrap replicates)
-def test_demo_best_of_n_part(tmp_path, capsys):
+def test_demo_best_of_n_part(tmp_path, capfd):
     out = tmp_path / "demo"
     assert main(["demo", "--part", "bon", "--pool-questions", "20", "--out", str(out)]) == 0
     report = json.loads((out / "bon_report.json").read_text())
     assert report["num_questions"] == 20 and set(report["accuracy"]["visconf_rwc"]) == {"8", "16", "32"}
-    printed = capsys.readouterr().out
+    printed = capfd.readouterr().out
     assert "best-of-N on a synthetic pool" in printed and "visconf_rwc" in printed

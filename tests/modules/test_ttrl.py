@@ -402,3 +402,19 @@ def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built()
     with pytest.raises(UserError, match="majority has no option 'alpha'; its options: none"):
         TTRLModule(policy=TINY, labeler_kwargs={"alpha": 0.1})
     TTRLModule(policy=TINY, pseudo_labeler="pixel", labeler_kwargs={"alpha": 0.2, "delta": 0.05})
+
+
+def test_label_free_stopping_ends_a_ttrl_run():
+    """LabelFreeStopping reads the step's logged majority ratio from the trainer: with a rule that fires at
+    the second step (min_delta 1: no value can set a new high), the run ends there, not at max_steps."""
+    from ttrl_lightning.callbacks import LabelFreeStopping
+
+    m = _module(SCRIPT)
+    stopper = LabelFreeStopping(mode="stop", min_steps=1, patience=1, min_delta=1.0)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=5, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         callbacks=[stopper])
+    rows = [{k: BATCH[k][i] for k in BATCH} for i in range(len(BATCH["prompt"]))]
+    trainer.fit(m, DataLoader(rows * 5, batch_size=len(rows), collate_fn=collate_prompts))
+    assert trainer.global_step == 2 and stopper.flagged["step"] == 2
+    assert len(stopper.history["train/majority_ratio"]) == 2

@@ -18,6 +18,12 @@ holding ``accuracy_before``, ``accuracy_after``, ``maj_accuracy_before``, ``maj_
 ``label_accuracy``, ``kl_p95``, ``accepted_per_1k`` and the label-vs-majority counts (Self-Harmony's claim:
 labels right where the Solver's majority is wrong, ``recovered``, and the reverse, ``lost``).
 
+The TTRL runs train on the first distinct questions of the shifted task's stream (``data.splits``); their
+validation curve is held out (the next distinct questions, never trained on), and pixel's labelled dev-cal split
+holds yet others. The demo runs under portable numerics by default (``cli.numerics``: PyTorch's AVX2 kernels,
+``MKL_CBWR=AVX2``, 2 threads, in a child process), so its table is the same on every x86-64 CPU with AVX2;
+``--numerics native`` keeps the machine's own kernels.
+
 ``ttrl demo --part bon`` runs the earlier best-of-N part instead: a synthetic rollout pool evaluated with
 VisConf's Table-1 protocol (its numbers describe the selection rules, not a model).
 """
@@ -169,7 +175,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     ``seed_value`` seeds the SFT, the questions and the evaluation's sampling; ``ttrl_seed`` (default
     ``seed_value``) the TTRL runs (``benchmarks/ttrl_seeds.py`` varies it alone); ``extra_args``: more
     ``ttrl fit`` options per labeler; ``sft_checkpoint``: start from this checkpoint instead of an SFT run."""
-    from ..data.questions import questions_from_task
+    from ..data.questions import task_splits
     from ..models import load_model, load_tokenizer
 
     t0 = time.perf_counter()
@@ -192,7 +198,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     h = base.model.init_args
     data = base.data.init_args
     n_questions = questions or data.n
-    unlabeled = questions_from_task(data.task, n_questions, seed_value)
+    # the TTRL runs' training split: the first distinct questions of the task's stream (QuestionDataModule)
+    unlabeled = task_splits(data.task, seed_value, {"train": n_questions}, **(data.task_kwargs or {}))["train"]
     tokenizer = load_tokenizer(ckpt)
     eval_kw = dict(k=k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
                    seed_value=seed_value, extractor=h.answer_extractor)
@@ -264,12 +271,25 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--sft-checkpoint", default=None, help="start from this SFT checkpoint (skips the SFT step)")
     p.add_argument("--pool-questions", type=positive_int, default=600,
                    help="questions in the synthetic pool (--part bon)")
+    p.add_argument("--numerics", choices=("portable", "native"), default="portable",
+                   help="portable (default): the same float results, so the same table, on every x86-64 CPU with "
+                        "AVX2 (cli.numerics: PyTorch's AVX2 kernels, MKL_CBWR=AVX2, 2 threads); native: this "
+                        "machine's own kernels")
     args = p.parse_args(argv)
+    from .numerics import is_portable, numerics_report, run_portable
+
+    if args.numerics == "portable" and not is_portable():
+        return run_portable(["demo", *argv])
     os.makedirs(args.out, exist_ok=True)
     if args.part == "bon":
         return _bon_part(args.out, args.pool_questions)
+    numerics = numerics_report()
+    if args.numerics == "portable" and numerics["cpu_capability"] != "AVX2":
+        print(f"note: this CPU runs PyTorch's {numerics['cpu_capability']} kernels, not AVX2: the figures may differ "
+              "from the README's", flush=True)
     report = run_ttrl_demo(args.out, args.labelers, args.seed, args.sft_steps, args.ttrl_steps, args.k,
                            args.questions, args.reuse_sft, sft_checkpoint=args.sft_checkpoint)
+    report["settings"]["numerics"] = {"mode": args.numerics, **numerics}
     _plot(report, args.out)
     path = os.path.join(args.out, "ttrl_report.json")
     with atomic_write(path) as fh:
