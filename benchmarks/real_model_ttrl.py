@@ -36,6 +36,7 @@ KL P95 over steps per arm, mean over seeds).
     ttrl model import --out models/smollm2
     python benchmarks/real_model_ttrl.py --model models/smollm2                  # the default, about 1.5 h here
     python benchmarks/real_model_ttrl.py --model models/smollm2 --arms majority random_reward --seeds 0
+    python benchmarks/real_model_ttrl.py --model models/smollm2 --report-only   # the tables of the runs so far
 
 Hyper-parameters are the config's and were not tuned on any split (lr is TTRLModule's default). Numbers from
 this script describe a 135M-parameter model on procedural arithmetic, nothing larger.
@@ -190,7 +191,13 @@ def main(argv: list[str] | None = None) -> int:
                 save()
     report["summary"] = {task: _summary(report, task, args) for task in tasks}
     save()
-    for task in tasks:
+    _report(report, args, json_path)
+    return 0
+
+
+def _report(report: dict, args, json_path: str) -> None:
+    """The tables, the checks, the long-horizon lines and the plot of ``report`` (the runs it holds)."""
+    for task in report["tasks"]:
         print(_table(report, task, args.k))
         print(_checks(report["summary"][task], args.k))
         if args.val_every:
@@ -198,6 +205,22 @@ def main(argv: list[str] | None = None) -> int:
     _plot(report, os.path.join(args.out, "real_model_ttrl.png"))
     print(f"\nwall time {report['seconds'] / 60:.1f} min; {json_path}; "
           f"{os.path.join(args.out, 'real_model_ttrl.png')}")
+
+
+def report_only(argv: list[str]) -> int:
+    """``--report-only``: the tables and the plot of the runs already in --out's JSON (an unfinished
+    benchmark's too), trained nothing."""
+    args = build_parser().parse_args([a for a in argv if a != "--report-only"])
+    json_path = os.path.join(args.out, "real_model_ttrl.json")
+    with open(json_path) as fh:
+        report = json.load(fh)
+    done = sorted({r["seed"] for r in report["runs"].values()})
+    args.seeds = [s for s in args.seeds if s in done]
+    args.arms = [a for a in args.arms if any(r["arm"] == a for r in report["runs"].values())]
+    report["summary"] = {task: _summary(report, task, args) for task in report["tasks"]}
+    report["settings"]["seeds"] = args.seeds  # the seeds the tables average (not written back)
+    print(f"--report-only: {len(report['runs'])} runs of {json_path} (seeds {args.seeds})")
+    _report(report, args, json_path)
     return 0
 
 
@@ -550,4 +573,4 @@ def _plot(report: dict, path: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report_only(sys.argv[1:]) if "--report-only" in sys.argv[1:] else main())

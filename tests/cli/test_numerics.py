@@ -14,4 +14,4 @@ def test_the_child_runs_under_the_pinned_kernels(tmp_path, capfd):
     assert run_portable(["questions", "--task", "arith", "--n", "3", "--out", str(out)]) == 0
     assert f"wrote 3 distinct questions of arith (seed 0) to {out}" in capfd.readouterr().out
     assert run_portable(["questions", "--task", "nope", "--out", str(out)]) == 1  # the child's exit code
-    assert "unknown task 'nope'" in capfd.readouterr().out  # its stderr, passed through
+    assert "unknown task 'nope'" in capfd.readouterr().err  # its stderr, on this process's
