@@ -305,15 +305,12 @@ def _question_files(args, splits: dict[str, list[dict]], tasks: list[str], other
 
     files = {}
     for task in tasks:
-        chosen = {split: f"{task}/{split}" for split in TRAINED_SPLITS}
-        if other:
-            chosen["other_task"] = f"{other}/other_task"
-        for split in ("trained_on", "held_out", "other_task", "calibration"):
-            if split not in chosen:
-                continue
+        chosen = {"trained_on": f"{task}/trained_on", "held_out": f"{task}/held_out",
+                  **({"other_task": f"{other}/other_task"} if other else {}), "calibration": f"{task}/calibration"}
+        for split, name in chosen.items():
             key = f"{task}/{split}"
             path = os.path.join(args.out, "questions", key.replace(":", "_").replace("/", "_") + ".jsonl")
-            write_questions(path, splits[chosen[split]])
+            write_questions(path, splits[name])
             files[key] = path
     return files
 

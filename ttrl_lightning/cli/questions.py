@@ -60,7 +60,7 @@ def questions_main(argv: list[str]) -> int:
     excluded = {path: keys_of(read_questions(path)) for path in args.exclude}
     try:
         questions = task_splits(args.task, args.seed, {"questions": args.n},
-                                exclude=set().union(*excluded.values()) if excluded else (),
+                                exclude=set().union(*excluded.values()),
                                 instruction=args.instruction, **config)["questions"]
     except TypeError as err:
         raise UserError(f"{args.task}: bad --config ({err})") from None

@@ -37,7 +37,7 @@ from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompt
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
 from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
-from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, keys_of, question_key
+from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, question_key
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
@@ -404,11 +404,12 @@ class QuestionDataModule(pl.LightningDataModule):
             specs.append(SplitSpec("validation", h.n_val, task_source(h.val_task, h.seed, **val_kwargs)))
         if h.task is not None and h.n_calibration and h.calibration_path is None:
             specs.append(SplitSpec("calibration", h.n_calibration, task_source(h.task, h.seed, **kwargs)))
-        exclude = set().union(*(keys_of(qs) for qs in files.values())) if files else set()
-        splits = {**files, **draw_splits(specs, exclude=exclude)}
-        calibration = keys_of(splits.get("calibration", []))
+        file_keys = {name: [question_key(q) for q in qs] for name, qs in files.items()}
+        splits = {**files, **draw_splits(specs, exclude=set().union(*file_keys.values()))}
+        # a generated split skips every file's questions, so only two files can share one
+        calibration = set(file_keys.get("calibration", ()))
         for name in ("train", "validation"):
-            shared = [q["id"] for q in splits.get(name, []) if question_key(q) in calibration]
+            shared = [q["id"] for q, k in zip(files.get(name, ()), file_keys.get(name, ())) if k in calibration]
             if shared:
                 raise SplitError(f"the calibration split shares {len(shared)} question(s) with the {name} split "
                                  f"({few_ids(shared)}); a labelled dev-cal split must hold other questions")

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from ..answers import NO_ANSWER, answers_equal
 from ..errors import UserError
 
-__all__ = ["PREFIX", "is_reasoning_gym", "reasoning_gym_name", "reasoning_gym_questions", "entry", "score_answers",
+__all__ = ["PREFIX", "is_reasoning_gym", "reasoning_gym_name", "reasoning_gym_questions", "score_answers",
            "gold_check", "sampled_gold_check"]
 
 PREFIX = "reasoning_gym:"
@@ -71,31 +71,31 @@ def reasoning_gym_questions(task: str, n: int, seed: int, **config) -> list[dict
              "choices": None, "images": [], "reframed_prompt": None} for i, entry in enumerate(ds)]
 
 
-def entry(task: str, question_id: str, **config) -> dict:
-    """The generator's entry behind a question of :func:`reasoning_gym_questions` (its id
-    ``rg-<name>-<seed>-<i>`` names the seed and the index: reasoning-gym draws item ``i`` of seed ``s`` from
-    ``Random(s + i)``, whatever the dataset's size), with ``config``: what ``score_answer`` scores against."""
+def _seed_and_index(task: str, question_id: str) -> tuple[int, int]:
+    """The seed and index a question id of :func:`reasoning_gym_questions` names (``rg-<name>-<seed>-<i>``)."""
     name = reasoning_gym_name(task)
     m = re.fullmatch(rf"rg-{re.escape(name)}-(\d+)-(\d+)", str(question_id))
     if m is None:
         raise UserError(f"question id {question_id!r} is not one of reasoning-gym {name}'s (rg-{name}-<seed>-<i>), "
                         "so its generator entry is unknown")
-    seed, index = int(m.group(1)), int(m.group(2))
-    return dataset(task, index + 1, seed, **config)[index]
+    return int(m.group(1)), int(m.group(2))
 
 
 def score_answers(task: str, ids: Sequence[str], answers: Sequence[Sequence[str | None]],
                   **config) -> list[list[bool]]:
-    """Per question (by its id, :func:`entry`), per sample: whether the generator's ``score_answer`` gives the
-    answer 1.0 (an unextractable answer, None, is wrong)."""
+    """Per question, per sample: whether the generator's ``score_answer`` gives the answer 1.0 (an
+    unextractable answer, None, is wrong), against the question's own entry: its id names the seed and the index,
+    and reasoning-gym draws item ``i`` of seed ``s`` from ``Random(s + i)`` whatever the dataset's size, so one
+    dataset per seed, as long as the largest index, holds every entry."""
     if len(answers) != len(ids):
         raise ValueError(f"{len(answers)} questions' answers for {len(ids)} question ids")
-    ds = dataset(task, 1, 0, **config)  # the scorer; the entries carry their own seed and index
-    out = []
-    for qid, row in zip(ids, answers):
-        e = entry(task, qid, **config)
-        out.append([a is not None and float(ds.score_answer(a, e)) >= 1.0 for a in row])
-    return out
+    where = [_seed_and_index(task, qid) for qid in ids]
+    last: dict[int, int] = {}
+    for seed, index in where:
+        last[seed] = max(last.get(seed, 0), index)
+    sets = {seed: dataset(task, index + 1, seed, **config) for seed, index in last.items()}
+    return [[a is not None and float(sets[seed].score_answer(a, sets[seed][index])) >= 1.0 for a in row]
+            for (seed, index), row in zip(where, answers)]
 
 
 def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[bool]]) -> dict[str, Any]:

@@ -94,12 +94,6 @@ class QuestionSource:
     identity: tuple = ()
     key: Callable[[Mapping[str, Any]], str] = field(default=question_key, compare=False)
 
-    def __hash__(self) -> int:
-        return hash((self.name, self.identity))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, QuestionSource) and (self.name, self.identity) == (other.name, other.identity)
-
 
 @dataclass(frozen=True)
 class SplitSpec:

@@ -41,7 +41,7 @@ def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS,
     # the questions as the file words them, so that a file's questions are excluded by what they say
     source = QuestionSource(scenes.name, lambda m: [dict(it, prompt=it["prompt"] + ANSWER_FORMAT)
                                                     for it in scenes.draw(m)], identity=scenes.identity)
-    taken = set().union(*(keys_of(read_questions(p)) for p in exclude)) if exclude else set()
+    taken = set().union(*(keys_of(read_questions(p)) for p in exclude))
     items = draw_splits([SplitSpec("questions", n, source)], exclude=taken)["questions"]
     os.makedirs(os.path.join(folder, "images"), exist_ok=True)
     rows = []

@@ -116,7 +116,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
         if lab.label is not None and not lab.abstain:
             labelled += 1
             right += int(label_right)
-        if lab.abstain:
+        if lab.abstain or not rewards_are_labels:
             continue
         for v in range(rewards.shape[0] // Q):
             for j in range(N):
@@ -128,7 +128,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
     if labelled:
         out["label_accuracy"] = right / labelled
         out["err_at_sel"] = 1 - right / labelled
-    if rew_total and rewards_are_labels:
+    if rew_total:
         out["reward_accuracy"] = rew_agree / rew_total
     return out
 
