@@ -1,5 +1,7 @@
 """TTRLModule: votes -> pseudo-labels -> rewards on the trained rows, abstention, the fused view, the EMA
 baseline, the monitoring metrics against hand counts, and gold never reaching a reward."""
+from dataclasses import fields, replace
+
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -9,7 +11,7 @@ from ttrl_lightning.answers import last_number
 from ttrl_lightning.data.datamodules import collate_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
-from ttrl_lightning.modules.ttrl import VoteStep
+from ttrl_lightning.modules.records import VoteStep
 from ttrl_lightning.modules.ttrl_monitor import ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from ttrl_lightning.rollout import Rollouts, SamplingParams
@@ -87,7 +89,7 @@ def test_majority_labels_rewards_on_first_n_rows_and_abstention():
 
 def test_monitoring_metrics_by_hand():
     m = _module(SCRIPT)
-    step = m.scored(m.rollout(BATCH), BATCH).detail
+    step = m.scored(m.rollout(BATCH), BATCH)
     got = ttrl_metrics(step, BATCH["gold"], None, m.counters, step_index=0)
     # labelled: a (5 = gold 5) and c (7 != gold 6); b abstains
     assert got["label_accuracy"] == pytest.approx(0.5) and got["err_at_sel"] == pytest.approx(0.5)
@@ -171,7 +173,7 @@ def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
     torch.testing.assert_close(scored.rewards, torch.tensor(expected.rewards[0:3] + expected.rewards[6:9]))
     assert scored.rewards[3:].gt(0).all() and scored.rewards[3:].lt(1).all()  # gated by the JS penalty
     # the original view's majority is 6 (3 of 6); HMS recovers 5, the gold
-    ttrl_metrics(scored.detail, ["5"], None, m.counters, step_index=0)
+    ttrl_metrics(scored, ["5"], None, m.counters, step_index=0)
     assert m.counters.label_vs_majority["recovered"] == 1 and m.counters.label_vs_majority["lost"] == 0
 
 
@@ -196,8 +198,7 @@ def rejecting_labeler():
     @PSEUDO_LABELERS.register("_test_rejects_second")
     def lab(rollouts, *, choices=None):
         out = pseudo_label("majority", rollouts, choices=choices)
-        out.info["update_mask"] = [j != 1 for j in range(len(rollouts))]
-        return out
+        return replace(out, row_mask=[j != 1 for j in range(len(rollouts))])
 
     yield "_test_rejects_second"
     PSEUDO_LABELERS._items.pop("_test_rejects_second", None)
@@ -232,7 +233,8 @@ def test_the_module_keeps_no_step_result_between_hooks():
     votes = m.rollout(BATCH)
     first, second = m.scored(votes, BATCH), m.scored(votes, BATCH)
     assert torch.equal(first.rewards, second.rewards) and first.detail.ids == second.detail.ids == ["a", "b", "c"]
-    assert first.detail.rewards.numel() == first.rollouts.completion_ids.shape[0]
+    assert first.rewards.numel() == first.rollouts.completion_ids.shape[0]
+    assert not {"rewards", "group_mask", "row_mask"} & {f.name for f in fields(first.detail)}  # stored once
     assert set(vars(m)) == before
     assert not [k for k in vars(m) if "step" in k.lower() or k.endswith("_kl")]
 
@@ -256,7 +258,8 @@ def test_pixel_gets_decisive_masks_reliability_and_its_labels():
         assert step.labels[q].label == expect.label and step.labels[q].rewards == expect.rewards
         assert step.labels[q].info["weights"] == pytest.approx(expect.info["weights"])
     # exact duplicates of an earlier kept rollout are rejected from the update: a's rows "5", "5", "6"
-    assert step.update_mask.view(3, 3)[0].tolist() == [True, False, True]
+    assert scored.row_mask.view(3, 3)[0].tolist() == [True, False, True]
+    assert len(step.labels[0].row_mask) == 6 and step.labels[0].row_mask[:3] == [True, False, True]
     assert trained.n == 3
 
 

@@ -2,7 +2,8 @@
 rewarded by pseudo-labels), all built from one ``PolicySpec``."""
 from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.ccrft import CCRFTModule
-from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
+from ttrl_lightning.modules.grpo import GRPOModule
+from ttrl_lightning.modules.records import RolloutRewards
 from ttrl_lightning.modules.sft import SFTModule
 from ttrl_lightning.modules.ttrl import TTRLModule
 

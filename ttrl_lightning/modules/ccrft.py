@@ -41,7 +41,8 @@ import torch
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.models import load_processor
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
-from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards
+from ttrl_lightning.modules.grpo import GRPOModule
+from ttrl_lightning.modules.records import RewardParts, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.rewards.curiosity_coherence import (
@@ -261,8 +262,8 @@ class CCRFTModule(GRPOModule):
 
     def score(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """``w_correct [answer right] + w_curiosity Cur + w_coherence Coh - efficiency_penalty * max(0,
-        calls - 1)`` per trajectory; the parts per row are the record's ``detail`` (``correct``,
-        ``curiosity``, ``coherence``, ``calls``) and their means its ``metrics`` (logged)."""
+        calls - 1)`` per trajectory; the parts per row are the record's ``detail`` (``RewardParts``)
+        and their means its ``metrics`` (logged)."""
         h = self.hparams
         n = rollouts.n
         golds = [a for a in batch["gold"] for _ in range(n)]
@@ -282,7 +283,7 @@ class CCRFTModule(GRPOModule):
         if "dynamics_loss" in intrinsic:
             metrics["dynamics_loss"] = intrinsic["dynamics_loss"]
         return RolloutRewards(reward, metrics=metrics,
-                              detail={"correct": correct, "curiosity": cur, "coherence": coh, "calls": calls})
+                              detail=RewardParts(correct, cur, coh, calls))
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """Group-relative advantages over each prompt's top-K rewards [G, N]; rows outside the top K get 0

@@ -40,8 +40,8 @@ which reads ``self.kl_observation`` (mean token KL of the last step) after every
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Mapping, Sequence
+from dataclasses import asdict, replace
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torchmetrics import MeanMetric
@@ -50,6 +50,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
+from ttrl_lightning.modules.records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
 from ttrl_lightning.modules.losses import (
@@ -77,99 +78,6 @@ from ttrl_lightning.tools.agent_format import AgentPrompt
 GRPO_RULES: dict[str, Bounds] = {
     "num_generations": Bounds(low=1, integer=True),
 }
-
-
-@dataclass(frozen=True)
-class RolloutRewards:
-    """What the ``score`` hook returns for the R = G * N rows trained on (prompt-major: N rows per group).
-
-    rewards: [R] float, one per rollout row;
-    group_mask: [G] bool, False for a group that abstains (e.g. no pseudo-label: TTRL, Pixelis' abstention):
-    its rows get advantage 0 and are left out of the loss (no gradient, no weight in the aggregation), and
-    the step counts them (``train/abstained_groups``). None: every group is kept. Our reading of Pixelis sec.
-    3.2.3's "we abstain; KL safety remains active": the KL-to-EMA corridor (the controller and its beta on
-    the step's updated rows) stays in force while questions abstain, but an abstained question's own rows
-    carry no KL term either. Its rows would contribute only a pull toward the anchor on questions nobody
-    labelled, and their token KL would enter the step's KL observation, moving beta for updates that did not
-    happen.
-    row_mask: [R] bool, False for a single rollout left out of the update (Pixelis' near-duplicates): it
-    still counts in its group's advantage statistics (its reward is a vote's), but carries no policy or KL
-    term and no weight in the aggregation (``train/dropped_rows``). None: every row is kept.
-    rollouts: the rows these rewards score, when the hook trains on a subset of what ``rollout`` sampled
-    (TTRL: the first N of every prompt's M votes); None: all of them (``scored`` fills it in).
-    metrics: scalars of the reward stage, logged as ``train/<name>`` by ``step_metrics`` (CC-RFT's reward
-    parts).
-    detail: what the reward stage decided, for a subclass's ``step_metrics`` (TTRL: its ``VoteStep``).
-    """
-
-    rewards: torch.Tensor
-    group_mask: torch.Tensor | None = None
-    row_mask: torch.Tensor | None = None
-    rollouts: Rollouts | None = None
-    metrics: Mapping[str, Any] = field(default_factory=dict)
-    detail: Any = None
-
-    def check(self, num_rows: int, num_groups: int) -> RolloutRewards:
-        """Self, after checking the shapes (rewards [num_rows], group_mask [num_groups] and row_mask [num_rows]
-        bool)."""
-        r = self.rewards
-        if not isinstance(r, torch.Tensor) or r.shape != (num_rows,):
-            got = tuple(r.shape) if isinstance(r, torch.Tensor) else type(r).__name__
-            raise ValueError(f"rewards must be a tensor of shape [{num_rows}], got {got}")
-        self.mask(num_groups)
-        self.rows(num_rows)
-        return self
-
-    def rows(self, num_rows: int) -> torch.Tensor:
-        """row_mask as a [num_rows] bool tensor on the rewards' device (all True when None)."""
-        return self._bool_mask("row_mask", num_rows)
-
-    def _bool_mask(self, name: str, size: int) -> torch.Tensor:
-        """The field ``name`` as a [size] bool tensor on the rewards' device (all True when None)."""
-        value = getattr(self, name)
-        if value is None:
-            return torch.ones(size, dtype=torch.bool, device=self.rewards.device)
-        m = torch.as_tensor(value, device=self.rewards.device)
-        if m.dtype != torch.bool or m.shape != (size,):
-            raise ValueError(f"{name} must be a bool tensor of shape [{size}], got {m.dtype} {tuple(m.shape)}")
-        return m
-
-    def mask(self, num_groups: int) -> torch.Tensor:
-        """group_mask as a [num_groups] bool tensor on the rewards' device (all True when None)."""
-        return self._bool_mask("group_mask", num_groups)
-
-
-@dataclass(frozen=True)
-class SamplerCorrection:
-    """The trainer-vs-sampler comparison of one step (engines with their own weights): ``weights`` [R, C] the
-    truncated importance weights (None without a cap), ``gap`` the mean |logp_policy - logp_sampler| over the
-    completion tokens (both under the raw logits)."""
-
-    weights: torch.Tensor | None
-    gap: torch.Tensor
-
-    def metrics(self, kept_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        out = {"train/sampler_logprob_gap": self.gap}
-        if self.weights is not None:
-            out["train/tis_weight"] = masked_token_mean(self.weights, kept_tokens)
-        return out
-
-
-@dataclass(frozen=True)
-class StepStats:
-    """What the optimisation of one step measured (torchtune's ``GRPOStats``), for ``step_metrics``.
-
-    loss: the last iteration's loss (detached); token_kl: [R, C] k3 KL to the reference of the last iteration
-    (None with ``reference="none"``); clipped: [R, C] the clip indicator of the last iteration; kept_tokens:
-    [R, C] float, the completion tokens that carry loss (kept groups and rows); sampler: the trainer-vs-sampler
-    correction of an engine with its own weights (None otherwise).
-    """
-
-    loss: torch.Tensor
-    token_kl: torch.Tensor | None
-    clipped: torch.Tensor
-    kept_tokens: torch.Tensor
-    sampler: SamplerCorrection | None = None
 
 
 class GRPOModule(PolicyModule):

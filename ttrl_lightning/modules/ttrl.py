@@ -42,8 +42,8 @@ Pixelis' online stream (``shuffle=False``, one epoch: each question seen once; `
 from __future__ import annotations
 
 import inspect
-import math
-from dataclasses import dataclass, replace
+import itertools
+from dataclasses import replace
 from typing import Any, ClassVar, Sequence
 
 import torch
@@ -52,12 +52,13 @@ from ttrl_lightning.answers import ANSWER_EXTRACTORS
 from ttrl_lightning.data.pool_schema import TOKEN_FIELDS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
-from ttrl_lightning.modules.grpo import GRPOModule, RolloutRewards, StepStats
+from ttrl_lightning.modules.grpo import GRPOModule
+from ttrl_lightning.modules.records import RolloutRewards, StepStats, VoteStep
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 from ttrl_lightning.modules.ttrl_labelers import ADVANTAGES, TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, pseudo_label
 from ttrl_lightning.pseudo_labels.votes import VoteGroup
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.seeding import derive_seed
@@ -72,32 +73,6 @@ TTRL_RULES: dict[str, Bounds] = {
     "eval_temperature": Bounds(low=0),
     "eval_top_p": Bounds(low=0, high=1, low_open=True),
 }
-
-
-@dataclass(frozen=True)
-class VoteStep:
-    """What one step's voting decided: the record the ``score`` stage returns as ``RolloutRewards.detail``.
-
-    votes: the M votes of every prompt (prompt-major; prompts are the questions, then their fused prompts);
-    labels: one ``PseudoLabel`` per question; answers: each question's canonical vote answers, views in
-    order (for monitoring); ids: the question ids; num_votes M and num_trained N per prompt. The rest is laid
-    out on the rows trained on (the first N of every prompt): rewards [rows]; group_mask [prompts] (False:
-    abstained); update_mask [rows] (False: rejected from the update by the labeler).
-    """
-
-    votes: Rollouts
-    labels: list[PseudoLabel]
-    answers: list[list[str]]
-    ids: list[str]
-    num_votes: int
-    num_trained: int
-    rewards: torch.Tensor
-    group_mask: torch.Tensor
-    update_mask: torch.Tensor
-
-    def trained_rows(self) -> Rollouts:
-        """The rows trained on: the first N votes of every prompt."""
-        return self.votes.first_per_group(self.num_trained)
 
 
 class TTRLModule(GRPOModule):
@@ -255,9 +230,11 @@ class TTRLModule(GRPOModule):
         params = replace(self.sampling_params(seed), n=self.hparams.num_votes)
         return self.engine.generate(self.policy, self.vote_prompts(prompts), params)
 
-    def label_votes(self, votes: Rollouts, batch: dict[str, list]) -> VoteStep:
-        """Pseudo-label every question of ``batch`` from its votes (never from gold) and lay the rewards out
-        on the rows trained on (the first N of every prompt)."""
+    def label_votes(self, votes: Rollouts, batch: dict[str, list]) -> RolloutRewards:
+        """Pseudo-label every question of ``batch`` from its votes (never from gold) and lay the labels'
+        rewards and row masks out on the rows trained on, the first N of every prompt, in one operation:
+        the labels' [Q, V * M] rewards are viewed [Q, V, M], cut to N and put prompt-major ([V * Q * N], prompt
+        ``v * Q + q``); an abstained question's prompts are masked (``group_mask``)."""
         Q = len(batch["prompt"])
         ids = _question_ids(batch)
         views = self.vote_views(Q)
@@ -278,50 +255,58 @@ class TTRLModule(GRPOModule):
             kwargs["warmup_majority"] = True
         labels = [pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q])
                   for q, group in enumerate(groups)]
-        answers = [list(group.answers) for group in groups]
         M, N = self.hparams.num_votes, self.hparams.num_generations
-        num_views = len(views) // Q
-        rewards = torch.zeros(num_views * Q, N)
-        update = torch.ones(num_views * Q, N, dtype=torch.bool)
-        keep = torch.ones(num_views * Q, dtype=torch.bool)
-        for v in range(num_views):
-            for q, lab in enumerate(labels):
-                if len(lab.rewards) != num_views * M:
-                    raise RuntimeError(f"{name} returned {len(lab.rewards)} rewards for "
-                                       f"{num_views * M} rollouts of question {ids[q]!r}")
-                g = v * Q + q
-                rewards[g] = torch.tensor(lab.rewards[v * M: v * M + N], dtype=torch.float32)
-                mask = lab.info.get("update_mask")
-                if mask is not None:
-                    update[g] = torch.tensor(list(mask)[v * M: v * M + N], dtype=torch.bool)
-                keep[g] = not lab.abstain
-        if not all(math.isfinite(float(r)) for r in rewards.flatten()):
+        V = len(views) // Q
+        wrong = [(ids[q], len(lab.rewards)) for q, lab in enumerate(labels) if len(lab.rewards) != V * M]
+        if wrong:
+            raise RuntimeError(f"{name} returned {wrong[0][1]} rewards for {V * M} rollouts of question "
+                               f"{wrong[0][0]!r}")
+        rewards = torch.tensor([lab.rewards for lab in labels], dtype=torch.float32)  # [Q, V * M]
+        if not bool(torch.isfinite(rewards).all()):
             raise RuntimeError(f"{name} returned a non-finite reward")
-        return VoteStep(votes, labels, answers, ids, M, N, rewards.reshape(-1), keep, update.reshape(-1))
+        row_mask = torch.tensor([lab.row_mask if lab.row_mask is not None else [True] * (V * M)
+                                 for lab in labels], dtype=torch.bool)
+
+        step = VoteStep(votes, labels, [list(group.answers) for group in groups], ids, M, N)
+        trained = step.trained_rows()
+        device = trained.completion_ids.device
+        group_mask = torch.tensor([not lab.abstain for lab in labels], dtype=torch.bool).repeat(V)
+        return RolloutRewards(trained_layout(rewards, V, M, N).to(device), group_mask.to(device),
+                              trained_layout(row_mask, V, M, N).to(device), rollouts=trained, detail=step)
 
     def vote_groups(self, votes: Rollouts, num_questions: int, views: Sequence[str],
                     choices: Sequence) -> list[VoteGroup]:
         """Each question's votes as one ``VoteGroup`` (no gold): the rows of its prompts (``views``: one per
-        prompt, the questions' then their fused prompts'), in that order; each vote's answer read with
-        ``answer_extractor``; the recorded ``signals`` on the vote's own tokens (``completion_mask``: an
-        agent's observations left out), taken from the engine's tensors as they are."""
+        prompt, the questions' then their fused prompts'; prompt ``v * Q + q`` is question q's view v), in
+        that order; each vote's answer read with ``answer_extractor``; the recorded ``signals`` on the vote's
+        own tokens (``completion_mask``: an agent's observations left out), taken from the engine's tensors
+        as they are. The rows are put in question order by one stable sort of their prompt index and cut
+        by the questions' row counts."""
         missing = [s for s in self.signal_names if s not in votes.signals]
         if missing:
             raise RuntimeError(f"the rollout engine did not record signal {missing[0]!r}; it recorded "
                                f"{sorted(votes.signals)}")
         extract = ANSWER_EXTRACTORS[self.hparams.answer_extractor]
+        Q = num_questions
         prompt_of = votes.group.cpu()
-        groups = []
-        for q in range(num_questions):
-            per_prompt = [torch.nonzero(prompt_of == p).flatten() for p in range(q, len(views), num_questions)]
-            rows = torch.cat(per_prompt)
-            view_of = [views[q + v * num_questions] for v, r in enumerate(per_prompt) for _ in range(len(r))]
-            texts = [votes.texts[r] for r in rows.tolist()]
-            signals = {s: votes.signals[s][rows.to(votes.signals[s].device)] for s in self.signal_names}
-            mask = votes.completion_mask[rows.to(votes.completion_mask.device)]
-            groups.append(VoteGroup.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
-                                                 mask))
-        return groups
+        question_of = prompt_of % Q
+        order = torch.argsort(question_of * len(views) + prompt_of, stable=True)
+        counts = torch.bincount(question_of, minlength=Q).tolist()
+        rows = order.tolist()
+        starts = [0, *itertools.accumulate(counts)]
+        question_rows = question_of.tolist()
+        answers = [extract(votes.texts[r], choices[question_rows[r]]) for r in rows]
+        texts = [votes.texts[r] for r in rows]
+        view_of = [views[p] for p in prompt_of[order].tolist()]
+
+        def cut(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return torch.split(t[order.to(t.device)], counts)
+
+        signals = {s: cut(votes.signals[s]) for s in self.signal_names}
+        masks = cut(votes.completion_mask)
+        return [VoteGroup.from_tensors(answers[a:b], texts[a:b], view_of[a:b],
+                                       {s: signals[s][q] for s in self.signal_names}, masks[q])
+                for q, (a, b) in enumerate(zip(starts, starts[1:]))]
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
@@ -341,15 +326,11 @@ class TTRLModule(GRPOModule):
         return votes
 
     def score(self, votes: Rollouts, batch: dict[str, list]) -> RolloutRewards:
-        """Label the votes (``label_votes``) and score the rows trained on, the first N of every prompt:
-        the pseudo-labels' rewards, abstained questions masked, rows rejected from the update dropped
-        (``row_mask``; issue 21, D9: no policy or KL term, no weight in the aggregation, advantage 0). The
+        """The rewards of the rows trained on, the first N of every prompt (``label_votes``): the
+        pseudo-labels' rewards, abstained questions masked (``group_mask``), rows a labeler rejects from the
+        update dropped (``row_mask``: no policy or KL term, no weight in the aggregation, advantage 0); the
         ``VoteStep`` is the record's ``detail``."""
-        step = self.label_votes(votes, batch)
-        trained = step.trained_rows()
-        device = trained.completion_ids.device
-        return RolloutRewards(step.rewards.to(device), step.group_mask.to(device), step.update_mask.to(device),
-                              rollouts=trained, detail=step)
+        return self.label_votes(votes, batch)
 
     @classmethod
     def resolved_hparams(cls, init_args: dict) -> dict:
@@ -437,7 +418,7 @@ class TTRLModule(GRPOModule):
         """GRPO's metrics and TTRL's (``ttrl_monitor.ttrl_metrics`` of the ``VoteStep``; gold from
         ``batch["gold"]`` where present), counted into ``self.counters``."""
         out = super().step_metrics(batch, scored, stats)
-        metrics = ttrl_metrics(scored.detail, batch.get("gold"), batch.get("choices"), self.counters,
+        metrics = ttrl_metrics(scored, batch.get("gold"), batch.get("choices"), self.counters,
                                step_index=int(self.global_step), token_kl=stats.token_kl,
                                completion_mask=scored.rollouts.completion_mask,
                                rewards_are_labels=self.labeler.labels)
@@ -480,6 +461,13 @@ class TTRLModule(GRPOModule):
         n = len(texts)
         self.log_dict({f"val/avg@{k}": m.avg_at_k, f"val/maj@{k}": m.maj_at_k, f"val/pass@{k}": m.pass_at_k},
                       batch_size=n, on_epoch=True, prog_bar=False)
+
+
+def trained_layout(per_vote: torch.Tensor, num_views: int, num_votes: int, num_trained: int) -> torch.Tensor:
+    """Per-vote values of Q questions, [Q, V * M] (each question's votes, views in order), laid out on the
+    rows trained on: [V * Q * N], prompt-major (prompt ``v * Q + q``, its first N votes)."""
+    Q = per_vote.shape[0]
+    return per_vote.view(Q, num_views, num_votes)[:, :, :num_trained].transpose(0, 1).reshape(-1)
 
 
 def _question_ids(batch: dict[str, list]) -> list[str]:

@@ -1,7 +1,7 @@
 """TTRL's logged metrics of one step (TTRL's names), computed from the step's records; gold is read here only.
 
-``ttrl_metrics(step, golds, choices, counters, token_kl=...)`` is a function of the step's ``VoteStep`` and
-the batch's gold answers; the only state it touches is the run's ``TTRLCounters`` (cumulative counts,
+``ttrl_metrics(scored, golds, choices, counters, token_kl=...)`` is a function of the step's
+``RolloutRewards`` (its ``VoteStep`` detail) and the batch's gold answers; the only state it touches is the run's ``TTRLCounters`` (cumulative counts,
 checkpointed with the module):
 
 * ``label_accuracy``: labelled questions whose pseudo-label equals gold (answer equivalence);
@@ -25,15 +25,13 @@ checkpointed with the module):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import torch
 
 from ttrl_lightning.answers import NO_ANSWER, answers_equal
 from ttrl_lightning.consensus import aggregate
-
-if TYPE_CHECKING:
-    from ttrl_lightning.modules.ttrl import VoteStep
+from ttrl_lightning.modules.records import RolloutRewards
 
 __all__ = ["TTRLCounters", "ttrl_metrics"]
 
@@ -69,13 +67,14 @@ class TTRLCounters:
         self.label_history = [tuple(x) for x in state.get("label_history", [])]
 
 
-def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | None, counters: TTRLCounters, *,
+def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequence | None, counters: TTRLCounters, *,
                  step_index: int, token_kl: torch.Tensor | None = None,
                  completion_mask: torch.Tensor | None = None, rewards_are_labels: bool = True
                  ) -> dict[str, float]:
     """This step's TTRL metrics (module docstring), counted into ``counters``. ``golds``: the batch's gold
     answers (None, or None entries: not monitored); ``token_kl`` / ``completion_mask``: [R, C] of the trained
     rows (the quantiles are taken over the tokens of the kept questions)."""
+    step = scored.detail
     Q = len(step.labels)
     counters.questions_seen += Q
     accepted = [not lab.abstain for lab in step.labels]
@@ -89,7 +88,8 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
         "vote_tokens": float(step.votes.num_completion_tokens),
     }
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
-        rows = step.group_mask.repeat_interleave(step.num_trained).to(token_kl.device)
+        rows = scored.mask(len(scored.rewards) // step.num_trained).repeat_interleave(step.num_trained)
+        rows = rows.to(token_kl.device)
         vals = token_kl[rows[:, None] & completion_mask.to(token_kl.device).bool()].float()
         if vals.numel():
             out["kl_p50"] = float(torch.quantile(vals, 0.5))
@@ -100,7 +100,7 @@ def ttrl_metrics(step: VoteStep, golds: Sequence | None, choices: Sequence | Non
     labelled, right, online, votes_right = 0, 0, [], []
     rew_agree, rew_total = 0, 0
     N, M = step.num_trained, step.num_votes
-    rewards = step.rewards.view(-1, N)
+    rewards = scored.rewards.view(-1, N)
     for q, (lab, gold) in enumerate(zip(step.labels, golds)):
         if gold is None:
             continue

@@ -24,12 +24,20 @@ class PseudoLabel:
         rewards: one reward per rollout, in the order the rollouts were given.
         abstain: ``True`` when the question should contribute no gradient (the rewards are then all 0).
         info: what the labeler measured (support, margin, penalties, the signal used, ...), for logging.
+        row_mask: per rollout, ``False`` for one the labeler leaves out of the update while its reward still
+            counts in the question's statistics (Pixelis' near-duplicate rollouts, sec. 3.2.3); ``None``:
+            every rollout is updated. The same name from here to the loss (``RolloutRewards.row_mask``).
     """
 
     label: str | None
     rewards: list[float]
     abstain: bool = False
     info: dict = field(default_factory=dict)
+    row_mask: list[bool] | None = None
+
+    def __post_init__(self):
+        if self.row_mask is not None and len(self.row_mask) != len(self.rewards):
+            raise ValueError(f"row_mask has {len(self.row_mask)} entries for {len(self.rewards)} rewards")
 
 
 #: ``name -> labeler(rollouts, *, choices=None, **options) -> PseudoLabel``; ``rollouts`` is a

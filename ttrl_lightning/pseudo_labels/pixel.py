@@ -38,13 +38,13 @@ character 3-gram sets (a text shorter than 3 characters is its own single gram, 
 have similarity 1.0; a rollout without ``text`` is never a duplicate). Reading: a rollout whose similarity
 to an earlier *kept* rollout exceeds ``duplicate_threshold`` stays in the **vote** (the votes of i.i.d.
 samples are evidence, and dropping them would bias the label towards rare answers) but is rejected from the
-**update**: ``info["update_mask"][j] = False`` and ``info["duplicates"]`` counts them; the rewards are left
+**update**: ``PseudoLabel.row_mask[j] = False`` and ``info["duplicates"]`` counts them; the rewards are left
 as they are and the trainer drops the masked rollouts. ``duplicate_threshold=None`` disables it.
 
 ``info``: ``weights`` (``w_j``), ``entropy`` (``H_j``), ``calibration`` (``Cal_j``), ``reliability``,
 ``visual_fidelity`` (the list, or ``"neutral"``), ``support``, ``margin``, ``confidence`` (``s(y*) /
 sum_a s(a)`` of the vote's winner, 0 with no vote mass), ``prediction_set`` (with ``conformal_qhat``),
-``update_mask``, ``duplicates``, ``vote_entropy`` (nats, of the unweighted votes) and, when abstaining,
+``duplicates``, ``vote_entropy`` (nats, of the unweighted votes) and, when abstaining,
 ``abstain_reason``.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ from ..answers import NO_ANSWER
 from ..consensus import aggregate, conformal_threshold, pixelis_weights
 from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .pixel_decisive import _check_masks, _decisive, decisive_token_mask
-from .pixel_duplicates import _update_mask, rollout_similarity
+from .pixel_duplicates import duplicate_row_mask, rollout_similarity
 from .pixel_reliability import batch_reliability
 from .pixel_temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
                                 temperature_scale)
@@ -145,7 +145,7 @@ def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
             ``None``: every token decisive.
         visual_fidelity: ``[N]`` ``VisFid_j`` in ``[0, 1]``; ``None``: neutral (1.0).
         duplicate_threshold: reject from the update a rollout whose 3-gram Jaccard similarity to an earlier
-            kept rollout exceeds it (``info["update_mask"]``); ``None``: off.
+            kept rollout exceeds it (``PseudoLabel.row_mask``); ``None``: off.
         majority_entropy_max: the paper's "low-entropy majority (< 0.2)" gate (Pixelis sec. 3.2.3,
             "Successful set and exemplar"), which the paper gives without a base. Reading here: the Shannon
             entropy **in nats** of the unweighted answer votes (canonical classes, unextractable answers one
@@ -170,14 +170,14 @@ def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
     answers = group.answers
     total = float(weights.sum())
     decision = aggregate(answers, "weighted", weights, conformal_qhat=conformal_qhat if total > 0 else None)
-    update_mask = _update_mask(group, duplicate_threshold)
+    row_mask = duplicate_row_mask(group, duplicate_threshold)
     info = {
         "weights": weights.tolist(), "entropy": h, "calibration": cal,
         "reliability": rel if rel is not None else [1.0] * n,
         "visual_fidelity": vis if vis is not None else "neutral",
         "support": dict(decision.support), "margin": decision.margin,
         "confidence": decision.support[decision.answer] / total if total > 0 else 0.0,
-        "update_mask": update_mask, "duplicates": update_mask.count(False),
+        "duplicates": row_mask.count(False),
         "vote_entropy": vote_entropy(answers),
     }
     if conformal_qhat is not None:
@@ -200,8 +200,8 @@ def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
                            f"(qhat={conformal_qhat:g})")
     if reasons:
         info["abstain_reason"] = "; ".join(reasons)
-        return PseudoLabel(None, [0.0] * n, True, info)
-    return PseudoLabel(decision.answer, matches(answers, decision.answer), False, info)
+        return PseudoLabel(None, [0.0] * n, True, info, row_mask=row_mask)
+    return PseudoLabel(decision.answer, matches(answers, decision.answer), False, info, row_mask=row_mask)
 
 
 # ----------------------------------------------------------------------------------------- calibration

@@ -1,10 +1,10 @@
 """Pixel TTRL's near-duplicate rollouts (appendix 6, practical note iii), for text: character 3-gram Jaccard
-similarity; a rollout too similar to an earlier kept one leaves the update (``info["update_mask"]``)."""
+similarity; a rollout too similar to an earlier kept one leaves the update (``PseudoLabel.row_mask``)."""
 from __future__ import annotations
 
 from .votes import VoteGroup
 
-__all__ = ["rollout_similarity"]
+__all__ = ["rollout_similarity", "duplicate_row_mask"]
 
 
 def _grams(text: str) -> frozenset[str]:
@@ -19,7 +19,8 @@ def rollout_similarity(a: str, b: str) -> float:
     return len(ga & gb) / len(ga | gb)
 
 
-def _update_mask(group: VoteGroup, threshold) -> list[bool]:
+def duplicate_row_mask(group: VoteGroup, threshold: float | None) -> list[bool]:
+    """Per vote, False when its similarity to an earlier kept vote exceeds ``threshold`` (None: all True)."""
     if threshold is None:
         return [True] * len(group)
     texts = group.texts

@@ -1,0 +1,203 @@
+"""Benchmark: TTRL's labelling stage, columnar (one sort, one layout) vs the former per-question loops.
+
+The stage turns one step's votes (an engine's ``Rollouts``) into the ``RolloutRewards`` of the rows trained
+on: group the votes by question, label each question (``pseudo_label``), lay the rewards and row masks out
+on the first N rows of every prompt. ``TTRLModule.label_votes`` groups the rows by one stable sort of their
+prompt index and lays the labels' [Q, V * M] rewards out by one view/transpose. The baseline is the former
+code, kept here as the reference: a ``torch.nonzero`` per question and view to find its rows, and a double
+Python loop over views and questions that copies each label's rewards and mask into the [V * Q, N] layout.
+
+Both run on the same votes (a tiny policy's tokenizer; synthetic answers and per-token signals, so no model is
+sampled), for each labeler, in interleaved rounds; the outputs are checked equal (rewards, group and row masks,
+labels) before any time is reported. Printed per labeler: the whole stage (grouping, labelling, layout) and the
+form changes alone (grouping and layout, labelling excluded), ours / baseline per round, and the verdict
+rule of ``_verdict.py`` (no claim of a speed-up unless every round shows one). Writes JSON.
+
+    python benchmarks/labelling_stage.py                     # 16 questions x 64 votes, 5 rounds
+    python benchmarks/labelling_stage.py --questions 32 --votes 128 --rounds 7
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _verdict import paired_ratios, paired_verdict  # noqa: E402
+
+LABELERS = {
+    "majority": {},
+    "self_harmony": {"fused_prompt_template": "{prompt} Reframe it, then solve."},
+    "pixel": {"labeler_kwargs": {"delta": 0.05}},
+    "visconf": {},
+}
+
+
+def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
+    """Q questions x views prompts x M votes: answers drawn from a few numbers per question, 1-12 completion
+    tokens per vote, the labeler's per-token signals (NaN outside the completion, as an engine records them)."""
+    from ttrl_lightning.rollout.base import Rollouts
+
+    g = torch.Generator().manual_seed(seed)
+    P, R = Q * views, Q * views * M
+    lengths = torch.randint(1, 13, (R,), generator=g)
+    C = int(lengths.max())
+    mask = (torch.arange(C)[None, :] < lengths[:, None]).long()
+    answers = torch.randint(0, 4, (R,), generator=g) + (torch.arange(R) // M % Q)
+    texts = [f"so the answer is {int(a)}" for a in answers]
+    signals = {}
+    for name in module.signal_names:
+        values = torch.rand(R, C, generator=g) * (-1.0 if name == "logprob" else 1.0)
+        signals[name] = torch.where(mask.bool(), values, float("nan"))
+    ids = torch.randint(5, 100, (R, C), generator=g) * mask
+    prompt = torch.ones(R, 4, dtype=torch.long)
+    return Rollouts(prompt_ids=prompt, prompt_mask=torch.ones_like(prompt), completion_ids=ids,
+                    completion_mask=mask, texts=texts, group=torch.arange(P).repeat_interleave(M), n=M,
+                    signals=signals)
+
+
+# ---------------------------------------------------------------------- the former code (the baseline)
+def former_vote_groups(module, votes, num_questions, views, choices):
+    """The former ``TTRLModule.vote_groups``: a ``torch.nonzero`` per question and view."""
+    from ttrl_lightning.answers import ANSWER_EXTRACTORS
+    from ttrl_lightning.pseudo_labels.votes import VoteGroup
+
+    extract = ANSWER_EXTRACTORS[module.hparams.answer_extractor]
+    prompt_of = votes.group.cpu()
+    groups = []
+    for q in range(num_questions):
+        per_prompt = [torch.nonzero(prompt_of == p).flatten() for p in range(q, len(views), num_questions)]
+        rows = torch.cat(per_prompt)
+        view_of = [views[q + v * num_questions] for v, r in enumerate(per_prompt) for _ in range(len(r))]
+        texts = [votes.texts[r] for r in rows.tolist()]
+        signals = {s: votes.signals[s][rows] for s in module.signal_names}
+        groups.append(VoteGroup.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
+                                             votes.completion_mask[rows]))
+    return groups
+
+
+def former_layout(labels, Q: int, V: int, M: int, N: int):
+    """The former double loop: each label's rewards and row mask copied into the [V * Q, N] layout."""
+    rewards = torch.zeros(V * Q, N)
+    update = torch.ones(V * Q, N, dtype=torch.bool)
+    keep = torch.ones(V * Q, dtype=torch.bool)
+    for v in range(V):
+        for q, lab in enumerate(labels):
+            g = v * Q + q
+            rewards[g] = torch.tensor(lab.rewards[v * M: v * M + N], dtype=torch.float32)
+            if lab.row_mask is not None:
+                update[g] = torch.tensor(list(lab.row_mask)[v * M: v * M + N], dtype=torch.bool)
+            keep[g] = not lab.abstain
+    return rewards.reshape(-1), keep, update.reshape(-1)
+
+
+def label_all(module, votes, groups, choices):
+    from ttrl_lightning.pseudo_labels import pseudo_label
+
+    extra = module.labeler.inputs(module, votes, groups) if module.labeler.inputs else [{} for _ in groups]
+    return [pseudo_label(module.hparams.pseudo_labeler, group, choices=choices[q], **module.labeler_kwargs,
+                         **extra[q]) for q, group in enumerate(groups)]
+
+
+def former_stage(module, votes, batch, label: bool = True):
+    Q = len(batch["prompt"])
+    views = module.vote_views(Q)
+    choices = [None] * Q
+    groups = former_vote_groups(module, votes, Q, views, choices)
+    labels = label_all(module, votes, groups, choices) if label else _cached_labels
+    return former_layout(labels, Q, len(views) // Q, module.hparams.num_votes, module.hparams.num_generations)
+
+
+_cached_labels: list = []
+
+
+def time_once(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ttrl_lightning.modules import PolicySpec, TTRLModule
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--questions", type=int, default=16)
+    p.add_argument("--votes", type=int, default=64, help="M votes per prompt")
+    p.add_argument("--trained", type=int, default=32, help="N rows trained on per prompt")
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--labelers", nargs="+", choices=sorted(LABELERS), default=list(LABELERS))
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", default="outputs/bench/labelling_stage.json")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    results = {}
+    for name in args.labelers:
+        module = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), pseudo_labeler=name, num_votes=args.votes,
+                            num_generations=args.trained, answer_extractor="last_number", calibrate=False,
+                            **LABELERS[name])
+        module.configure_model()
+        Q = args.questions
+        batch = {"prompt": [f"q{i}" for i in range(Q)], "id": [f"q{i}" for i in range(Q)]}
+        votes = synthetic_votes(module, Q, args.votes, len(module.labeler.views), seed=0)
+        ours = module.label_votes(votes, batch)
+        base_rewards, base_keep, base_rows = former_stage(module, votes, batch)
+        if not (torch.equal(ours.rewards, base_rewards) and torch.equal(ours.group_mask, base_keep)
+                and torch.equal(ours.row_mask, base_rows)):
+            print(f"{name}: the columnar stage and the former loops disagree; no timing reported")
+            return 1
+        former_groups = former_vote_groups(module, votes, Q, module.vote_views(Q), [None] * Q)
+        if [list(g.answers) for g in former_groups] != ours.detail.answers:
+            print(f"{name}: the vote groups differ; no timing reported")
+            return 1
+        global _cached_labels
+        _cached_labels = ours.detail.labels
+        views = module.vote_views(Q)
+        V, M, N = len(views) // Q, args.votes, args.trained
+        stage = {"ours": [], "baseline": []}
+        forms = {"ours": [], "baseline": []}
+        for _ in range(args.rounds):
+            stage["ours"].append(time_once(lambda: module.label_votes(votes, batch)))
+            stage["baseline"].append(time_once(lambda: former_stage(module, votes, batch)))
+
+            def ours_forms():
+                module.vote_groups(votes, Q, views, [None] * Q)
+                module_layout(module, ours.detail.labels, Q, V, M, N)
+
+            forms["ours"].append(time_once(ours_forms))
+            forms["baseline"].append(time_once(lambda: former_stage(module, votes, batch, label=False)))
+        r_stage = paired_ratios(stage["baseline"], stage["ours"])
+        r_forms = paired_ratios(forms["baseline"], forms["ours"])
+        results[name] = {"stage_s": stage, "forms_s": forms, "stage_speedup": r_stage, "forms_speedup": r_forms,
+                         "stage_verdict": paired_verdict(r_stage, 1.0), "forms_verdict": paired_verdict(r_forms, 1.0)}
+        print(f"{name:>13}: stage {statistics.median(stage['ours']) * 1e3:8.1f} ms vs former "
+              f"{statistics.median(stage['baseline']) * 1e3:8.1f} ms, former/ours x{statistics.median(r_stage):.2f} "
+              f"({results[name]['stage_verdict']}); form changes alone {statistics.median(forms['ours']) * 1e3:.1f} "
+              f"ms vs {statistics.median(forms['baseline']) * 1e3:.1f} ms, x{statistics.median(r_forms):.2f} "
+              f"({results[name]['forms_verdict']})")
+    payload = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
+               "torch": torch.__version__, "results": results}
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(payload, fh, indent=2)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def module_layout(module, labels, Q, V, M, N):
+    """Ours: the layout of ``TTRLModule.label_votes`` on labels already computed."""
+    from ttrl_lightning.modules.ttrl import trained_layout
+
+    rewards = torch.tensor([lab.rewards for lab in labels], dtype=torch.float32)
+    rows = torch.tensor([lab.row_mask if lab.row_mask is not None else [True] * (V * M) for lab in labels])
+    return trained_layout(rewards, V, M, N), trained_layout(rows, V, M, N)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
