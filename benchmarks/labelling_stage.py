@@ -31,10 +31,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _verdict import paired_ratios, paired_verdict  # noqa: E402
 
-LABELERS = {
+LABELERS = {  # VotingSpec fields of each labeler's run
     "majority": {},
     "self_harmony": {"fused_prompt_template": "{prompt} Reframe it, then solve."},
-    "pixel": {"labeler_kwargs": {"delta": 0.05}},
+    "pixel": {"options": {"delta": 0.05}},
     "visconf": {},
 }
 
@@ -68,7 +68,7 @@ def former_vote_groups(module, votes, num_questions, views, choices):
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
     from ttrl_lightning.pseudo_labels.votes import VoteGroup
 
-    extract = ANSWER_EXTRACTORS[module.hparams.answer_extractor]
+    extract = ANSWER_EXTRACTORS[module.voting.answer_extractor]
     prompt_of = votes.group.cpu()
     groups = []
     for q in range(num_questions):
@@ -101,7 +101,7 @@ def label_all(module, votes, groups, choices):
     from ttrl_lightning.pseudo_labels import pseudo_label
 
     extra = module.labeler.inputs(module, votes, groups) if module.labeler.inputs else [{} for _ in groups]
-    return [pseudo_label(module.hparams.pseudo_labeler, group, choices=choices[q], **module.labeler_kwargs,
+    return [pseudo_label(module.voting.labeler, group, choices=choices[q], **module.voting.options,
                          **extra[q]) for q, group in enumerate(groups)]
 
 
@@ -111,7 +111,7 @@ def former_stage(module, votes, batch, label: bool = True):
     choices = [None] * Q
     groups = former_vote_groups(module, votes, Q, views, choices)
     labels = label_all(module, votes, groups, choices) if label else _cached_labels
-    return former_layout(labels, Q, len(views) // Q, module.hparams.num_votes, module.hparams.num_generations)
+    return former_layout(labels, Q, len(views) // Q, module.voting.num_votes, module.voting.num_trained)
 
 
 _cached_labels: list = []
@@ -139,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
 
     results = {}
     for name in args.labelers:
-        module = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), pseudo_labeler=name, num_votes=args.votes,
-                            num_generations=args.trained, answer_extractor="last_number", calibrate=False,
-                            **LABELERS[name])
+        voting = {"labeler": name, "num_votes": args.votes, "num_trained": args.trained,
+                  "answer_extractor": "last_number", **LABELERS[name]}
+        module = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), voting=voting, calibrate=False)
         module.configure_model()
         Q = args.questions
         batch = {"prompt": [f"q{i}" for i in range(Q)], "id": [f"q{i}" for i in range(Q)]}

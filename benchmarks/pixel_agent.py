@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 VARIANTS = {"ccrft": {}, "ccrft_no_curiosity": {"w_curiosity": 0.0},
-            "ccrft_no_coherence": {"w_coherence": 0.0}}
+            "ccrft_no_coherence": {"w_coherence": 0.0}}  # curiosity_coherence fields
 METRICS = ("accuracy", "chain_length", "rapr", "racpr", "tool_error_rate")
 
 
@@ -119,7 +119,8 @@ def run_seed(seed: int, args, eval_rows, chains, cache) -> dict:
     for name, change in VARIANTS.items():
         if name != "ccrft" and not args.variants:
             continue
-        kw = dict(rft_cfg["model"]["init_args"], **change)
+        kw = dict(rft_cfg["model"]["init_args"])
+        kw["curiosity_coherence"] = dict(kw["curiosity_coherence"], **change)
         kw["policy"] = dict(kw["policy"], tiny_kwargs=dict(kw["policy"]["tiny_kwargs"], hidden=args.hidden))
         kw["num_generations"] = kw["top_k_trajectories"] = args.n
         rft = CCRFTModule(**kw)

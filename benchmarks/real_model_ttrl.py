@@ -57,7 +57,7 @@ CONFIG = "ttrl/real_smollm2.yaml"
 #: arm -> its ``ttrl fit`` options beyond the config's
 ARMS: dict[str, list[str]] = {
     "majority": [],
-    "self_harmony": ["--model.init_args.num_votes", "{half_votes}", "--model.init_args.num_generations",
+    "self_harmony": ["--model.init_args.voting.num_votes", "{half_votes}", "--model.init_args.voting.num_trained",
                      "{half_generations}"],
     "pixel": [],
     "self_certainty": [],
@@ -120,8 +120,8 @@ def main(argv: list[str] | None = None) -> int:
                 "n_calibration": args.n_calibration, "epochs": args.epochs,
                 "instruction": args.instruction, "engine": args.engine, "val_every": args.val_every,
                 "val_k": args.val_k, "temperature": base.sampling.temperature,
-                "max_new_tokens": base.sampling.max_new_tokens, "num_votes": base.num_votes,
-                "num_generations": base.num_generations, "lr": _field(base.policy, "lr")}
+                "max_new_tokens": base.sampling.max_new_tokens, "num_votes": base.voting.num_votes,
+                "num_generations": base.voting.num_trained, "lr": _field(base.policy, "lr")}
     report = _resumed(json_path, settings) if args.resume else None
     report = report or {"settings": settings, "scan": {}, "before": {}, "runs": {}}
     t_start = time.perf_counter()
@@ -329,7 +329,7 @@ def _evaluator(tok, args, h):
     params = SamplingParams(n=args.k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
                             seed=0)
     engine = build_engine(ENGINES[args.engine], tok)
-    extract = ANSWER_EXTRACTORS[h.answer_extractor]
+    extract = ANSWER_EXTRACTORS[h.voting.answer_extractor]
 
     def evaluate(model, task: str, questions: list[dict]) -> dict:
         t0 = time.perf_counter()
@@ -363,17 +363,17 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     from ttrl_lightning.cli.demo import fit_in_process, logged_curves, seed_args
     from ttrl_lightning.cli.configs import config_path
 
-    extra = [o.format(half_votes=base.num_votes // 2, half_generations=base.num_generations // 2)
+    extra = [o.format(half_votes=base.voting.num_votes // 2, half_generations=base.voting.num_trained // 2)
              for o in ARMS[arm]]
     if arm == "pixel":
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
     fit_args = ["--config", config_path(CONFIG), "--model.init_args.policy.model", args.model,
-                "--model.init_args.pseudo_labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
+                "--model.init_args.voting.labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
                 *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
     if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
-        fit_args += ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval_k",
+        fit_args += ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval.k",
                      str(args.val_k), "--trainer.limit_val_batches", "1.0", "--trainer.val_check_interval",
                      str(args.val_every), "--trainer.check_val_every_n_epoch", "null"]
     t0 = time.perf_counter()

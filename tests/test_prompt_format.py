@@ -48,8 +48,8 @@ def test_a_templated_prompt_is_never_wrapped_twice(chat_tok):
 
 
 def test_fit_and_generate_give_the_same_model_input(chat_tok):
-    m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), pseudo_labeler="self_harmony",
-                   fused_prompt_template="{prompt} reframe:")
+    m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"),
+                   voting={"labeler": "self_harmony", "fused_prompt_template": "{prompt} reframe:"})
     m.tokenizer = chat_tok
     original, fused = m.vote_prompts(["2+3="])
     builder = PromptBuilder(chat_tok, None, "auto")

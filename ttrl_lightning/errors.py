@@ -7,7 +7,10 @@ change (the file, the record - line or row and id - and the field, or the flag).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 
 class UserError(ValueError):
@@ -32,3 +35,51 @@ def checked_list(values, name: str, item_type: type | tuple[type, ...], item_nam
         if not isinstance(item, item_type):
             raise (error or TypeError)(f"{name}[{i}] must be a {item_name}, got {type(item).__name__}")
     return out
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values a numeric argument may take: ``low`` and ``high`` (None: unbounded), each open or closed.
+
+    ``integer``: whole numbers only; ``optional``: None is allowed too. Booleans, NaN and infinities are never
+    in bounds. ``value in bounds`` tests a value, ``str(bounds)`` says the rule (``"in (0, 1]"``, ``">= 1"``).
+    """
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    optional: bool = False
+
+    def __contains__(self, value: Any) -> bool:
+        if value is None:
+            return self.optional
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if self.integer and not float(value).is_integer():
+            return False
+        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
+            return False
+        return self.high is None or (value < self.high if self.high_open else value <= self.high)
+
+    def __str__(self) -> str:
+        kind = "an integer " if self.integer else ""
+        if self.low is not None and self.high is not None:
+            rule = (f"{kind}in {'(' if self.low_open else '['}{self.low:g}, "
+                    f"{self.high:g}{')' if self.high_open else ']'}")
+        elif self.low is not None:
+            rule = f"{kind}{'>' if self.low_open else '>='} {self.low:g}"
+        elif self.high is not None:
+            rule = f"{kind}{'<' if self.high_open else '<='} {self.high:g}"
+        else:
+            rule = "an integer" if self.integer else "a finite number"
+        return rule + (" or null" if self.optional else "")
+
+
+def check_bounds(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
+    """Raise a :class:`~ttrl_lightning.errors.UserError` naming the first argument of ``values`` outside its
+    ``rules`` entry: ``"<where><name> must be <rule>, got <value>"``."""
+    for name, bounds in rules.items():
+        if values[name] not in bounds:
+            raise UserError(f"{where}{name} must be {bounds}, got {values[name]!r}")

@@ -49,6 +49,35 @@ def test_user_errors_are_one_line(option, message, capsys, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+TTRL = ["--config", config_path("ttrl/tiny_vllm.yaml"), "--model.init_args.engine=hf", "--trainer.logger=false"]
+CCRFT = ["--config", config_path("rft/tiny_ccrft.yaml"), "--trainer.logger=false"]
+
+
+@pytest.mark.parametrize("args, message", [
+    # TTRL's and CC-RFT's former flat options: where each moved
+    ([*TTRL, "--model.init_args.pseudo_labeler=pixel"],
+     "model.init_args: Option 'pseudo_labeler' is not accepted (TTRLModule): it moved to "
+     "model.init_args.voting.labeler"),
+    ([*TTRL, "--model.init_args.eval_k=8"],
+     "model.init_args: Option 'eval_k' is not accepted (TTRLModule): it moved to model.init_args.eval.k"),
+    ([*TTRL, "--model.init_args.baseline_momentum=0.9"],
+     "model.init_args: Option 'baseline_momentum' is not accepted (TTRLModule): it moved to "
+     "model.init_args.advantage.baseline_momentum"),
+    ([*CCRFT, "--model.init_args.w_curiosity=0"],
+     "model.init_args: Option 'w_curiosity' is not accepted (CCRFTModule): it moved to "
+     "model.init_args.curiosity_coherence.w_curiosity"),
+    # the grouped options check themselves, named by their place
+    ([*TTRL, "--model.init_args.voting.num_trained=9"], "voting.num_trained (N=9, the rows trained on) must be <="),
+    ([*TTRL, "--model.init_args.voting.labeler=nope"], "voting.labeler must be one of"),
+    ([*TTRL, "--model.init_args.eval.k=0"], "eval.k must be an integer >= 1, got 0"),
+])
+def test_grouped_options_errors_are_one_line(args, message, capsys, tmp_path):
+    rc = main(["fit", *args, f"--trainer.default_root_dir={tmp_path / 'run'}"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.startswith(f"ttrl fit: {message}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
 def test_model_errors_are_refused_before_training(capsys, tmp_path):
     """The negative learning rate used to fail inside torch.optim after the model was built and the trainer
     set up: now the spec refuses it while the classes are built."""

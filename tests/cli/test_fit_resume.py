@@ -77,17 +77,18 @@ def test_hparam_changes_compares_nested_fields():
 
 
 def test_hparam_changes_compares_resolved_values_and_paths(tmp_path, monkeypatch):
-    """The shipped TTRL configs were refused on resume by false mismatches: ``advantage`` given as None is
-    saved as the labeler's rule ("group"), and a relative and an absolute spelling of one ``policy.model``
+    """The shipped TTRL configs were refused on resume by false mismatches: ``advantage.rule`` given as None
+    is saved as the labeler's rule ("group"), and a relative and an absolute spelling of one ``policy.model``
     file are the same file. Real differences still count."""
     ckpt = tmp_path / "sft.ckpt"
     ckpt.write_bytes(b"x")
     monkeypatch.chdir(tmp_path)
     ttrl = "ttrl_lightning.modules.TTRLModule"
-    saved = {"class_path": ttrl, "advantage": "group", "policy": {"model": str(ckpt)}}
-    assert hparam_changes(saved, {"class_path": ttrl, "advantage": None, "policy": {"model": "sft.ckpt"}}) == {}
-    pixel = {"class_path": ttrl, "advantage": None, "pseudo_labeler": "pixel"}
-    assert hparam_changes(saved, pixel) == {"advantage": ("group", "ema_baseline")}
+    saved = {"class_path": ttrl, "advantage": {"rule": "group"}, "policy": {"model": str(ckpt)}}
+    given = {"class_path": ttrl, "advantage": {"rule": None}, "policy": {"model": "sft.ckpt"}}
+    assert hparam_changes(saved, given) == {}
+    pixel = {"class_path": ttrl, "advantage": {"rule": None}, "voting": {"labeler": "pixel"}}
+    assert hparam_changes(saved, pixel) == {"advantage.rule": ("group", "ema_baseline")}
     other = tmp_path / "other.ckpt"
     other.write_bytes(b"y")
     assert hparam_changes(saved, {"class_path": ttrl, "policy": {"model": "other.ckpt"}}) == {

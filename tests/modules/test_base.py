@@ -10,7 +10,7 @@ import torch
 from ttrl_lightning.data.datamodules import SFTDataModule
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import GRPOModule, PolicySpec, SFTModule
-from ttrl_lightning.modules.base import Bounds
+from ttrl_lightning.errors import Bounds
 from ttrl_lightning.modules.specs import SamplingSpec
 
 

@@ -17,7 +17,7 @@ from ttrl_lightning.rewards.curiosity_coherence import (
 )
 from ttrl_lightning.rollout.base import SamplingParams
 from ttrl_lightning.tools import format_tool_call
-from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
+from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, SamplingSpec
 
 pytest.importorskip("cv2")
 SPEC = PolicySpec(model="tiny:qwen2", tiny_kwargs={"max_pos": 1024}, lr=1e-3)
@@ -31,8 +31,12 @@ def _script(prompt, turn):
     return "Answer: 1<eos>"
 
 
+TERMS = set(CuriosityCoherenceSpec.__dataclass_fields__)
+
+
 def _module(**kw):
-    m = CCRFTModule(policy=SPEC, num_generations=2, embed_hidden=16, embed_dim=8, **kw)
+    terms = {"embed_hidden": 16, "embed_dim": 8, **{k: kw.pop(k) for k in list(kw) if k in TERMS}}
+    m = CCRFTModule(policy=SPEC, num_generations=2, curiosity_coherence=CuriosityCoherenceSpec(**terms), **kw)
     m.configure_model()
     m.engine = ScriptedAgentEngine(m.tokenizer, _script)
     return m
@@ -41,8 +45,8 @@ def _module(**kw):
 def test_is_a_grpo_module_with_hooks_only():
     assert issubclass(CCRFTModule, GRPOModule)
     assert "training_step" not in CCRFTModule.__dict__
-    with pytest.raises(UserError, match="mc_dropout"):
-        CCRFTModule(policy=SPEC, mc_dropout=1.0)
+    with pytest.raises(UserError, match=r"curiosity_coherence\.mc_dropout"):
+        CCRFTModule(policy=SPEC, curiosity_coherence={"mc_dropout": 1.0})
     with pytest.raises(UserError, match="unknown tools"):
         CCRFTModule(policy=SPEC, disabled=("NOPE",))
 
@@ -181,5 +185,5 @@ def test_step_features_are_read_from_the_feature_layer():
     assert not torch.allclose(feats[-1]["v"], feats[-2]["v"])
     m = _module(feature_layer=-9)
     ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=1))
-    with pytest.raises(UserError, match="feature_layer=-9 is outside"):
+    with pytest.raises(UserError, match="curiosity_coherence.feature_layer=-9 is outside"):
         m.step_features(ro)

@@ -12,6 +12,7 @@ from ttrl_lightning.data.datamodules import collate_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
 from ttrl_lightning.modules.records import VoteStep
+from ttrl_lightning.modules.specs import VotingSpec
 from ttrl_lightning.modules.ttrl_monitor import ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
 from ttrl_lightning.rollout import Rollouts, SamplingParams
@@ -54,9 +55,10 @@ class ScriptedEngine:
         return out
 
 
-def _module(script, **kw):
-    kw = {"policy": TINY, "num_votes": 6, "num_generations": 3, "answer_extractor": "last_number", **kw}
-    m = TTRLModule(**kw)
+def _module(script, voting=None, **kw):
+    """A TTRLModule on the scripted engine: M 6 votes, N 3 trained, ``last_number``, and ``voting``'s fields."""
+    voting = VotingSpec(**{"num_votes": 6, "num_trained": 3, "answer_extractor": "last_number", **(voting or {})})
+    m = TTRLModule(policy=TINY, voting=voting, **kw)
     m.engine = ScriptedEngine(m.tokenizer, script, signals=bool(m.signal_names))
     m.configure_model()
     return m
@@ -158,7 +160,7 @@ def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
     fused = "STRATEGY: swap\nREWRITTEN PROBLEM: 4+1=\nSOLUTION: {}"
     script = {"1+4=": ["5", "6", "6", "5", "6", "9"],
               FUSED.format(prompt="1+4="): [fused.format(a) for a in ("5", "5", "5", "6", "5", "5")]}
-    m = _module(script, pseudo_labeler="self_harmony", fused_prompt_template=FUSED)
+    m = _module(script, voting={"labeler": "self_harmony", "fused_prompt_template": FUSED})
     batch = {"prompt": ["1+4="], "id": ["a"]}
     votes = m.rollout(batch)
     assert m.engine.calls[0][0] == ["1+4=", FUSED.format(prompt="1+4=")]
@@ -178,7 +180,7 @@ def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
 
 
 def test_ema_baseline_advantages_by_hand():
-    m = _module(SCRIPT, advantage="ema_baseline", baseline_momentum=0.5)
+    m = _module(SCRIPT, advantage={"rule": "ema_baseline", "baseline_momentum": 0.5})
     scored = m.scored(m.rollout(BATCH), BATCH)
     trained = scored.rollouts
     adv = m.group_advantages(trained, scored)
@@ -205,7 +207,7 @@ def rejecting_labeler():
 
 
 def test_rows_rejected_from_the_update_get_zero_advantage(rejecting_labeler):
-    m = _module(SCRIPT, pseudo_labeler=rejecting_labeler)
+    m = _module(SCRIPT, voting={"labeler": rejecting_labeler})
     scored = m.scored(m.rollout(BATCH), BATCH)
     adv = m.group_advantages(scored.rollouts, scored)
     assert scored.row_mask.view(3, 3)[:, 1].eq(False).all()
@@ -214,11 +216,17 @@ def test_rows_rejected_from_the_update_get_zero_advantage(rejecting_labeler):
 
 
 @pytest.mark.parametrize("kwargs, needle", [
-    ({"num_votes": 2, "num_generations": 4}, "num_generations"),
-    ({"pseudo_labeler": "nope"}, "pseudo_labeler"),
-    ({"pseudo_labeler": "self_harmony"}, "fused_prompt_template"),
-    ({"advantage": "value"}, "advantage"),
-    ({"baseline_momentum": 1.0}, "baseline_momentum"),
+    ({"voting": {"num_votes": 2, "num_trained": 4}}, r"voting\.num_trained \(N=4"),
+    ({"voting": {"labeler": "nope"}}, r"voting\.labeler must be one of"),
+    ({"voting": {"labeler": "self_harmony"}}, r"voting\.fused_prompt_template"),
+    ({"voting": {"num_votes": 0}}, r"voting\.num_votes must be an integer >= 1"),
+    ({"voting": {"warmup_majority_steps": 3}}, r"voting\.warmup_majority_steps is an option of self_harmony"),
+    ({"voting": {"answer_extractor": "nope"}}, r"voting\.answer_extractor"),
+    ({"voting": {"labler": "majority"}}, r"unknown voting field\(s\) \['labler'\]"),
+    ({"advantage": {"rule": "value"}}, r"advantage\.rule"),
+    ({"advantage": {"baseline_momentum": 1.0}}, r"advantage\.baseline_momentum"),
+    ({"eval": {"k": 0}}, r"eval\.k must be"),
+    ({"eval": {"top_p": 0}}, r"eval\.top_p must be in \(0, 1\]"),
 ])
 def test_bad_arguments_name_themselves(kwargs, needle):
     with pytest.raises(UserError, match=needle):
@@ -242,8 +250,8 @@ def test_the_module_keeps_no_step_result_between_hooks():
 def test_pixel_gets_decisive_masks_reliability_and_its_labels():
     from ttrl_lightning.pseudo_labels.pixel import batch_reliability
 
-    m = _module(SCRIPT, pseudo_labeler="pixel", labeler_kwargs={"delta": 0.05})
-    assert m.hparams.advantage == "ema_baseline" and m.signal_names == ("entropy", "logprob")
+    m = _module(SCRIPT, voting={"labeler": "pixel", "options": {"delta": 0.05}})
+    assert m.advantage.rule == m.hparams.advantage["rule"] == "ema_baseline" and m.signal_names == ("entropy", "logprob")
     scored = m.scored(m.rollout(BATCH), BATCH)
     trained, step = scored.rollouts, scored.detail
     votes = m.engine.generate(None, BATCH["prompt"], SamplingParams(n=6))
@@ -268,7 +276,7 @@ def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_i
     from ttrl_lightning.rollout.signals import replay_token_signals
 
     script = {"1+4=": ["\\boxed{5}"] * 6, "3+3=": ["x \\boxed{6}", "7", "\\boxed{6}", "6", "6", "\\boxed{6}"]}
-    m = _module(script, pseudo_labeler="pixel", perturbation={"name": "flip_answers", "share": 0.5})
+    m = _module(script, voting={"labeler": "pixel"}, perturbation={"name": "flip_answers", "share": 0.5})
     batch = {"prompt": ["1+4=", "3+3="], "id": ["a", "b"], "gold": ["5", "6"]}
     votes = m.sample_votes(batch["prompt"], 0)
     from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
@@ -329,9 +337,10 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
         return f"Answer: {plan[called[k]][1]}<eos>"
 
     policy = PolicySpec(model="tiny:qwen2", lr=1e-2, tiny_kwargs={"max_pos": 1024})  # room for observations
-    m = TTRLModule(policy=policy, pseudo_labeler="pixel", num_votes=4, num_generations=2,
-                   answer_extractor="agent_answer", agent={"max_steps": 2, "max_turn_tokens": 16},
-                   labeler_kwargs={"delta": 0.0, "duplicate_threshold": None})
+    m = TTRLModule(policy=policy, voting={"labeler": "pixel", "num_votes": 4, "num_trained": 2,
+                                          "answer_extractor": "agent_answer",
+                                          "options": {"delta": 0.0, "duplicate_threshold": None}},
+                   agent={"max_steps": 2, "max_turn_tokens": 16})
     assert m.engine.record_signals
     m.engine = ScriptedAgentEngine(m.tokenizer, script, max_steps=2, record_signals=True)
     m.configure_model()
@@ -357,11 +366,11 @@ def test_agent_option_is_checked():
     with pytest.raises(UserError, match="agent: .*max_steps"):
         TTRLModule(policy=TINY, agent={"max_steps": 0})
     with pytest.raises(UserError, match="no fused view"):
-        TTRLModule(policy=TINY, pseudo_labeler="self_harmony", fused_prompt_template=FUSED, agent={})
+        TTRLModule(policy=TINY, voting={"labeler": "self_harmony", "fused_prompt_template": FUSED}, agent={})
 
 
 def test_gold_reward_control_is_handed_gold_and_random_reward_a_seed_per_step_and_question():
-    m = _module(SCRIPT, pseudo_labeler="gold_reward")
+    m = _module(SCRIPT, voting={"labeler": "gold_reward"})
     scored = m.scored(m.rollout(BATCH), BATCH)
     # gold 5, 4, 6 against the trained rows [5, 5, 6], [x, x, 4], [6, 7, 7]; no question abstains
     assert scored.rewards.tolist() == [1, 1, 0, 0, 0, 1, 1, 0, 0]
@@ -369,9 +378,9 @@ def test_gold_reward_control_is_handed_gold_and_random_reward_a_seed_per_step_an
     assert [lab.label for lab in scored.detail.labels] == ["5", "4", "6"]
     with pytest.raises(UserError, match="gold_reward rewards with the gold answers.*'b'"):
         m.scored(m.rollout(BATCH), dict(BATCH, gold=["5", None, "6"]))
-    r = _module(SCRIPT, pseudo_labeler="random_reward")
+    r = _module(SCRIPT, voting={"labeler": "random_reward"})
     first = [lab.rewards for lab in r.scored(r.rollout(BATCH), BATCH).detail.labels]
-    assert first == [_module(SCRIPT, pseudo_labeler="random_reward").scored(
+    assert first == [_module(SCRIPT, voting={"labeler": "random_reward"}).scored(
         r.rollout(BATCH), BATCH).detail.labels[q].rewards for q in range(3)]  # the same run draws the same
     assert len({tuple(x) for x in first}) == 3  # every question its own draw
     assert all(set(x) <= {0.0, 1.0} for x in first)
@@ -383,16 +392,16 @@ def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
     def questions(golds):
         return [{"id": i, "prompt": p, "gold": g} for i, (p, g) in enumerate(zip(BATCH["prompt"], golds))]
 
-    m = _module(SCRIPT, pseudo_labeler="pixel", labeler_kwargs={"alpha": 0.5})
+    m = _module(SCRIPT, voting={"labeler": "pixel", "options": {"alpha": 0.5}})
     with pytest.warns(UserWarning, match="qhat = 1 .*abstains on every question"):
         fitted = m.fit_calibration(questions(["99", "98", "97"]))  # no vote is ever right
-    assert fitted["labeler_kwargs"]["conformal_qhat"] >= 1
+    assert fitted["options"]["conformal_qhat"] >= 1
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fitted = m.fit_calibration(questions(["5", "4", "7"]))  # the golds hold votes: a useful threshold
-    assert fitted["labeler_kwargs"]["conformal_qhat"] < 1
+    assert fitted["options"]["conformal_qhat"] < 1
     # alpha is the calibration's option: the step labels with the fitted threshold, alpha not handed on
     m.calibration = fitted
     scored = m.scored(m.rollout(BATCH), BATCH)
@@ -400,11 +409,11 @@ def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
 
 
 def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built():
-    with pytest.raises(UserError, match="labeler_kwargs: pixel has no option 'detla'; its options: delta, "):
-        TTRLModule(policy=TINY, pseudo_labeler="pixel", labeler_kwargs={"detla": 0.2})
+    with pytest.raises(UserError, match="voting.options: pixel has no option 'detla'; its options: delta, "):
+        TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"detla": 0.2}})
     with pytest.raises(UserError, match="majority has no option 'alpha'; its options: none"):
-        TTRLModule(policy=TINY, labeler_kwargs={"alpha": 0.1})
-    TTRLModule(policy=TINY, pseudo_labeler="pixel", labeler_kwargs={"alpha": 0.2, "delta": 0.05})
+        TTRLModule(policy=TINY, voting={"options": {"alpha": 0.1}})
+    TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"alpha": 0.2, "delta": 0.05}})
 
 
 def test_label_free_stopping_ends_a_ttrl_run():

@@ -92,7 +92,7 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     vis = [[0.1, 1.0, 0.2], [1.0, 0.3, 0.1], None]
     extra = [{"decisive_masks": None, "reliability": None, **({"visual_fidelity": v} if v else {})} for v in vis]
     monkeypatch.setattr(ttrl_labelers, "pixel_inputs", lambda module, votes, groups: extra)
-    module = SimpleNamespace(labeler_kwargs={"alpha": 0.4})
+    module = SimpleNamespace(voting=SimpleNamespace(options={"alpha": 0.4}))
     fitted = ttrl_labelers.pixel_calibration(module, None, groups, golds, [None] * 3)
     with_vis = calibrate_pixel(groups, golds, alpha=0.4, visual_fidelity=vis)
     without = calibrate_pixel(groups, golds, alpha=0.4)

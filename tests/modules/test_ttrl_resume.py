@@ -30,9 +30,10 @@ def _run(tmp, steps, labeler, calibrate, ckpt_path=None, save_every=None):
     from ttrl_lightning.modules import PolicySpec, TTRLModule
 
     pl.seed_everything(0)
-    module = TTRLModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), pseudo_labeler=labeler,
-                        labeler_kwargs={"delta": 0.0} if labeler == "pixel" else None, num_votes=6, num_generations=3,
-                        answer_extractor="_test_first_char", calibrate=calibrate,
+    module = TTRLModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), 
+                        voting={"labeler": labeler, "options": {"delta": 0.0} if labeler == "pixel" else None,
+                                "num_votes": 6, "num_trained": 3, "answer_extractor": "_test_first_char"},
+                        calibrate=calibrate,
                         sampling=SamplingSpec(max_new_tokens=4), grpo=GRPOSpec(kl_coef=0.1, reference="external"))
     keep = KeepTTRLState()
     cbs = [EMAAnchor(rho=0.9), PIDKLController(warmup_steps=2), RankStateDump(str(tmp / "dump")), keep]

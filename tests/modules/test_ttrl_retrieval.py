@@ -18,8 +18,8 @@ def _advantages(m):
 
 def test_neighbourhood_advantages_by_hand(tmp_path):
     path = str(tmp_path / "exemplars.faiss")
-    m = _module(SCRIPT, advantage="ema_baseline", baseline_momentum=0.5, retrieval={"index": path, "k": 2})
-    plain = _module(SCRIPT, advantage="ema_baseline", baseline_momentum=0.5)
+    m = _module(SCRIPT, advantage={"rule": "ema_baseline", "baseline_momentum": 0.5, "retrieval": {"index": path, "k": 2}})
+    plain = _module(SCRIPT, advantage={"rule": "ema_baseline", "baseline_momentum": 0.5})
     torch.testing.assert_close(_advantages(m), _advantages(plain))  # empty index: the global rule
     hood = m.neighbourhoods
     # accepted: a (rows 5 5 6 under label 5: rewards 1 1 0) and c (6 7 7 under label 7: 0 1 1); b abstained
@@ -35,8 +35,8 @@ def test_neighbourhood_advantages_by_hand(tmp_path):
 
 def test_a_checkpoint_restores_the_neighbourhoods_and_drops_later_exemplars(tmp_path):
     path = str(tmp_path / "exemplars.faiss")
-    kw = dict(advantage="ema_baseline", retrieval={"index": path, "k": 2, "whitelist": ["eval-1"]})
-    m = _module(SCRIPT, **kw)
+    kw = dict(rule="ema_baseline", retrieval={"index": path, "k": 2, "whitelist": ["eval-1"]})
+    m = _module(SCRIPT, advantage=kw)
     _advantages(m)
     ckpt = {}
     m.on_save_checkpoint(ckpt)
@@ -44,21 +44,21 @@ def test_a_checkpoint_restores_the_neighbourhoods_and_drops_later_exemplars(tmp_
     m.neighbourhoods.append(["z", "eval-1"], np.eye(2, m.neighbourhoods.index.dim, dtype=np.float32), [0.0, 1.0])
     assert "eval-1" not in m.neighbourhoods.index and "eval-1" not in m.neighbourhoods.values  # whitelisted
     m.neighbourhoods.index.save(path)
-    resumed = _module(SCRIPT, **kw)
+    resumed = _module(SCRIPT, advantage=kw)
     resumed.on_load_checkpoint(ckpt)
     hood = resumed.query_neighbourhoods()
     assert hood.index.ids == ["a", "c"] and "z" not in hood.values
-    expected = _module(SCRIPT, **dict(kw, retrieval={"index": str(tmp_path / "other.faiss"), "k": 2}))
+    expected = _module(SCRIPT, advantage=dict(kw, retrieval={"index": str(tmp_path / "other.faiss"), "k": 2}))
     _advantages(expected)
     torch.testing.assert_close(_advantages(resumed), _advantages(expected))
 
 
 def test_retrieval_options_are_checked(tmp_path):
-    with pytest.raises(UserError, match="retrieval is a mapping .* for advantage ema_baseline"):
-        _module(SCRIPT, advantage="group", retrieval={"index": str(tmp_path / "x")})
+    with pytest.raises(UserError, match="retrieval is a mapping .* for rule ema_baseline"):
+        _module(SCRIPT, advantage={"rule": "group", "retrieval": {"index": str(tmp_path / "x")}})
     with pytest.raises(UserError, match=r"unknown option\(s\) \['kk'\]"):  # when the module is built
-        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "kk": 3})
+        _module(SCRIPT, advantage={"rule": "ema_baseline", "retrieval": {"index": str(tmp_path / "x"), "kk": 3}})
     with pytest.raises(UserError, match=r"retrieval.k must be an integer >= 1, got 0"):
-        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "k": 0})
+        _module(SCRIPT, advantage={"rule": "ema_baseline", "retrieval": {"index": str(tmp_path / "x"), "k": 0}})
     with pytest.raises(UserError, match=r"rho must be in \[0, 1\)"):
-        _module(SCRIPT, advantage="ema_baseline", retrieval={"index": str(tmp_path / "x"), "rho": 1.0})
+        _module(SCRIPT, advantage={"rule": "ema_baseline", "retrieval": {"index": str(tmp_path / "x"), "rho": 1.0}})

@@ -77,7 +77,7 @@ class Logged(pl.Callback):
 def _fit(engine, steps=1, replay=None, tis_cap=2.0, tmp=None, ckpt_path=None, save_every=None, logged=None,
          max_grad_norm=1.0, **kw):
     pl.seed_everything(0)
-    module = TTRLModule(policy=SPEC, num_votes=6, num_generations=3, answer_extractor="_test_first_char_vllm",
+    module = TTRLModule(policy=SPEC, voting={"num_votes": 6, "num_trained": 3, "answer_extractor": "_test_first_char_vllm"},
                         engine=engine, sampling=SamplingSpec(max_new_tokens=5),
                         grpo=GRPOSpec(kl_coef=0.05, reference="initial", tis_cap=tis_cap,
                                       max_grad_norm=max_grad_norm), **kw)

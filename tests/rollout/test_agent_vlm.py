@@ -88,7 +88,7 @@ def test_ccrft_trains_a_vlm_agent_one_step(tmp_path):
     from ttrl_lightning.modules import CCRFTModule, PolicySpec
 
     spec = PolicySpec(model="tiny:qwen2_vl", tiny_kwargs={"max_pos": 2048}, lr=1e-2)
-    m = CCRFTModule(policy=spec, num_generations=2, embed_hidden=16, embed_dim=8,
+    m = CCRFTModule(policy=spec, num_generations=2, curiosity_coherence={"embed_hidden": 16, "embed_dim": 8},
                     grpo=GRPOSpec(reference="initial", kl_coef=0.05))
     assert m.engine.processor is not None  # the policy's processor was found
     m.configure_model()

@@ -47,7 +47,7 @@ TTRL_CONFIG = "ttrl/tiny_demo.yaml"
 DEMO_LABELERS: dict[str, list[str]] = {
     "majority": [],
     # 8 + 8 votes (original + fused view), 4 + 4 trained: the same rows per question as majority's 16 / 8
-    "self_harmony": ["--model.init_args.num_votes", "8", "--model.init_args.num_generations", "4"],
+    "self_harmony": ["--model.init_args.voting.num_votes", "8", "--model.init_args.voting.num_trained", "4"],
     "pixel": [],
 }
 #: the report's per-labeler fields (the table's columns)
@@ -202,7 +202,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     unlabeled = task_splits(data.task, seed_value, {"train": n_questions}, **(data.task_kwargs or {}))["train"]
     tokenizer = load_tokenizer(ckpt)
     eval_kw = dict(k=k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
-                   seed_value=seed_value, extractor=h.answer_extractor)
+                   seed_value=seed_value, extractor=h.voting.answer_extractor)
     print(f"\n== 2/{steps}  accuracy of the SFT model on {n_questions} unlabeled, shifted questions "
           f"({data.task}, {k} samples each at T={h.sampling.temperature})", flush=True)
     before = _accuracy(load_model(ckpt, tokenizer).eval(), tokenizer, unlabeled, **eval_kw)
@@ -211,8 +211,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     report: dict[str, Any] = {
         "settings": {"seed": seed_value, "ttrl_seed": seed_value if ttrl_seed is None else ttrl_seed, "k": k, "questions": n_questions, "task": data.task,
                      "temperature": h.sampling.temperature, "sft_checkpoint": ckpt, "ttrl_config": TTRL_CONFIG,
-                     "num_votes": h.num_votes, "num_generations": h.num_generations,
-                     "answer_extractor": h.answer_extractor},
+                     "num_votes": h.voting.num_votes, "num_generations": h.voting.num_trained,
+                     "answer_extractor": h.voting.answer_extractor},
         "before": before, "labelers": {}, "seconds": {"sft": round(t_sft, 1)},
     }
     for i, name in enumerate(labelers, start=3):
@@ -221,7 +221,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
         t1 = time.perf_counter()
         run_seed = seed_value if ttrl_seed is None else ttrl_seed
         args = ["--config", config_path(TTRL_CONFIG), "--model.init_args.policy.model", ckpt,
-                "--model.init_args.pseudo_labeler", name, *seed_args(run_seed, seed_value),
+                "--model.init_args.voting.labeler", name, *seed_args(run_seed, seed_value),
                 "--data.init_args.n", str(n_questions),
                 "--trainer.default_root_dir", os.path.join(out, "ttrl", name), *DEMO_LABELERS.get(name, []),
                 *(extra_args or {}).get(name, [])]

@@ -8,57 +8,9 @@ from typing import Any, ClassVar, Mapping
 import lightning.pytorch as pl
 import torch
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.models import check_tiny_name, load_model, load_tokenizer
 from ttrl_lightning.modules.sharding import shard_policy
-
-
-@dataclass(frozen=True)
-class Bounds:
-    """The values a numeric argument may take: ``low`` and ``high`` (None: unbounded), each open or closed.
-
-    ``integer``: whole numbers only; ``optional``: None is allowed too. Booleans, NaN and infinities are never
-    in bounds. ``value in bounds`` tests a value, ``str(bounds)`` says the rule (``"in (0, 1]"``, ``">= 1"``).
-    """
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-    integer: bool = False
-    optional: bool = False
-
-    def __contains__(self, value: Any) -> bool:
-        if value is None:
-            return self.optional
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            return False
-        if self.integer and not float(value).is_integer():
-            return False
-        if self.low is not None and (value <= self.low if self.low_open else value < self.low):
-            return False
-        return self.high is None or (value < self.high if self.high_open else value <= self.high)
-
-    def __str__(self) -> str:
-        kind = "an integer " if self.integer else ""
-        if self.low is not None and self.high is not None:
-            rule = (f"{kind}in {'(' if self.low_open else '['}{self.low:g}, "
-                    f"{self.high:g}{')' if self.high_open else ']'}")
-        elif self.low is not None:
-            rule = f"{kind}{'>' if self.low_open else '>='} {self.low:g}"
-        elif self.high is not None:
-            rule = f"{kind}{'<' if self.high_open else '<='} {self.high:g}"
-        else:
-            rule = "an integer" if self.integer else "a finite number"
-        return rule + (" or null" if self.optional else "")
-
-
-def check_bounds(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
-    """Raise a :class:`~ttrl_lightning.errors.UserError` naming the first argument of ``values`` outside its
-    ``rules`` entry: ``"<where><name> must be <rule>, got <value>"``."""
-    for name, bounds in rules.items():
-        if values[name] not in bounds:
-            raise UserError(f"{where}{name} must be {bounds}, got {values[name]!r}")
 
 
 #: torch dtype names a policy's weights may be cast to (``PolicySpec.dtype``)

@@ -34,17 +34,18 @@ efficiency 0.05 per call beyond the first (Pixel Reasoner's -0.05 (n_calls - 1))
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import ClassVar, Sequence
 
 import torch
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.models import load_processor
-from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
+from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
 from ttrl_lightning.modules.records import RewardParts, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
-from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
+from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.rewards.curiosity_coherence import (
     DynamicsHead,
     StepEncoder,
@@ -58,21 +59,10 @@ from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.tools.base import TOOLS
 
-#: bounds of CCRFTModule's own numeric arguments
+#: bounds of CCRFTModule's own numeric arguments (the curiosity and coherence terms check theirs:
+#: ``modules.specs.CuriosityCoherenceSpec``)
 CCRFT_RULES: dict[str, Bounds] = {
     "top_k_trajectories": Bounds(low=1, integer=True),
-    "w_correct": Bounds(),
-    "w_curiosity": Bounds(),
-    "w_coherence": Bounds(),
-    "efficiency_penalty": Bounds(low=0),
-    "mc_samples": Bounds(low=1, integer=True),
-    "mc_dropout": Bounds(low=0, high=1, high_open=True),
-    "gate_beta": Bounds(low=0),
-    "embed_hidden": Bounds(low=1, integer=True),
-    "embed_dim": Bounds(low=1, integer=True),
-    "feature_layer": Bounds(integer=True),
-    "head_lr": Bounds(low=0),
-    "head_weight_decay": Bounds(low=0),
     "max_steps": Bounds(low=1, integer=True),
 }
 #: the actions of the one-hot codes: the tools, then "no valid tool" (a call that did not parse / name one)
@@ -92,13 +82,12 @@ class CCRFTModule(GRPOModule):
     """CC-RFT (see the module docstring).
 
     Args beyond ``GRPOModule``'s: ``top_k_trajectories`` K (8: the prompt's K best-rewarded rows get
-    group-relative advantages, the rest 0; K >= num_generations keeps all); ``w_correct``, ``w_curiosity``,
-    ``w_coherence``, ``efficiency_penalty``; ``mc_samples`` (4), ``mc_dropout`` (0.1), ``gate_beta`` (5);
-    ``embed_hidden`` (768), ``embed_dim`` (512): g_phi's sizes; ``feature_layer`` (-1): the hidden-state
-    layer E_t's features are read from (module docstring, D12); ``head_lr`` (5e-5), ``head_weight_decay``
-    (0.01); ``max_steps`` tool calls per trajectory, ``disabled`` tools (a single-tool ablation);
-    ``sampling`` and ``grpo`` as GRPO's (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo``
-    defaults to kl_coef 0.1 to the EMA anchor, ``reference="external"``).
+    group-relative advantages, the rest 0; K >= num_generations keeps all); ``curiosity_coherence`` (a
+    ``CuriosityCoherenceSpec``: the reward's weights, the curiosity's MC-dropout and gate, g_phi's sizes,
+    the feature layer, the heads' optimiser; module docstring, D12 for the layer); ``max_steps`` tool calls
+    per trajectory, ``disabled`` tools (a single-tool ablation); ``sampling`` and ``grpo`` as GRPO's
+    (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo`` defaults to kl_coef 0.1 to the EMA
+    anchor, ``reference="external"``).
     Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt], "gold": [str], ...}``.
     """
 
@@ -109,18 +98,7 @@ class CCRFTModule(GRPOModule):
         policy: PolicySpec = PolicySpec(lr=1e-4),
         num_generations: int = 8,
         top_k_trajectories: int = 8,
-        w_correct: float = 1.0,
-        w_curiosity: float = 0.1,
-        w_coherence: float = 0.1,
-        efficiency_penalty: float = 0.05,
-        mc_samples: int = 4,
-        mc_dropout: float = 0.1,
-        gate_beta: float = 5.0,
-        embed_hidden: int = 768,
-        embed_dim: int = 512,
-        feature_layer: int = -1,
-        head_lr: float = 5e-5,
-        head_weight_decay: float = 0.01,
+        curiosity_coherence: CuriosityCoherenceSpec = CuriosityCoherenceSpec(),
         max_steps: int = 4,
         disabled: Sequence[str] = (),
         sampling: SamplingSpec = SamplingSpec(max_new_tokens=160),
@@ -132,8 +110,11 @@ class CCRFTModule(GRPOModule):
         if sampling.stop:
             raise UserError(f"{type(self).__name__}: sampling.stop must be empty (the agent engine ends each turn "
                             f"at </tool_call> or EOS), got {list(sampling.stop)}")
+        terms = spec_of(CuriosityCoherenceSpec, curiosity_coherence, "curiosity_coherence")
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
-                         rewards=("exact_answer",), engine=engine)
+                         engine=engine)
+        self.curiosity_coherence = terms
+        self.save_hyperparameters({"curiosity_coherence": asdict(terms)})
         if engine is None:
             try:
                 self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
@@ -153,7 +134,7 @@ class CCRFTModule(GRPOModule):
 
     def build_heads(self, d: int) -> None:
         """g_phi and h_psi for policy width ``d`` (called by ``configure_model``)."""
-        h = self.hparams
+        h = self.curiosity_coherence
         self.encoder = StepEncoder(d, len(ACTIONS), h.embed_hidden, h.embed_dim, h.mc_dropout)
         self.dynamics = DynamicsHead(h.embed_dim, len(ACTIONS), d, h.embed_hidden, h.mc_dropout)
         self.encoder.to(self.device)
@@ -162,8 +143,8 @@ class CCRFTModule(GRPOModule):
     def head_optimizer(self) -> torch.optim.Optimizer:
         if self._head_opt is None:
             params = list(self.encoder.parameters()) + list(self.dynamics.parameters())
-            self._head_opt = torch.optim.AdamW(params, lr=self.hparams.head_lr,
-                                               weight_decay=self.hparams.head_weight_decay)
+            self._head_opt = torch.optim.AdamW(params, lr=self.curiosity_coherence.head_lr,
+                                               weight_decay=self.curiosity_coherence.head_weight_decay)
         return self._head_opt
 
     # ------------------------------------------------------------------ step features
@@ -173,9 +154,9 @@ class CCRFTModule(GRPOModule):
         ``action`` (its tool) and ``prev_action`` one-hots [S, A], ``row`` [S] and ``next`` [S] (index of the
         following step of the same row, -1 for the last)."""
         out = self.policy(**rollouts.forward_inputs(), output_hidden_states=True)
-        layer = self.hparams.feature_layer
+        layer = self.curiosity_coherence.feature_layer
         if not -len(out.hidden_states) <= layer < len(out.hidden_states):
-            raise UserError(f"{type(self).__name__} argument feature_layer={layer} is outside the model's "
+            raise UserError(f"{type(self).__name__} argument curiosity_coherence.feature_layer={layer} is outside the model's "
                             f"{len(out.hidden_states)} hidden-state layers (embeddings included)")
         hidden = out.hidden_states[layer].float()[:, rollouts.prompt_ids.shape[1]:]  # [R, C, d]
         v, x, rows, actions, prev = [], [], [], [], []
@@ -218,7 +199,7 @@ class CCRFTModule(GRPOModule):
         step of g_phi and h_psi on the batch's transitions."""
         R = rollouts.completion_ids.shape[0]
         zeros = torch.zeros(R, device=self.device)
-        h = self.hparams
+        h = self.curiosity_coherence
         if h.w_curiosity == 0 and h.w_coherence == 0:
             return {"curiosity": zeros, "coherence": zeros}
         f = self.step_features(rollouts)
@@ -264,7 +245,7 @@ class CCRFTModule(GRPOModule):
         """``w_correct [answer right] + w_curiosity Cur + w_coherence Coh - efficiency_penalty * max(0,
         calls - 1)`` per trajectory; the parts per row are the record's ``detail`` (``RewardParts``)
         and their means its ``metrics`` (logged)."""
-        h = self.hparams
+        h = self.curiosity_coherence
         n = rollouts.n
         golds = [a for a in batch["gold"] for _ in range(n)]
         trajs = rollouts.trajectories

@@ -46,9 +46,9 @@ from typing import Any, ClassVar, Sequence
 import torch
 from torchmetrics import MeanMetric
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import masked_token_mean
-from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
+from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
@@ -118,6 +118,7 @@ class GRPOModule(PolicyModule):
                             f"got {list(reward_weights)}")
         super().__init__(policy)
         self.save_hyperparameters({"sampling": asdict(self.sampling), "grpo": asdict(self.grpo)})
+        self.num_generations = int(num_generations)  # N samples per prompt (TTRL: voting.num_trained)
         self.automatic_optimization = False
         self.reward_fns: list[RewardFn] = [resolve_reward(r) for r in rewards]
         if not self.reward_fns:
@@ -188,7 +189,7 @@ class GRPOModule(PolicyModule):
     # ------------------------------------------------------------------ hooks
     def sampling_params(self, seed: int | None) -> SamplingParams:
         s = self.sampling
-        return SamplingParams(n=self.hparams.num_generations, temperature=s.temperature, top_p=s.top_p,
+        return SamplingParams(n=self.num_generations, temperature=s.temperature, top_p=s.top_p,
                               top_k=s.top_k, max_new_tokens=s.max_new_tokens, stop=s.stop, seed=seed)
 
     def rollout_seed(self) -> int:

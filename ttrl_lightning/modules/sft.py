@@ -4,9 +4,9 @@ from __future__ import annotations
 import torch
 from torchmetrics import MeanMetric
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.models import VISION_INPUTS
-from ttrl_lightning.modules.base import Bounds, PolicyModule, PolicySpec, check_bounds
+from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.losses import action_weighted_ce, action_weighted_nll, feedback_dropout
 from ttrl_lightning.seeding import derived_generator

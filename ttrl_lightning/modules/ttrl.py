@@ -41,9 +41,8 @@ Pixelis' online stream (``shuffle=False``, one epoch: each question seen once; `
 """
 from __future__ import annotations
 
-import inspect
 import itertools
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, ClassVar, Sequence
 
 import torch
@@ -51,63 +50,41 @@ import torch
 from ttrl_lightning.answers import ANSWER_EXTRACTORS
 from ttrl_lightning.data.pool_schema import TOKEN_FIELDS
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.modules.base import Bounds, PolicySpec, check_bounds
+from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
 from ttrl_lightning.modules.records import RolloutRewards, StepStats, VoteStep
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
-from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
-from ttrl_lightning.modules.ttrl_labelers import ADVANTAGES, TTRL_LABELERS, LabelerSpec, labeler_spec
+from ttrl_lightning.modules.specs import AdvantageSpec, EvalSpec, GRPOSpec, SamplingSpec, VotingSpec, spec_of
+from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, pseudo_label
+from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.votes import VoteGroup
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.seeding import derive_seed
 
-__all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec", "ADVANTAGES"]
-
-TTRL_RULES: dict[str, Bounds] = {
-    "num_votes": Bounds(low=1, integer=True),
-    "warmup_majority_steps": Bounds(low=0, integer=True),
-    "baseline_momentum": Bounds(low=0, high=1, high_open=True),
-    "eval_k": Bounds(low=1, integer=True),
-    "eval_temperature": Bounds(low=0),
-    "eval_top_p": Bounds(low=0, high=1, low_open=True),
-}
-
+__all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec"]
 
 class TTRLModule(GRPOModule):
     """Test-time RL with pseudo-labels (see the module docstring).
 
-    Args beyond ``GRPOModule``'s (``num_generations`` is N, the rows trained on per prompt; ``sampling`` and
-    ``grpo`` as there, ``grpo.kl_coef`` 0 by default, the TTRL recipe's):
-      pseudo_labeler: a name in ``PSEUDO_LABELERS`` (majority, self_harmony, visconf, pixel, self_certainty,
-        entropy, or the controls random_reward, gold_reward); labeler_kwargs: its options (e.g.
-        ``{"delta": 0.1}`` for pixel) and its calibration's (``LabelerSpec.calibration_options``: pixel's
-        ``alpha``); an option the labeler does not have is refused when the module is built;
-      num_votes: M >= N samples per prompt for the label (TTRL: 64 votes, 32 trained);
-      answer_extractor: how a completion's answer is read (``answers.ANSWER_EXTRACTORS``: ``final_answer``,
-        ``last_number``), the same in the labels and in the monitoring;
-      fused_prompt_template: the fused Reframe-and-Solve prompt, ``{prompt}`` replaced by the question
-        (required by a labeler that votes over the reframed view, ``self_harmony``);
-      warmup_majority_steps: ``self_harmony``'s warm-up: its first steps label by majority over both views
-        (``warmup_majority=True``; the public implementation's default is 20);
+    Args (the grouped ones are specs that check themselves: ``modules.specs``):
+      policy: the ``PolicySpec`` (TTRL's learning rate 1e-5 by default);
+      voting: the ``VotingSpec``: the labeler and its options, M votes and N trained per prompt, the answer
+        extractor, the fused template, the warm-up;
       signals: per-token signals recorded while sampling (default: the labeler's, ``LabelerSpec.signals``);
       perturbation: ``{"name": <VOTE_PERTURBATIONS name>, <options>}`` applied to the votes before labelling,
         for robustness studies (``modules.perturbations``: ``flip_answers``; None: off);
-      advantage: "group" or "ema_baseline" (default: the labeler's ``LabelerSpec.advantage``: "ema_baseline"
-        for pixel, else "group");
-      baseline_momentum: rho of the EMA baseline (Pixelis: 0.99);
-      retrieval: ``{"index": <file>, "k": 8, "rho": 0.99, "whitelist": [...]}``: with ``ema_baseline``, the
-        per-query baseline of Pixelis supp. S6 ("Neighborhood value and baseline") from the questions'
-        retrieved neighbours (``modules.ttrl_retrieval``; None: the global EMA baseline with vbar = 1);
+      advantage: the ``AdvantageSpec``: "group" or "ema_baseline" (default: the labeler's), the EMA's
+        momentum, the retrieval of Pixelis supp. S6;
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
-      eval_k, eval_temperature, eval_top_p: validation samples per question and their decoding (avg@k, maj@k,
-        pass@k; TTRL evaluates avg@16 at T 0.6, top-p 0.95);
+      eval: the ``EvalSpec`` of validation (k samples per question, their temperature and top-p);
       agent: roll out as a tool-using agent (``rollout.agent.AgentEngine``): its options, e.g.
         ``{"max_steps": 4, "max_turn_tokens": 160}``; the prompts are ``AgentPrompt`` s carrying their pixels
         (``data.cota.AgentPromptDataModule``), the labeler's signals are replayed over the trajectories and
-        ``pixel`` scores each vote's tool steps (VisFid); use ``answer_extractor: agent_answer``.
+        ``pixel`` scores each vote's tool steps (VisFid); use ``voting.answer_extractor: agent_answer``;
+      sampling, grpo, engine, prompt_format: as ``GRPOModule``'s (``grpo.kl_coef`` 0 by default, the TTRL
+        recipe's). GRPO's ``num_generations`` is ``voting.num_trained``.
     Batch: ``{"prompt": [...], "id"?: [...], "gold"?: [...] (monitoring only), "choices"?: [...]}``.
     """
 
@@ -116,49 +93,32 @@ class TTRLModule(GRPOModule):
     def __init__(
         self,
         policy: PolicySpec = PolicySpec(lr=1e-5),
-        pseudo_labeler: str = "majority",
-        labeler_kwargs: dict[str, Any] | None = None,
-        num_votes: int = 8,
-        num_generations: int = 4,
-        answer_extractor: str = "final_answer",
-        fused_prompt_template: str | None = None,
-        warmup_majority_steps: int = 0,
+        voting: VotingSpec = VotingSpec(),
         signals: Sequence[str] | None = None,
         perturbation: dict[str, Any] | None = None,
-        advantage: str | None = None,
-        baseline_momentum: float = 0.99,
+        advantage: AdvantageSpec = AdvantageSpec(),
         calibrate: bool = True,
-        eval_k: int = 4,
-        eval_temperature: float = 0.6,
-        eval_top_p: float = 0.95,
+        eval: EvalSpec = EvalSpec(),
         agent: dict[str, Any] | None = None,
         sampling: SamplingSpec = SamplingSpec(),
         grpo: GRPOSpec = GRPOSpec(kl_coef=0.0),
         engine: str | dict[str, Any] | None = None,
         prompt_format: str = "auto",
-        retrieval: dict[str, Any] | None = None,
     ):
-        where = f"{type(self).__name__} argument "
-        check_bounds(locals(), TTRL_RULES, where)
-        advantage, signals = _checked_labeler_options(
-            where, pseudo_labeler, labeler_kwargs, num_votes, num_generations, answer_extractor,
-            fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage, agent, engine)
-        super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
-                         rewards=("exact_answer",), record_signals=bool(signals), engine=engine,
-                         prompt_format=prompt_format)
-        self.save_hyperparameters({"advantage": advantage})
-        if retrieval is not None and (advantage != "ema_baseline" or not isinstance(retrieval, dict)):
-            raise UserError(f"{where}retrieval is a mapping {{index: <file>, k: 8, ...}} for advantage "
-                            f"ema_baseline (the per-query baseline b(q)), got {retrieval!r} with {advantage}")
-        if retrieval is not None:
-            from ttrl_lightning.modules.ttrl_retrieval import checked_retrieval_options
-
-            checked_retrieval_options(retrieval)
+        voting = spec_of(VotingSpec, voting, "voting")
+        evaluation = spec_of(EvalSpec, eval, "eval")
+        advantage = spec_of(AdvantageSpec, advantage, "advantage").resolved(voting.labeler)
+        signals = _checked_options(f"{type(self).__name__} argument ", voting, signals, perturbation, agent,
+                                   engine)
+        super().__init__(policy=policy, num_generations=voting.num_trained, sampling=sampling, grpo=grpo,
+                         record_signals=bool(signals), engine=engine, prompt_format=prompt_format)
+        self.voting, self.evaluation, self.advantage = voting, evaluation, advantage
+        self.save_hyperparameters({"voting": asdict(voting), "eval": asdict(evaluation),
+                                   "advantage": asdict(advantage)})
         self.neighbourhoods = None  # ttrl_retrieval.QueryNeighbourhoods, built with the policy
         self._pending_neighbourhoods: dict | None = None
         if agent is not None:
             self.engine = self.agent_engine(dict(agent), bool(signals))
-        self.labeler_kwargs = dict(labeler_kwargs or {})
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
@@ -188,6 +148,8 @@ class TTRLModule(GRPOModule):
         super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("ttrl", {})
         self.calibration = state.get("calibration")
+        if self.calibration and "labeler_kwargs" in self.calibration:  # a checkpoint of the flat options' time
+            self.calibration = {"options": self.calibration.pop("labeler_kwargs"), **self.calibration}
         self.baseline = state.get("baseline")
         self.counters.load_state_dict(state)
         self._pending_neighbourhoods = state.get("retrieval")
@@ -208,7 +170,7 @@ class TTRLModule(GRPOModule):
     @property
     def labeler(self) -> LabelerSpec:
         """The pseudo-labeler's ``LabelerSpec`` (``TTRL_LABELERS``; the default spec when it has none)."""
-        return labeler_spec(self.hparams.pseudo_labeler)
+        return labeler_spec(self.voting.labeler)
 
     def vote_views(self, num_questions: int) -> list[str]:
         """The view of every vote prompt: the questions' ("original"), then (a fused labeler) their fused
@@ -222,12 +184,12 @@ class TTRLModule(GRPOModule):
         the assistant's (issue 21, D15)."""
         prompts = list(prompts)
         if self.labeler.fused:
-            prompts = prompts + [self.hparams.fused_prompt_template.format(prompt=p) for p in prompts]
+            prompts = prompts + [self.voting.fused_prompt_template.format(prompt=p) for p in prompts]
         return self.model_prompts(prompts)
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
         """M samples of every vote prompt of ``prompts`` (``vote_prompts``)."""
-        params = replace(self.sampling_params(seed), n=self.hparams.num_votes)
+        params = replace(self.sampling_params(seed), n=self.voting.num_votes)
         return self.engine.generate(self.policy, self.vote_prompts(prompts), params)
 
     def label_votes(self, votes: Rollouts, batch: dict[str, list]) -> RolloutRewards:
@@ -240,7 +202,7 @@ class TTRLModule(GRPOModule):
         views = self.vote_views(Q)
         choices = batch.get("choices") or [None] * Q
         groups = self.vote_groups(votes, Q, views, choices)
-        name = self.hparams.pseudo_labeler
+        name = self.voting.labeler
         extra = self.labeler.inputs(self, votes, groups) if self.labeler.inputs else [{} for _ in groups]
         if self.labeler.reads_gold:  # the gold_reward control (module docstring)
             golds = batch.get("gold")
@@ -248,14 +210,14 @@ class TTRLModule(GRPOModule):
             if missing:
                 raise UserError(f"{name} rewards with the gold answers, but questions {missing[:5]} have none")
             extra = [dict(e, gold=str(golds[q])) for q, e in enumerate(extra)]
-        kwargs = {k: v for k, v in self.labeler_kwargs.items() if k not in self.labeler.calibration_options}
+        kwargs = {k: v for k, v in self.voting.options.items() if k not in self.labeler.calibration_options}
         if self.calibration:
-            kwargs.update(self.calibration.get("labeler_kwargs", {}))
-        if self.global_step < self.hparams.warmup_majority_steps:
+            kwargs.update(self.calibration.get("options", {}))
+        if self.global_step < self.voting.warmup_majority_steps:
             kwargs["warmup_majority"] = True
         labels = [pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q])
                   for q, group in enumerate(groups)]
-        M, N = self.hparams.num_votes, self.hparams.num_generations
+        M, N = self.voting.num_votes, self.voting.num_trained
         V = len(views) // Q
         wrong = [(ids[q], len(lab.rewards)) for q, lab in enumerate(labels) if len(lab.rewards) != V * M]
         if wrong:
@@ -286,7 +248,7 @@ class TTRLModule(GRPOModule):
         if missing:
             raise RuntimeError(f"the rollout engine did not record signal {missing[0]!r}; it recorded "
                                f"{sorted(votes.signals)}")
-        extract = ANSWER_EXTRACTORS[self.hparams.answer_extractor]
+        extract = ANSWER_EXTRACTORS[self.voting.answer_extractor]
         Q = num_questions
         prompt_of = votes.group.cpu()
         question_of = prompt_of % Q
@@ -334,17 +296,17 @@ class TTRLModule(GRPOModule):
 
     @classmethod
     def resolved_hparams(cls, init_args: dict) -> dict:
-        """``advantage: None`` is saved as the labeler's default rule (``LabelerSpec.advantage``)."""
+        """``advantage.rule: None`` is saved as the labeler's default rule (``LabelerSpec.advantage``)."""
         out = super().resolved_hparams(init_args)
-        if out.get("advantage") is None:
-            labeler = out.get("pseudo_labeler", inspect.signature(cls.__init__).parameters["pseudo_labeler"].default)
-            out["advantage"] = labeler_spec(labeler).advantage
+        voting = spec_of(VotingSpec, out.get("voting"), "voting")
+        advantage = spec_of(AdvantageSpec, out.get("advantage"), "advantage")
+        out["advantage"] = asdict(advantage.resolved(voting.labeler))
         return out
 
     def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """GRPO's advantages (``"group"``) or Pixelis' EMA-baseline advantages (``"ema_baseline"``); rows the
         labeler rejected from the update (``scored.row_mask``) get 0."""
-        if self.hparams.advantage == "group":
+        if self.advantage.rule == "group":
             adv = super().group_advantages(rollouts, scored)
         else:
             adv = self.ema_baseline_advantages(rollouts, scored)
@@ -370,13 +332,13 @@ class TTRLModule(GRPOModule):
         std = adv[keep].std() if int(keep.sum()) > 1 else torch.zeros(())
         if float(std) > 1e-6:
             adv = adv / std
-        rho = self.hparams.baseline_momentum
+        rho = self.advantage.baseline_momentum
         self.baseline = batch_mean if self.baseline is None else rho * self.baseline + (1 - rho) * batch_mean
         return torch.where(keep, adv, torch.zeros_like(adv))
 
     def query_neighbourhoods(self):
         """The run's ``QueryNeighbourhoods`` (``retrieval``; None without), built once the policy exists."""
-        options = self.hparams.get("retrieval")
+        options = self.advantage.retrieval
         if options is None or self.policy is None:
             return None
         if self.neighbourhoods is None:
@@ -428,7 +390,7 @@ class TTRLModule(GRPOModule):
     # ------------------------------------------------------------------ calibration
     def fit_calibration(self, questions: list[dict]) -> dict[str, Any]:
         """Sample M votes on the labelled dev-cal ``questions`` and fit the labeler's calibration
-        (``LabelerSpec.calibration``); returns ``{"labeler_kwargs": {...}, "num_questions": n}``."""
+        (``LabelerSpec.calibration``); returns ``{"options": {...}, "num_questions": n}`` (fitted labeler options)."""
         missing = [q.get("id", i) for i, q in enumerate(questions) if q.get("gold") is None]
         if missing:
             raise UserError(f"calibration questions need a gold answer; missing for {missing[:5]}")
@@ -440,27 +402,25 @@ class TTRLModule(GRPOModule):
         groups = self.vote_groups(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
         fitted = self.labeler.calibration(self, votes, groups, [str(q["gold"]) for q in questions],
                                           batch["choices"])
-        return {"labeler_kwargs": fitted, "num_questions": len(questions)}
+        return {"options": fitted, "num_questions": len(questions)}
 
     # ------------------------------------------------------------------ validation: avg@k, maj@k, pass@k
     def validation_step(self, batch, batch_idx):
         from ttrl_lightning.eval.sampled import sampled_metrics
 
-        h = self.hparams
-        params = SamplingParams(n=h.eval_k, temperature=h.eval_temperature, top_p=h.eval_top_p,
+        e = self.evaluation
+        params = SamplingParams(n=e.k, temperature=e.temperature, top_p=e.top_p,
                                 max_new_tokens=self.sampling.max_new_tokens, stop=self.sampling.stop,
                                 seed=derive_seed(self.policy_spec.seed, "rollout", batch_idx, self.global_rank))
         rollouts = self.engine.generate(self.policy, self.model_prompts(batch["prompt"]), params)
-        texts = [rollouts.texts[i * h.eval_k:(i + 1) * h.eval_k] for i in range(len(batch["prompt"]))]
+        texts = [rollouts.texts[i * e.k:(i + 1) * e.k] for i in range(len(batch["prompt"]))]
         golds = batch.get("gold")
         if golds is None:
             return
         m = sampled_metrics(texts, [str(g) for g in golds], choices=batch.get("choices"),
-                            extract=ANSWER_EXTRACTORS[h.answer_extractor])
-        k = h.eval_k
-        n = len(texts)
-        self.log_dict({f"val/avg@{k}": m.avg_at_k, f"val/maj@{k}": m.maj_at_k, f"val/pass@{k}": m.pass_at_k},
-                      batch_size=n, on_epoch=True, prog_bar=False)
+                            extract=ANSWER_EXTRACTORS[self.voting.answer_extractor])
+        self.log_dict({f"val/avg@{e.k}": m.avg_at_k, f"val/maj@{e.k}": m.maj_at_k, f"val/pass@{e.k}": m.pass_at_k},
+                      batch_size=len(texts), on_epoch=True, prog_bar=False)
 
 
 def trained_layout(per_vote: torch.Tensor, num_views: int, num_votes: int, num_trained: int) -> torch.Tensor:
@@ -480,63 +440,21 @@ def _question_ids(batch: dict[str, list]) -> list[str]:
     return ids
 
 
-def _check_labeler_kwargs(where: str, name: str, labeler_kwargs, spec: LabelerSpec) -> None:
-    """``labeler_kwargs`` must be a mapping of the labeler's own options (its keyword parameters besides the
-    votes and ``choices``) or its calibration's (``LabelerSpec.calibration_options``): a misspelled option is
-    refused when the module is built, not at the first step after the calibration has run."""
-    if labeler_kwargs is None:
-        return
-    if not isinstance(labeler_kwargs, dict):
-        raise UserError(f"{where}labeler_kwargs must be a mapping of {name}'s options, got {labeler_kwargs!r}")
-    params = inspect.signature(PSEUDO_LABELERS[name]).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return
-    known = [p for p in list(params)[1:] if p != "choices"] + list(spec.calibration_options)
-    unknown = [k for k in labeler_kwargs if k not in known]
-    if unknown:
-        raise UserError(f"{where}labeler_kwargs: {name} has no option {unknown[0]!r}; its options: "
-                        f"{', '.join(known) or 'none'}")
-
-
-def _checked_labeler_options(where, pseudo_labeler, labeler_kwargs, num_votes, num_generations, answer_extractor,
-                             fused_prompt_template, warmup_majority_steps, signals, perturbation, advantage,
-                             agent, engine) -> tuple[str, tuple[str, ...]]:
-    """``(advantage, signals)`` resolved from the labeler's spec, after refusing (``UserError`` naming the
-    argument) an unknown labeler, labeler option or extractor, N > M, a fused labeler without its template, a
-    perturbation or ``warmup_majority_steps`` the labeler does not take, an agent with an engine or a fused
-    view, and signals that cannot be recorded while sampling."""
-    if pseudo_labeler not in PSEUDO_LABELERS:
-        raise UserError(f"{where}pseudo_labeler must be one of {', '.join(PSEUDO_LABELERS.names())}, "
-                        f"got {pseudo_labeler!r}")
-    spec = labeler_spec(pseudo_labeler)
-    _check_labeler_kwargs(where, pseudo_labeler, labeler_kwargs, spec)
-    if isinstance(num_generations, int) and isinstance(num_votes, int) and num_generations > num_votes:
-        raise UserError(f"{where}num_generations (N={num_generations}, the rows trained on) must be <= "
-                        f"num_votes (M={num_votes}, the rows voting)")
-    if spec.fused and (not fused_prompt_template or "{prompt}" not in fused_prompt_template):
-        raise UserError(f"{where}fused_prompt_template must be a string holding '{{prompt}}' for "
-                        f"{pseudo_labeler} (the fused Reframe-and-Solve prompt), got "
-                        f"{fused_prompt_template!r}")
-    if answer_extractor not in ANSWER_EXTRACTORS:
-        raise UserError(f"{where}answer_extractor must be one of {', '.join(ANSWER_EXTRACTORS.names())}, "
-                        f"got {answer_extractor!r}")
+def _checked_options(where: str, voting: VotingSpec, signals, perturbation, agent, engine) -> tuple[str, ...]:
+    """The signals to record (the labeler's by default), after refusing (``UserError`` naming the argument) a
+    perturbation that is not registered, an agent with an engine or a fused view, and signals that cannot be
+    recorded while sampling. The voting options checked themselves (``VotingSpec``)."""
     if perturbation is not None and (not isinstance(perturbation, dict)
                                      or perturbation.get("name") not in VOTE_PERTURBATIONS):
         raise UserError(f"{where}perturbation must be {{'name': one of "
                         f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
+    spec = labeler_spec(voting.labeler)
     if agent is not None and (engine is not None or spec.fused):
         raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
-                        f"{pseudo_labeler}")
-    if warmup_majority_steps and "warmup_majority_steps" not in spec.options:
-        owners = [n for n in TTRL_LABELERS if "warmup_majority_steps" in TTRL_LABELERS[n].options]
-        raise UserError(f"{where}warmup_majority_steps is an option of {', '.join(owners)}, not "
-                        f"{pseudo_labeler}")
-    advantage = advantage or spec.advantage
-    if advantage not in ADVANTAGES:
-        raise UserError(f"{where}advantage must be one of {', '.join(ADVANTAGES)}, got {advantage!r}")
+                        f"{voting.labeler}")
     signals = tuple(spec.signals if signals is None else signals)
     unknown = [x for x in signals if x not in TOKEN_FIELDS[:3]]
     if unknown:
         raise UserError(f"{where}signals: {unknown} cannot be recorded while sampling; known: "
                         f"{', '.join(TOKEN_FIELDS[:3])}")
-    return advantage, signals
+    return signals

@@ -7,15 +7,15 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
   ``pixel``: entropy and log-prob);
 * ``views``: the views it votes over (``self_harmony``: the question and its fused Reframe-and-Solve
   prompt, Self-Harmony sec. 3);
-* ``advantage``: its advantage rule when ``TTRLModule(advantage=None)`` (``pixel``: Pixelis appendix 6's
+* ``advantage``: its advantage rule when ``AdvantageSpec.rule`` is None (``pixel``: Pixelis appendix 6's
   EMA baseline; the others GRPO's group-relative one);
 * ``inputs``: ``fn(module, votes, groups) -> [per-question kwargs]`` (``votes`` the engine's ``Rollouts``,
   ``groups`` each question's ``VoteGroup``) for inputs that need the token ids,
   the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
 * ``calibration``: ``fn(module, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
-* ``options``: the ``TTRLModule`` options that belong to this labeler alone (``warmup_majority_steps``);
-* ``calibration_options``: ``labeler_kwargs`` read by its calibration only, never handed to the labeler
+* ``options``: the ``VotingSpec`` fields that belong to this labeler alone (``warmup_majority_steps``);
+* ``calibration_options``: ``voting.options`` read by its calibration only, never handed to the labeler
   (``pixel``: the conformal miscoverage ``alpha``);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
   control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``);
@@ -39,10 +39,7 @@ from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts
 from ttrl_lightning.rollout.base import Rollouts
 
-__all__ = ["LabelerSpec", "TTRL_LABELERS", "labeler_spec", "ADVANTAGES"]
-
-#: advantage rules: "group" (GRPO) or "ema_baseline" (Pixelis)
-ADVANTAGES = ("group", "ema_baseline")
+__all__ = ["LabelerSpec", "TTRL_LABELERS", "labeler_spec"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +129,7 @@ def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: l
     from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
 
     extra = pixel_inputs(module, votes, groups)
-    kwargs = {k: v for k, v in module.labeler_kwargs.items() if k not in ("temperature", "conformal_qhat")}
+    kwargs = {k: v for k, v in module.voting.options.items() if k not in ("temperature", "conformal_qhat")}
     fidelity = [e.get("visual_fidelity") for e in extra]
     if any(v is not None for v in fidelity):
         kwargs["visual_fidelity"] = fidelity
@@ -144,7 +141,7 @@ def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: l
         rank_zero_warn(f"pixel: the conformal threshold fitted on the {len(golds)} dev-cal questions is qhat = "
                        f"{cal.conformal_qhat:g} (the gold answer got no vote on too many of them), so every "
                        "prediction set holds every voted answer and pixel abstains on every question. Use a "
-                       "larger or easier dev-cal split, more votes, or a larger labeler_kwargs alpha")
+                       "larger or easier dev-cal split, more votes, or a larger voting.options alpha")
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 

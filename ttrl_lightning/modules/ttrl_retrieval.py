@@ -38,7 +38,7 @@ from ttrl_lightning.retrieval.neighbourhood import BASELINE_RHO, NeighbourhoodBa
 
 __all__ = ["QueryNeighbourhoods", "RETRIEVAL_OPTIONS", "checked_retrieval_options", "prompt_keys"]
 
-#: ``TTRLModule(retrieval={...})`` options and their defaults (``index`` is required)
+#: ``AdvantageSpec(retrieval={...})`` options and their defaults (``index`` is required)
 RETRIEVAL_OPTIONS = {"index": None, "k": 8, "rho": BASELINE_RHO, "whitelist": ()}
 
 
@@ -47,13 +47,13 @@ def checked_retrieval_options(options: dict[str, Any]) -> dict[str, Any]:
     is a ``UserError`` naming it (``TTRLModule`` checks them when it is built)."""
     unknown = sorted(set(options) - set(RETRIEVAL_OPTIONS))
     if unknown:
-        raise UserError(f"TTRLModule argument retrieval: unknown option(s) {unknown}; known: "
+        raise UserError(f"advantage.retrieval: unknown option(s) {unknown}; known: "
                         f"{', '.join(RETRIEVAL_OPTIONS)}")
     o = {**RETRIEVAL_OPTIONS, **options}
     if not isinstance(o["index"], str) or not o["index"]:
-        raise UserError(f"TTRLModule argument retrieval.index must be the index file's path, got {o['index']!r}")
+        raise UserError(f"advantage.retrieval.index must be the index file's path, got {o['index']!r}")
     if isinstance(o["k"], bool) or not isinstance(o["k"], int) or o["k"] < 1:
-        raise UserError(f"TTRLModule argument retrieval.k must be an integer >= 1, got {o['k']!r}")
+        raise UserError(f"advantage.retrieval.k must be an integer >= 1, got {o['k']!r}")
     NeighbourhoodBaseline(o["rho"])  # its rho check
     return o
 

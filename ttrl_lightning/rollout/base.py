@@ -18,12 +18,35 @@ from typing import Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import position_ids_from_mask
 from ttrl_lightning.registry import Registry
 
 #: rollout engines by name: ``ROLLOUT_ENGINES[name](tokenizer, **options)`` (``hf.py``, ``vllm_engine.py``)
 ROLLOUT_ENGINES: Registry = Registry("rollout engine")
+
+
+#: the decoding fields both a training config (``modules.specs.SamplingSpec``) and an engine call
+#: (``SamplingParams``) take, and their bounds
+SAMPLING_RULES: dict[str, Bounds] = {
+    "temperature": Bounds(low=0),
+    "top_p": Bounds(low=0, high=1, low_open=True),
+    "top_k": Bounds(low=0, integer=True),
+    "max_new_tokens": Bounds(low=1, integer=True),
+}
+#: samples per prompt
+SAMPLES_RULE = Bounds(low=1, integer=True)
+
+
+def check_sampling(values, where: str) -> tuple[str, ...]:
+    """Check the decoding fields of ``values`` (``SAMPLING_RULES`` and ``stop``: a list of non-empty strings),
+    raising a ``UserError`` named ``<where><field>``; returns ``stop`` as a tuple. The one check of
+    ``SamplingParams`` and ``modules.specs.SamplingSpec``."""
+    check_bounds(values, SAMPLING_RULES, where)
+    stop = values["stop"]
+    if isinstance(stop, str) or not all(isinstance(x, str) and x for x in stop):
+        raise UserError(f"{where}stop must be a list of non-empty strings, got {stop!r}")
+    return tuple(stop)
 
 
 @dataclass(frozen=True)
@@ -41,16 +64,9 @@ class SamplingParams:
     seed: int | None = None
 
     def __post_init__(self):
-        if self.n < 1:
-            raise ValueError(f"n must be >= 1, got {self.n}")
-        if self.temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0, got {self.top_k}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        check_sampling(self.__dict__, "")
+        if self.n not in SAMPLES_RULE:
+            raise UserError(f"n must be {SAMPLES_RULE}, got {self.n!r}")
 
 
 @dataclass
