@@ -4,25 +4,27 @@ Self-Harmony; VisConf; Pixelis sec. 3.2.3 and appendix 6).
 One step is GRPO's (:class:`~ttrl_lightning.modules.grpo.GRPOModule`); its stages hand each other returned
 records, as TTRL-on-verl labels in its reward stage:
 
-    rollout(batch)      samples only: M = num_votes votes per question (plus M fused Reframe-and-Solve samples
-                        for a labeler whose spec votes over the reframed view, ``self_harmony``: prompt
-                        ``fused_prompt_template.format(prompt=...)``, one generation each)
-    score(votes, batch) labels: each question's votes -> a columnar ``VoteGroup`` (canonical answers, texts,
-                        views, the engine's [N, T] signal tensors; no gold, no per-token lists) ->
-                        ``pseudo_label(pseudo_labeler, ...)``, into a ``VoteStep``; returns the
-                        ``RolloutRewards`` of the first N = num_generations rows of every prompt (the rows
-                        trained on; the samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes
-                        / 32 trained), a question whose labeler abstains left out (``group_mask``), rows a
-                        labeler rejects from the update (``info["update_mask"]``: Pixelis' near-duplicate
-                        rollouts) dropped whole (``row_mask``: no policy or KL term, no weight, advantage 0);
-                        the ``VoteStep`` is the record's ``detail``
+    rollout(batch)      samples only: M = voting.num_votes votes per question (plus M fused Reframe-and-Solve
+                        samples for a labeler whose spec votes over the reframed view, ``self_harmony``:
+                        prompt ``voting.fused_prompt_template.format(prompt=...)``, one generation each)
+    score(votes, batch) labels: the votes are put in question order by one stable sort of their prompt index
+                        and cut into one columnar ``VoteGroup`` per question (canonical answers, texts, views,
+                        the engine's [N, T] signal tensors; no gold, no per-token lists) ->
+                        ``pseudo_label(voting.labeler, ...)`` -> the labels' [Q, V * M] rewards and row masks
+                        laid out on the rows trained on in one view/transpose (``trained_layout``): the
+                        ``RolloutRewards`` of the first N = voting.num_trained rows of every prompt (the
+                        samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes / 32 trained),
+                        a question whose labeler abstains left out (``group_mask``), rows a labeler rejects
+                        from the update (``PseudoLabel.row_mask``: Pixelis' near-duplicate rollouts) dropped
+                        whole (no policy or KL term, no weight, advantage 0); its ``detail`` is the
+                        ``VoteStep`` (votes, labels, answers, ids)
     group_advantages    "group": GRPO's group-relative advantages; "ema_baseline" (Pixelis appendix 6):
-                        A_j = vbar [r_j - b] with b an EMA (``baseline_momentum``) of the mean reward of
-                        accepted questions and vbar = 1, or, with ``retrieval``, vbar(N(q)) and the per-query
-                        b(q) of the question's retrieved neighbours (``ttrl_retrieval``); normalised within
-                        the batch (the appendix's practical note ii)
-    step_metrics        GRPO's metrics plus ``ttrl_monitor.ttrl_metrics`` of the ``VoteStep`` and the step's
-                        token KL (``StepStats``)
+                        A_j = vbar [r_j - b] with b an EMA (``advantage.baseline_momentum``) of the mean reward
+                        of accepted questions and vbar = 1, or, with ``advantage.retrieval``, vbar(N(q)) and the
+                        per-query b(q) of the question's retrieved neighbours (``ttrl_retrieval``); normalised
+                        within the batch (the appendix's practical note ii)
+    step_metrics        GRPO's metrics plus ``ttrl_monitor.ttrl_metrics`` of the ``RolloutRewards`` and the
+                        step's token KL (``StepStats``)
 
 **Gold never reaches a reward**: the pseudo-labels are computed from the rollouts alone; the batch's ``gold``
 column is read afterwards by ``ttrl_metrics``, for the logged metrics only (its docstring lists them). The one
