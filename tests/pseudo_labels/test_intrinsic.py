@@ -40,5 +40,5 @@ def test_missing_signal_is_named(method):
 def test_nan_and_empty_signals_are_named(method):
     with pytest.raises(PseudoLabelError, match=rf"rollouts\[0\]\.{method} holds NaN at token 2"):
         pseudo_label(method, [{method: [0.1, 0.2, float("nan")]}])
-    with pytest.raises(PseudoLabelError, match=rf"rollouts\[0\]\.{method} is empty"):
+    with pytest.raises(PseudoLabelError, match=rf"rollouts\[0\]\.{method} must be a non-empty list of numbers"):
         pseudo_label(method, [{method: []}])

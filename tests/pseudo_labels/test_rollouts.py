@@ -56,3 +56,20 @@ def test_canonical_answers_use_equivalence_classes_and_extraction():
 
 def test_every_registered_labeler_is_covered_here():
     assert set(PSEUDO_LABELERS.names()) == set(LABELERS)
+
+
+def test_rollout_dicts_per_token_arrays_are_checked_as_pool_files_are():
+    """One check of per-token arrays (data.pool_schema.token_array), at the file boundary and for a labeler's
+    dicts: a value that is inf in float32, a share outside [0, 1] and a string are refused, named."""
+    import numpy as np
+
+    inf32 = r"majority: rollouts\[1\]\.entropy holds 1e\+39 at token 0, which is inf in float32"
+    with pytest.raises(PseudoLabelError, match=inf32):
+        pseudo_label("majority", [{"answer": "1"}, {"answer": "1", "entropy": [1e39]}])
+    share = r"rollouts\[0\]\.visual_engagement\[1\] = 1\.5 is outside \[0, 1\]"
+    with pytest.raises(PseudoLabelError, match=share):
+        pseudo_label("majority", [{"answer": "1", "visual_engagement": [0.5, 1.5]}])
+    with pytest.raises(PseudoLabelError, match=r"rollouts\[0\]\.logprob\[0\] must be a number"):
+        pseudo_label("majority", [{"answer": "1", "logprob": ["-0.5"]}])
+    out = pseudo_label("majority", [{"answer": "1", "entropy": np.array([0.25, 0.5])}])  # arrays are read too
+    assert out.label == "1"

@@ -47,7 +47,7 @@ import torch
 
 from ..errors import UserError
 
-__all__ = ["PoolError", "RECORD_FIELDS", "ROLLOUT_FIELDS", "TOKEN_FIELDS", "VIEWS", "FLOAT32_OVERFLOW",
+__all__ = ["PoolError", "token_array", "RECORD_FIELDS", "ROLLOUT_FIELDS", "TOKEN_FIELDS", "VIEWS", "FLOAT32_OVERFLOW",
            "MAX_TOKENS_PER_ROLLOUT", "UNIT_INTERVAL_FIELDS", "validate_record", "checked_records", "value_kind"]
 
 #: Per-token signal fields of a rollout.
@@ -104,8 +104,9 @@ def _in_range(v: float, unit: bool) -> bool:
     return 0.0 <= v <= 1.0 + UNIT_INTERVAL_SLACK if unit else -FLOAT32_OVERFLOW < v < FLOAT32_OVERFLOW
 
 
-def _token_array(arr, f: str, name: str) -> list[float]:
-    """A per-token array as Python floats, refusing non-numbers (``bool`` included: ``True`` is an ``int``),
+def token_array(arr, f: str, name: str) -> list[float]:
+    """A per-token array ``f.name`` as Python floats (the one check of per-token arrays: pool files here,
+    a labeler's rollout dicts in ``pseudo_labels.rollouts``), refusing non-numbers (``bool`` included: ``True`` is an ``int``),
     values that are not finite in float32 and, for shares, values outside ``[0, 1]``."""
     if not isinstance(arr, (list, tuple)) or not arr:
         raise PoolError(f"{f}.{name} must be a non-empty list of numbers, got {value_kind(arr)}")
@@ -189,7 +190,7 @@ def validate_record(rec: dict, idx: int = 0, where: str | None = None) -> dict:
             arr = ro.get(name)
             if arr is None:
                 continue
-            vals = _token_array(arr, f, name)
+            vals = token_array(arr, f, name)
             if length is not None and len(vals) != length:
                 raise PoolError(f"{f}.{name} has {len(vals)} tokens but another array of this rollout "
                                 f"has {length}")

@@ -119,8 +119,8 @@ def process_report(trajectories: Iterable, references: Iterable[Sequence[str]],
     """Aggregate :class:`ProcessReport` of ``trajectories`` (``rollout.agent.Trajectory``: ``tools``,
     ``errors``, ``latencies``) with their reference chains and answer correctness.
 
-    Reported with both gates off (issue 21, D16): no step fidelities (``gamma``) and no step embeddings
-    (``tau``) are passed, because the generated tasks record no per-step ground truth to score a step's
+    Reported with both gates off (our reading; Pixelis' gates use gamma and tau on a frozen DINOv2 encoder):
+    no step fidelities (``gamma``) and no step embeddings (``tau``) are passed, because the generated tasks record no per-step ground truth to score a step's
     fidelity against and the paper's frozen external encoder (DINOv2) is not available here. These RaPR /
     RaCPR are therefore upper bounds of the gated ones (a gate can only drop matches); call :func:`rapr` /
     :func:`racpr` with ``fidelity=`` and ``embeddings=`` for the gated metrics."""

@@ -17,12 +17,12 @@ the answer (the answer's tokens stand for both its x and v).
 
 KL to the EMA anchor in the PID corridor is the GRPO step's KL with ``reference="external"`` plus the
 ``EMAAnchor`` and ``PIDKLController`` callbacks (configs/rft/tiny_ccrft.yaml; Pixelis: target 0.15,
-corridor [0.10, 0.20], Kp 0.30, Ki 0.05, Kd 0.10, EMA rho 0.99). Reading of the reference (issue 21, D11):
+corridor [0.10, 0.20], Kp 0.30, Ki 0.05, Kd 0.10, EMA rho 0.99). Reading of the reference (Pixelis sec. 3.2.2 vs sec. 4):
 the paper names two. Sec. 3.2.2 and appendix 1 ("KL anchor") penalise the KL to the frozen SFT policy;
 sec. 4 and appendix 6 keep a "KL-to-EMA corridor" in every phase. The default is the EMA anchor, the one
 the reported runs name; ``reference="initial"`` is the frozen SFT policy (the run's starting checkpoint).
 
-Reading of the layer (D12): E_t is computed from the hidden states of layer ``feature_layer`` (an index
+Reading of the layer (appendix 1, "Which multimodal layer for E_t"): E_t is computed from the hidden states of layer ``feature_layer`` (an index
 into ``output_hidden_states``; default -1, the last layer), for both v_t and x_t. Pixelis appendix
 "Which multimodal layer for E_t" reads v_t from "the 3rd fusion block from the top", ``feature_layer=-3``;
 the tiny agents here have 2 layers, which have no third block from the top, so the default is the last
@@ -84,7 +84,7 @@ class CCRFTModule(GRPOModule):
     Args beyond ``GRPOModule``'s: ``top_k_trajectories`` K (8: the prompt's K best-rewarded rows get
     group-relative advantages, the rest 0; K >= num_generations keeps all); ``curiosity_coherence`` (a
     ``CuriosityCoherenceSpec``: the reward's weights, the curiosity's MC-dropout and gate, g_phi's sizes,
-    the feature layer, the heads' optimiser; module docstring, D12 for the layer); ``max_steps`` tool calls
+    the feature layer, the heads' optimiser; module docstring for the layer); ``max_steps`` tool calls
     per trajectory, ``disabled`` tools (a single-tool ablation); ``sampling`` and ``grpo`` as GRPO's
     (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo`` defaults to kl_coef 0.1 to the EMA
     anchor, ``reference="external"``).

@@ -183,7 +183,8 @@ class TTRLModule(GRPOModule):
         """The model inputs sampled for voting: the questions, then (a fused labeler) their fused prompts,
         each built from the question as written and then given to the model by ``prompt_format``
         (``model_prompts``), so the fused instruction lies inside the user turn of a chat template, never in
-        the assistant's (issue 21, D15)."""
+        the assistant's (Self-Harmony sec. 3: the Reframer and the Solver are one model
+        prompted in its own format)."""
         prompts = list(prompts)
         if self.labeler.fused:
             prompts = prompts + [self.voting.fused_prompt_template.format(prompt=p) for p in prompts]
@@ -359,6 +360,7 @@ class TTRLModule(GRPOModule):
         rule's ``r_j - b``, elsewhere); the accepted questions are then appended as exemplars, valued by their
         rows' mean reward (``ttrl_retrieval``)."""
         from ttrl_lightning.modules.ttrl_retrieval import prompt_keys
+        from ttrl_lightning.retrieval import neighbourhood_advantages
 
         hood = self.neighbourhoods
         n, G = rollouts.n, rollouts.completion_ids.shape[0] // rollouts.n
@@ -372,7 +374,7 @@ class TTRLModule(GRPOModule):
         for g, (qid, v) in enumerate(zip(ids, values)):
             if kept[g] and v is not None:
                 b_q = hood.baseline.update(qid, v)
-                adv[g] = v * (r[g] - b_q)
+                adv[g] = torch.as_tensor(neighbourhood_advantages(r[g].tolist(), v, b_q), dtype=adv.dtype)
         accepted = [g for g in range(G) if kept[g]]
         hood.append([ids[g] for g in accepted], keys[accepted], [float(r[g].mean()) for g in accepted])
         return adv.view(-1)

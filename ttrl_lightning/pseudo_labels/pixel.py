@@ -12,8 +12,8 @@ For one question's ``N`` rollouts (pool schema, every rollout with per-token ``e
 3. calibrated confidence (temperature scaling): ``p_j = exp(mean_{t in D_j} logprob_{j,t})`` (the geometric
    mean token probability), clamped into ``[1e-6, 1 - 1e-6]``, and ``Cal_j = sigmoid(logit(p_j) / T)``;
    ``T = temperature`` (1.0 = uncalibrated), fitted on a labelled dev-cal split by :func:`fit_temperature`
-   (or :func:`calibrate_pixel`). Reading of ``Cal_j`` (issue 21, D18): the paper names it "a calibrated
-   confidence (temperature scaling on a dev-cal split)" without saying of what; the confidence scaled here is
+   (or :func:`calibrate_pixel`). Reading of ``Cal_j`` (supp. S6, "Calibrated voting weights"): the paper
+   names it "a calibrated confidence (temperature scaling on a dev-cal split)" without saying of what; the confidence scaled here is
    ``p_j``, the rollout's own probability on its decisive tokens. Its remark that ``r_j`` is "absorbed into
    ``Cal_j``" is the same product as the separate factor ``r_j`` of step 5;
 4. pixel fidelity ``VisFid_j`` (``visual_fidelity``; ``None``: 1.0 for every rollout and

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 import torch
 
 from ..answers import extract_answer
-from ..data.pool_schema import TOKEN_FIELDS, VIEWS
+from ..data.pool_schema import TOKEN_FIELDS, VIEWS, PoolError, token_array
 from ..errors import checked_list
 from .label import PseudoLabelError
 from .votes import TokenColumn, VoteGroup
@@ -41,7 +41,7 @@ def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str =
     views = [_view(ro, j, method) for j, ro in enumerate(rollouts)]
     columns = {}
     for name in TOKEN_FIELDS:
-        rows = [None if ro.get(name) is None else _token_array(ro[name], f"{method}: rollouts[{j}].{name}")
+        rows = [None if ro.get(name) is None else _token_array(ro[name], j, name, method)
                 for j, ro in enumerate(rollouts)]
         if any(r is not None for r in rows):
             lengths = torch.tensor([0 if r is None else r.numel() for r in rows], dtype=torch.int64)
@@ -88,13 +88,13 @@ def _view(ro: Mapping, j: int, method: str) -> str:
     return view
 
 
-def _token_array(arr, where: str) -> torch.Tensor:
-    """A per-token array as float64; an empty or non-numeric one raises :class:`PseudoLabelError` naming the
-    rollout and the field (non-finite values are refused by the ``VoteGroup`` it goes into)."""
+def _token_array(arr, j: int, name: str, method: str) -> torch.Tensor:
+    """Rollout ``j``'s per-token ``name`` as float64, checked as a pool file's are (``data.pool_schema.
+    token_array``: numbers only, finite in float32, shares in [0, 1]); a bad one raises
+    :class:`PseudoLabelError` naming ``method``, the rollout and the field."""
+    if hasattr(arr, "tolist"):  # a numpy array or a tensor
+        arr = arr.tolist()
     try:
-        x = torch.as_tensor(arr, dtype=torch.float64).reshape(-1)
-    except (TypeError, ValueError):
-        raise PseudoLabelError(f"{where} must be a list of numbers") from None
-    if x.numel() == 0:
-        raise PseudoLabelError(f"{where} is empty")
-    return x
+        return torch.tensor(token_array(arr, f"rollouts[{j}]", name), dtype=torch.float64)
+    except PoolError as err:
+        raise PseudoLabelError(f"{method}: {err}") from None

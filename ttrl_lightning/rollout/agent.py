@@ -37,7 +37,7 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.models import VISION_TOKENS, VisionBlock, vision_block, vision_inputs
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams, sampling_mode
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams, context_length, sampling_mode
 from ttrl_lightning.rollout.hf import cut_at_stop_strings
 from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.tools.protocol import TOOL_CALL_END
@@ -147,16 +147,6 @@ def _vision_token_ids(tokenizer) -> list[int]:
     return sorted({i for i in ids if i is not None and i != tokenizer.unk_token_id})
 
 
-def _context_limit(config) -> int | None:
-    """``max_position_embeddings`` of a model config, or of its text config (a VLM's); None when absent."""
-    get_text = getattr(config, "get_text_config", None)
-    for cfg in (config, get_text() if callable(get_text) else None):
-        limit = getattr(cfg, "max_position_embeddings", None)
-        if limit:
-            return int(limit)
-    return None
-
-
 class AgentEngine:
     """Samples agent trajectories with ``model.generate``, one turn per tool call (the policy itself: no
     weight sync). ``max_steps``: tool calls per trajectory (a call beyond it is not run and ends the row as
@@ -261,7 +251,7 @@ class AgentEngine:
                                                   frames=getattr(p, "frames", None), disabled=self.disabled,
                                                   cache=self.cache, scope=scope)))
         with sampling_mode(model, params.seed):
-            limit = _context_limit(getattr(model, "config", None))
+            limit = context_length(model)
             for turn in range(self.max_steps + 1):
                 for r, row in enumerate(rows):  # no room for another turn: the row ends unanswered
                     if limit and len(prompt_ids[r // n]) + len(row.ids) + self.max_turn_tokens > limit:

@@ -188,7 +188,9 @@ def context_length(model) -> int | None:
     """The positions ``model`` was built for: its config's ``max_position_embeddings`` (a vision-language
     model's text config's), or None when the config does not say."""
     config = getattr(model, "config", None)
-    for cfg in (config, getattr(config, "text_config", None)):
+    get_text = getattr(config, "get_text_config", None)
+    text = get_text() if callable(get_text) else getattr(config, "text_config", None)
+    for cfg in (config, text):
         value = getattr(cfg, "max_position_embeddings", None)
         if isinstance(value, int) and value > 0:
             return value
