@@ -143,7 +143,7 @@ def test_questions_from_task_are_the_generated_prompts():
     qs = questions_from_task("arith3", 5, seed=4, max_operand=9)
     ref = generate_prompts("arith3", 5, 4, max_operand=9)
     assert [q["id"] for q in qs] == [f"arith3-4-{i}" for i in range(5)]
-    assert [(q["prompt"], q["gold"]) for q in qs] == [(r["prompt"], r["answer"]) for r in ref]
+    assert [(q["prompt"], q["gold"]) for q in qs] == [(r["prompt"], r["gold"]) for r in ref]
     assert all(q["choices"] is None and q["images"] == [] and q["reframed_prompt"] is None for q in qs)
     assert [tuple(q) for q in qs] == [QUESTION_KEYS] * 5
 
@@ -198,7 +198,7 @@ def test_task_source_validation_and_calibration_splits(tmp_path):
     assert [q["id"] for q in dm.val_questions()] == expected[6:9]
     cal = dm.calibration_questions()
     assert [q["id"] for q in cal] == expected[9:13]
-    assert [q["gold"] for q in cal] == [p["answer"] for _, p in distinct[9:13]]
+    assert [q["gold"] for q in cal] == [p["gold"] for _, p in distinct[9:13]]
     prompts = [q["prompt"] for q in dm.train_questions() + dm.val_questions() + cal]
     assert len(set(prompts)) == 13
     val = list(dm.val_dataloader())

@@ -7,9 +7,9 @@ from ttrl_lightning.tools.protocol import parse_call, split_observation
 
 def test_generated_prompts_are_correct():
     for row in generate_prompts("arith3", 50, seed=1, ops="+-"):
-        assert str(eval(row["prompt"][:-1])) == row["answer"]
+        assert str(eval(row["prompt"][:-1])) == row["gold"]
     for row in generate_prompts("arith", 50, seed=1):
-        assert str(eval(row["prompt"][:-1])) == row["answer"]
+        assert str(eval(row["prompt"][:-1])) == row["gold"]
 
 
 def test_traces_call_tools_and_observe_their_results():
@@ -65,7 +65,7 @@ def test_add2_prompts_are_correct_and_deterministic_per_seed():
     rows = generate_prompts("add2", 200, seed=5)
     for row in rows:
         a, b = map(int, _Q.match(row["prompt"]).groups())
-        assert 0 <= a <= 99 and 0 <= b <= 99 and row["answer"] == str(a + b)
+        assert 0 <= a <= 99 and 0 <= b <= 99 and row["gold"] == str(a + b)
     assert rows == generate_prompts("add2", 200, seed=5)
     assert rows != generate_prompts("add2", 200, seed=6)
     assert generate_traces("add2", 50, seed=5) == generate_traces("add2", 50, seed=5)

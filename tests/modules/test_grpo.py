@@ -36,7 +36,7 @@ def test_grpo_loss_matches_hand_assembled_formula():
         for p in ref.parameters():
             p.add_(0.05 * torch.randn_like(p))
     m.set_reference_model(ref)
-    batch = {"prompt": ["1+2=", "30-4="], "answer": ["3", "26"]}
+    batch = {"prompt": ["1+2=", "30-4="], "gold": ["3", "26"]}
     r = m.rollout(batch)
     scored = m.score(r, batch)
     rewards = scored.rewards
@@ -127,7 +127,7 @@ def test_reference_none_requires_zero_beta_and_bad_reward_raises():
     m = GRPOModule(policy=TINY, rewards=[lambda **kw: [float("nan")] * len(kw["completions"])], num_generations=2,
                    sampling=SamplingSpec(max_new_tokens=2))
     m.configure_model()
-    batch = {"prompt": ["1+1="], "answer": ["2"]}
+    batch = {"prompt": ["1+1="], "gold": ["2"]}
     with pytest.raises(ValueError, match="non-finite"):
         m.score(m.rollout(batch), batch)
 
@@ -148,7 +148,7 @@ class MajorityVoteGRPO(GRPOModule):
             votes = Counter(a for a in answers[g * n:(g + 1) * n] if a is not None)
             labels.append(votes.most_common(1)[0][0] if votes else "")
         self.last_labels = labels
-        return super().score(rollouts, {"prompt": batch["prompt"], "answer": labels})
+        return super().score(rollouts, {"prompt": batch["prompt"], "gold": labels})
 
 
 def test_subclass_with_pseudo_labels():
@@ -157,7 +157,7 @@ def test_subclass_with_pseudo_labels():
     m = MajorityVoteGRPO(policy=TINY, num_generations=6, sampling=SamplingSpec(max_new_tokens=4),
                          grpo=GRPOSpec(kl_coef=0.0, reference="none"))
     m.configure_model()
-    batch = {"prompt": ["1+2=", "4+4=", "7-2="], "answer": ["3", "8", "5"]}
+    batch = {"prompt": ["1+2=", "4+4=", "7-2="], "gold": ["3", "8", "5"]}
     r = m.rollout(batch)
     rewards = m.score(r, batch).rewards
     assert any(m.last_labels)
@@ -266,7 +266,7 @@ def test_rewards_hook_must_return_rollout_rewards():
 
     m = Bare(policy=TINY, num_generations=2, sampling=SamplingSpec(max_new_tokens=2))
     m.configure_model()
-    batch = {"prompt": ["1+1=", "2+2="], "answer": ["2", "4"]}
+    batch = {"prompt": ["1+1=", "2+2="], "gold": ["2", "4"]}
     r = m.rollout(batch)
     with pytest.raises(TypeError, match="RolloutRewards"):
         m.scored(r, batch)

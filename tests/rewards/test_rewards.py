@@ -19,13 +19,16 @@ def test_first_integer(text, expected):
 def test_exact_answer_compares_the_first_integer_with_the_column():
     fn = ExactAnswer()
     got = fn(prompts=["p"] * 5, completions=["12", " 12 is it", "13", "no number", "-3"],
-             answer=["12", 12, "12", "12", " -3 "])
+             gold=["12", 12, "12", "12", " -3 "])
     assert got == [1.0, 1.0, 0.0, 0.0, 1.0]
-    other = ExactAnswer(column="gold")
-    assert other.__name__ == "exact_answer[gold]"
-    assert other(prompts=["p"], completions=["7"], gold=["7"]) == [1.0]
-    with pytest.raises(KeyError, match="needs the batch column 'gold'"):
-        other(prompts=["p"], completions=["7"], answer=["7"])
+    assert fn.__name__ == "exact_answer[gold]"
+    other = ExactAnswer(column="target")
+    assert other(prompts=["p"], completions=["7"], target=["7"]) == [1.0]
+    with pytest.raises(UserError, match="needs the batch column 'target'"):
+        other(prompts=["p"], completions=["7"], gold=["7"])
+    # a batch that still says 'answer' for the true answer: one line naming the rename
+    with pytest.raises(UserError, match=r"got \['answer'\] \(the true answer's column is 'gold' everywhere"):
+        fn(prompts=["p"], completions=["7"], answer=["7"])
 
 
 def test_digits_only_is_the_share_of_digit_characters():

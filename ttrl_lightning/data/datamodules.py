@@ -2,7 +2,7 @@
 
 * ``SFTDataModule``: tokenised traces with the masks ``SFTModule`` needs (``labels``, ``action_mask``,
   ``observation_span``).
-* ``PromptDataModule``: batches of ``{"prompt": [...], "answer": [...]}`` for GRPO-style modules; the
+* ``PromptDataModule``: batches of ``{"prompt": [...], "gold": [...]}`` for GRPO-style modules; the
   module tokenises and rolls out.
 
 The tokenizer comes from the LightningModule (``trainer.lightning_module.tokenizer``) unless one is given,
@@ -134,7 +134,7 @@ def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: i
 
 
 def collate_prompts(items: list[dict[str, Any]]) -> dict[str, list]:
-    """``[{"prompt": p, "answer": a, ...}]`` -> ``{"prompt": [p...], "answer": [a...], ...}``."""
+    """``[{"prompt": p, "gold": a, ...}]`` -> ``{"prompt": [p...], "gold": [a...], ...}``."""
     if not items:
         raise ValueError("empty batch")
     return {k: [x[k] for x in items] for k in items[0]}
@@ -261,7 +261,7 @@ class PromptRowsDataModule(pl.LightningDataModule):
 
 
 class PromptDataModule(PromptRowsDataModule):
-    """RL prompts of a generated task: batches ``{"prompt": [str], "answer": [str]}``.
+    """RL prompts of a generated task: batches ``{"prompt": [str], "gold": [str]}``.
 
     Not shuffled (the task is already random); the train loader is resumable mid-epoch
     (``ResumableDataLoader``), so a resumed run sees the same batches as an uninterrupted one.

@@ -237,7 +237,7 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
     (:mod:`.reasoning_gym_tasks`)."""
     if is_reasoning_gym(task):
         return reasoning_gym_questions(task, n, seed, **task_kwargs)
-    return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["answer"], "choices": None,
+    return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["gold"], "choices": None,
              "images": [], "reframed_prompt": None}
             for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
 

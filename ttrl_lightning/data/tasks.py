@@ -2,7 +2,7 @@
 
 Two kinds of examples, both made from a seeded ``random.Random`` (same seed, same data):
 
-* RL prompts (``TASKS[name].prompt(rng)`` -> ``{"prompt": "12+7=", "answer": "19"}``), for GRPO/TTRL;
+* RL prompts (``TASKS[name].prompt(rng)`` -> ``{"prompt": "12+7=", "gold": "19"}``), for GRPO/TTRL;
 * SFT traces (``TASKS[name].trace(rng)`` -> a list of ``Segment``), chain-of-thought-action style
   (Pixelis 3.2.1): the prompt, tool calls ``<call>add(12,7)</call>`` (action tokens, up-weighted), tool
   outputs ``<out>19</out>`` (observations: not trained on, hidden by feedback dropout) and the final answer.
@@ -76,7 +76,7 @@ class ArithmeticTask:
         acc = nums[0]
         for op, n in zip(ops, nums[1:]):
             acc = _OPS[op][1](acc, n)
-        return {"prompt": self._question(nums, ops), "answer": str(acc)}
+        return {"prompt": self._question(nums, ops), "gold": str(acc)}
 
     def trace(self, rng: random.Random) -> list[Segment]:
         nums, ops = self._draw(rng)
@@ -135,7 +135,7 @@ class AdditionTask:
     Two formats, both ending in ``ANSWER_TEMPLATE``:
 
     * Solver: prompt ``"12+7="``, completion ``"\\boxed{19}<eos>"`` (``prompt`` gives the RL row
-      ``{"prompt": "12+7=", "answer": "19"}``);
+      ``{"prompt": "12+7=", "gold": "19"}``);
     * fused Reframe-and-Solve (Self-Harmony): prompt ``FUSED_PROMPT_TEMPLATE.format(prompt="12+7=")``,
       completion ``pseudo_labels.fused_template("swap", "7+12=", "\\boxed{19}") + "<eos>"``: the strategy
       ``reframing`` (a name of ``REFRAMINGS``) rewrites the question with the same answer, then solves it.
@@ -211,7 +211,7 @@ class AdditionTask:
 
     def prompt(self, rng: random.Random) -> dict[str, str]:
         a, b = self.draw(rng)
-        return {"prompt": self.question(a, b), "answer": str(a + b)}
+        return {"prompt": self.question(a, b), "gold": str(a + b)}
 
     def trace(self, rng: random.Random) -> list[Segment]:
         a, b = self.draw(rng)

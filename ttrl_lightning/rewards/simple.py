@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.rewards.base import REWARDS
 
 _INT = re.compile(r"-?\d+")
@@ -18,16 +19,18 @@ def first_integer(text: str) -> str | None:
 
 
 class ExactAnswer:
-    """1.0 when the first integer of the completion equals ``answer`` (the column name is configurable),
-    else 0.0; unextractable completions get 0."""
+    """1.0 when the first integer of the completion equals the batch's ``gold`` answer (the column name is
+    configurable), else 0.0; unextractable completions get 0."""
 
-    def __init__(self, column: str = "answer"):
+    def __init__(self, column: str = "gold"):
         self.column = column
         self.__name__ = f"exact_answer[{column}]"
 
     def __call__(self, *, prompts: list[str], completions: list[str], **columns) -> Sequence[float]:
         if self.column not in columns:
-            raise KeyError(f"exact_answer needs the batch column {self.column!r}; got {sorted(columns)}")
+            hint = (" (the true answer's column is 'gold' everywhere; a batch or file that says 'answer' "
+                    "predates the rename)" if "answer" in columns and self.column == "gold" else "")
+            raise UserError(f"exact_answer needs the batch column {self.column!r}; got {sorted(columns)}{hint}")
         refs = columns[self.column]
         return [1.0 if (a := first_integer(c)) is not None and a == str(r).strip() else 0.0
                 for c, r in zip(completions, refs)]
