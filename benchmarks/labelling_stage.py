@@ -64,9 +64,9 @@ def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
 
 # ---------------------------------------------------------------------- the former code (the baseline)
 def former_vote_groups(module, votes, num_questions, views, choices):
-    """The former ``TTRLModule.vote_groups``: a ``torch.nonzero`` per question and view."""
+    """The former ``TTRLModule.votes_by_question``: a ``torch.nonzero`` per question and view."""
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
-    from ttrl_lightning.pseudo_labels.votes import VoteGroup
+    from ttrl_lightning.pseudo_labels.votes import QuestionVotes
 
     extract = ANSWER_EXTRACTORS[module.voting.answer_extractor]
     prompt_of = votes.group.cpu()
@@ -77,7 +77,7 @@ def former_vote_groups(module, votes, num_questions, views, choices):
         view_of = [views[q + v * num_questions] for v, r in enumerate(per_prompt) for _ in range(len(r))]
         texts = [votes.texts[r] for r in rows.tolist()]
         signals = {s: votes.signals[s][rows] for s in module.signal_names}
-        groups.append(VoteGroup.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
+        groups.append(QuestionVotes.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
                                              votes.completion_mask[rows]))
     return groups
 
@@ -167,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             stage["baseline"].append(time_once(lambda: former_stage(module, votes, batch)))
 
             def ours_forms():
-                module.vote_groups(votes, Q, views, [None] * Q)
+                module.votes_by_question(votes, Q, views, [None] * Q)
                 module_layout(module, ours.detail.labels, Q, V, M, N)
 
             forms["ours"].append(time_once(ours_forms))

@@ -5,7 +5,7 @@ import torch
 
 from ttrl_lightning.data.pool import VIEWS
 from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec, pixel_inputs
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, VoteGroup, decisive_token_mask
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, QuestionVotes, decisive_token_mask
 from ttrl_lightning.rollout.agent import AgentRollouts, Trajectory
 from ttrl_lightning.rollout.records import records_from_rollouts
 
@@ -48,7 +48,7 @@ def test_decisive_masks_lie_on_the_model_tokens_of_successful_calls_and_the_answ
     assert len(entropy) == len(masks[0])
     assert [e for e, d in zip(entropy, masks[0]) if d] == [0, 1, 2, 9, 10]  # the decisive columns' signals
     # the columnar group a labeler reads holds the same tokens as the pool record, observations out
-    group = VoteGroup.from_tensors(["2", "3"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
+    group = QuestionVotes.from_tensors(["2", "3"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
     assert group.token_signal(0, "entropy", "pixel").tolist() == entropy
     assert group.token_signal(1, "entropy", "pixel").tolist() == [0, 1, 2, 3]
     assert group.signals["entropy"].lengths.tolist() == [7, 4]
@@ -61,7 +61,7 @@ def test_pixel_inputs_use_the_span_masks_for_agent_rollouts():
     votes = _two_step_group()
     for ro, traj in zip(votes.trajectories, ("2", "3")):
         assert ro.answer == traj
-    group = VoteGroup.from_tensors(["2", "2"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
+    group = QuestionVotes.from_tensors(["2", "2"], votes.texts, ["original"] * 2, votes.signals, votes.completion_mask)
     extra = pixel_inputs(None, votes, [group])
     assert extra[0]["decisive_masks"] == votes.decisive_token_masks()
 

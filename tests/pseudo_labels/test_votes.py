@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ttrl_lightning.answers import NO_ANSWER
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, VoteGroup, pseudo_label, vote_group
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, QuestionVotes, pseudo_label, question_votes
 
 #: options a labeler needs besides its votes
 NEEDS = {"random_reward": {"seed": 3}, "gold_reward": {"gold": "1/2"}, "self_harmony": {"w_f": 0.0}}
@@ -36,7 +36,7 @@ def _as_dicts(answers, texts, views, signals, mask):
 
 def test_from_tensors_keeps_the_own_tokens_left_aligned_and_widens_exactly():
     answers, texts, views, signals, mask = _engine_rows()
-    group = VoteGroup.from_tensors(answers, texts, views, signals, mask)
+    group = QuestionVotes.from_tensors(answers, texts, views, signals, mask)
     assert group.signals["entropy"].lengths.tolist() == mask.sum(1).tolist()
     for j in range(len(answers)):
         row = group.token_signal(j, "entropy", "t")
@@ -51,33 +51,33 @@ def test_from_tensors_keeps_the_own_tokens_left_aligned_and_widens_exactly():
 def test_every_labeler_decides_the_same_from_the_group_and_from_pool_dicts(method):
     for seed in range(3):
         rows = _engine_rows(seed=seed)
-        from_group = pseudo_label(method, VoteGroup.from_tensors(*rows), **NEEDS.get(method, {}))
+        from_group = pseudo_label(method, QuestionVotes.from_tensors(*rows), **NEEDS.get(method, {}))
         from_dicts = pseudo_label(method, _as_dicts(*rows), **NEEDS.get(method, {}))
         assert from_group == from_dicts
 
 
 def test_a_non_finite_value_inside_a_vote_is_refused_and_one_outside_is_not():
     answers, texts, views, signals, mask = _engine_rows()
-    VoteGroup.from_tensors(answers, texts, views, signals, mask)  # NaN off the mask: fine
+    QuestionVotes.from_tensors(answers, texts, views, signals, mask)  # NaN off the mask: fine
     j, k = 2, int(torch.nonzero(mask[2])[1])
     bad = dict(signals, logprob=signals["logprob"].clone())
     bad["logprob"][j, k] = float("inf")
     with pytest.raises(PseudoLabelError, match=r"rollouts\[2\]\.logprob holds inf at token 1"):
-        VoteGroup.from_tensors(answers, texts, views, bad, mask)
+        QuestionVotes.from_tensors(answers, texts, views, bad, mask)
 
 
 def test_a_signal_the_labeler_needs_but_the_group_lacks_is_named():
     answers, texts, views, signals, mask = _engine_rows()
-    group = VoteGroup.from_tensors(answers, texts, views, {"entropy": signals["entropy"]}, mask)
+    group = QuestionVotes.from_tensors(answers, texts, views, {"entropy": signals["entropy"]}, mask)
     with pytest.raises(PseudoLabelError, match=r"pixel: rollouts\[0\]\.logprob is missing"):
         pseudo_label("pixel", group)
 
 
 def test_gold_joins_the_votes_classes_and_a_group_passes_through():
     answers, texts, views, signals, mask = _engine_rows()
-    group = VoteGroup.from_tensors(answers, texts, views, signals, mask)
+    group = QuestionVotes.from_tensors(answers, texts, views, signals, mask)
     canon, gold = group.classes_with("\\frac{1}{2}")
     assert gold == "0.5" and canon == list(group.answers)
-    assert vote_group(group) is group
+    assert question_votes(group) is group
     with pytest.raises(ValueError, match="views must be"):
-        VoteGroup(("1",), (None,), ("rephrased",))
+        QuestionVotes(("1",), (None,), ("rephrased",))

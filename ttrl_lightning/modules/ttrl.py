@@ -8,7 +8,7 @@ records, as TTRL-on-verl labels in its reward stage:
                         samples for a labeler whose spec votes over the reframed view, ``self_harmony``:
                         prompt ``voting.fused_prompt_template.format(prompt=...)``, one generation each)
     score(votes, batch) labels: the votes are put in question order by one stable sort of their prompt index
-                        and cut into one columnar ``VoteGroup`` per question (canonical answers, texts, views,
+                        and cut into one columnar ``QuestionVotes`` per question (canonical answers, texts, views,
                         the engine's [N, T] signal tensors; no gold, no per-token lists) ->
                         ``pseudo_label(voting.labeler, ...)`` -> the labels' [Q, V * M] rewards and row masks
                         laid out on the rows trained on in one view/transpose (``trained_layout``): the
@@ -60,7 +60,7 @@ from ttrl_lightning.modules.specs import AdvantageSpec, EvalSpec, GRPOSpec, Samp
 from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import pseudo_label
-from ttrl_lightning.pseudo_labels.votes import VoteGroup
+from ttrl_lightning.pseudo_labels.votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.seeding import derive_seed
 
@@ -204,7 +204,7 @@ class TTRLModule(GRPOModule):
         ids = _question_ids(batch)
         views = self.vote_views(Q)
         choices = batch.get("choices") or [None] * Q
-        groups = self.vote_groups(votes, Q, views, choices)
+        groups = self.votes_by_question(votes, Q, views, choices)
         name = self.voting.labeler
         extra = self.labeler.inputs(self, votes, groups) if self.labeler.inputs else [{} for _ in groups]
         if self.labeler.reads_gold:  # the gold_reward control (module docstring)
@@ -239,9 +239,9 @@ class TTRLModule(GRPOModule):
         return RolloutRewards(trained_layout(rewards, V, M, N).to(device), group_mask.to(device),
                               trained_layout(row_mask, V, M, N).to(device), rollouts=trained, detail=step)
 
-    def vote_groups(self, votes: Rollouts, num_questions: int, views: Sequence[str],
-                    choices: Sequence) -> list[VoteGroup]:
-        """Each question's votes as one ``VoteGroup`` (no gold): the rows of its prompts (``views``: one per
+    def votes_by_question(self, votes: Rollouts, num_questions: int, views: Sequence[str],
+                    choices: Sequence) -> list[QuestionVotes]:
+        """Each question's votes as one ``QuestionVotes`` (no gold): the rows of its prompts (``views``: one per
         prompt, the questions' then their fused prompts'; prompt ``v * Q + q`` is question q's view v), in
         that order; each vote's answer read with ``answer_extractor``; the recorded ``signals`` on the vote's
         own tokens (``completion_mask``: an agent's observations left out), taken from the engine's tensors
@@ -269,7 +269,7 @@ class TTRLModule(GRPOModule):
 
         signals = {s: cut(votes.signals[s]) for s in self.signal_names}
         masks = cut(votes.completion_mask)
-        return [VoteGroup.from_tensors(answers[a:b], texts[a:b], view_of[a:b],
+        return [QuestionVotes.from_tensors(answers[a:b], texts[a:b], view_of[a:b],
                                        {s: signals[s][q] for s in self.signal_names}, masks[q])
                 for q, (a, b) in enumerate(zip(starts, starts[1:]))]
 
@@ -403,7 +403,7 @@ class TTRLModule(GRPOModule):
                  "choices": [q.get("choices") for q in questions]}
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
         votes = self.sample_votes(batch["prompt"], seed)
-        groups = self.vote_groups(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
+        groups = self.votes_by_question(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
         fitted = self.labeler.calibration(self, votes, groups, [str(q["gold"]) for q in questions],
                                           batch["choices"])
         return {"options": fitted, "num_questions": len(questions)}

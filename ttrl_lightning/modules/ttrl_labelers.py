@@ -10,7 +10,7 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
 * ``advantage``: its advantage rule when ``AdvantageSpec.rule`` is None (``pixel``: Pixelis appendix 6's
   EMA baseline; the others GRPO's group-relative one);
 * ``inputs``: ``fn(module, votes, groups) -> [per-question kwargs]`` (``votes`` the engine's ``Rollouts``,
-  ``groups`` each question's ``VoteGroup``) for inputs that need the token ids,
+  ``groups`` each question's ``QuestionVotes``) for inputs that need the token ids,
   the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
 * ``calibration``: ``fn(module, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
@@ -34,7 +34,7 @@ from typing import Callable
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool_schema import VIEWS
-from ttrl_lightning.pseudo_labels.votes import VoteGroup
+from ttrl_lightning.pseudo_labels.votes import QuestionVotes
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts
 from ttrl_lightning.rollout.base import Rollouts
@@ -72,7 +72,7 @@ def labeler_spec(name: str) -> LabelerSpec:
 
 
 # ---------------------------------------------------------------------- pixel: inputs and calibration
-def pixel_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]:
+def pixel_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
     """Decisive-token masks, Dawid-Skene slot reliabilities over the batch and, for agent rollouts with tool
     steps, each rollout's VisFid (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question
     with none as neutral).
@@ -121,7 +121,7 @@ def pixel_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]
     return out
 
 
-def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: list[str], choices: list) -> dict:
+def pixel_calibration(module, votes: Rollouts, groups: list[QuestionVotes], golds: list[str], choices: list) -> dict:
     """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split, on the score the
     training steps apply: the same :func:`pixel_inputs` (decisive masks, reliabilities and, for agent rollouts
     with tool steps, VisFid), so the weights w_j = exp(-H_j) Cal_j VisFid_j r_j whose conformal coverage is
@@ -145,7 +145,7 @@ def pixel_calibration(module, votes: Rollouts, groups: list[VoteGroup], golds: l
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
-def random_reward_inputs(module, votes: Rollouts, groups: list[VoteGroup]) -> list[dict]:
+def random_reward_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
     """Each question's ``random_reward`` seed, derived from the policy seed, the step, the question's place in
     the batch and the rank: the same run draws the same rewards, every step and question new ones."""
     from ttrl_lightning.seeding import derive_seed

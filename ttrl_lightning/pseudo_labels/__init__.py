@@ -1,10 +1,10 @@
 """Pseudo-labelers for test-time RL: one question's rollouts -> a pseudo-label and one reward per rollout.
 
 ``pseudo_label(method, rollouts, **options) -> PseudoLabel``; ``method`` is a name in
-:data:`PSEUDO_LABELERS`. Every labeler reads one question's votes as a :class:`~.votes.VoteGroup` (columns:
-canonical answers, texts, views, ``[N, T]`` per-token signals); ``rollouts`` is that group (``TTRLModule``
+:data:`PSEUDO_LABELERS`. Every labeler reads one question's votes as a :class:`~.votes.QuestionVotes` (columns:
+canonical answers, texts, views, ``[J, T]`` per-token signals); ``rollouts`` is that group (``TTRLModule``
 builds it from the engine's tensors) or a list of pool-schema dicts (:mod:`ttrl_lightning.data.pool_schema`:
-``answer`` / ``text`` / ``view`` and optional per-token arrays), read into one by ``rollouts.vote_group``.
+``answer`` / ``text`` / ``view`` and optional per-token arrays), read into one by ``rollouts.question_votes``.
 Every labeler also takes ``choices`` for multiple-choice answer extraction from dicts.
 
 ==================  ===============================================================  ======================
@@ -29,11 +29,11 @@ from ..answers.fused_format import FUSED_SECTIONS, fused_format_score, fused_tem
 from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError, pseudo_label
 from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,
                     fit_temperature, pixel_label)
-from .rollouts import vote_group
+from .rollouts import question_votes
 from .self_harmony import DIVERSITY_PENALTIES, js_consistency_penalty, sharpness_penalty
-from .votes import TokenColumn, VoteGroup
+from .votes import TokenColumn, QuestionVotes
 
 __all__ = ["PSEUDO_LABELERS", "PseudoLabel", "PseudoLabelError", "pseudo_label", "DIVERSITY_PENALTIES",
            "js_consistency_penalty", "sharpness_penalty", "FUSED_SECTIONS", "fused_format_score",
            "fused_template", "PixelCalibration", "batch_reliability", "calibrate_pixel",
-           "decisive_token_mask", "fit_temperature", "pixel_label", "TokenColumn", "VoteGroup", "vote_group"]
+           "decisive_token_mask", "fit_temperature", "pixel_label", "TokenColumn", "QuestionVotes", "question_votes"]

@@ -15,16 +15,16 @@ import random
 
 from ..answers import NO_ANSWER
 from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
-from .rollouts import vote_group
+from .rollouts import question_votes
 from .votes import matches
 
 __all__ = ["random_reward", "gold_reward"]
 
 
 @PSEUDO_LABELERS.register("random_reward")
-def random_reward(rollouts, *, choices=None, seed: int, p: float = 0.5) -> PseudoLabel:
+def random_reward(votes, *, choices=None, seed: int, p: float = 0.5) -> PseudoLabel:
     """Bernoulli(``p``) rewards from ``random.Random(seed)``, one per rollout in order; see the module docstring."""
-    group = vote_group(rollouts, choices, "random_reward")
+    group = question_votes(votes, choices, "random_reward")
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
         raise PseudoLabelError(f"random_reward: p must be a probability in [0, 1], got {p!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -35,9 +35,9 @@ def random_reward(rollouts, *, choices=None, seed: int, p: float = 0.5) -> Pseud
 
 
 @PSEUDO_LABELERS.register("gold_reward")
-def gold_reward(rollouts, *, choices=None, gold: str) -> PseudoLabel:
+def gold_reward(votes, *, choices=None, gold: str) -> PseudoLabel:
     """The gold answer as the label and ``1[y_i = gold]`` as the reward; see the module docstring."""
-    group = vote_group(rollouts, choices, "gold_reward")
+    group = question_votes(votes, choices, "gold_reward")
     if gold is None or not str(gold).strip():
         raise PseudoLabelError("gold_reward needs the question's gold answer, got none")
     gold = str(gold).strip()

@@ -13,22 +13,22 @@ from __future__ import annotations
 
 from ..signals import self_certainty_score
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import vote_group
+from .rollouts import question_votes
 
 __all__ = ["self_certainty_reward", "entropy_reward"]
 
 
 @PSEUDO_LABELERS.register("self_certainty")
-def self_certainty_reward(rollouts, *, choices=None) -> PseudoLabel:
+def self_certainty_reward(votes, *, choices=None) -> PseudoLabel:
     """Intuitor: reward = mean token self-certainty; needs per-token ``self_certainty`` on every rollout."""
-    group = vote_group(rollouts, choices, "self_certainty")
+    group = question_votes(votes, choices, "self_certainty")
     rewards = [float(self_certainty_score(x)) for x in group.token_signals("self_certainty", "self_certainty")]
     return PseudoLabel(None, rewards, False, {"reward": "mean token self-certainty (Intuitor)"})
 
 
 @PSEUDO_LABELERS.register("entropy")
-def entropy_reward(rollouts, *, choices=None) -> PseudoLabel:
+def entropy_reward(votes, *, choices=None) -> PseudoLabel:
     """RENT: reward = -mean token entropy; needs per-token ``entropy`` on every rollout."""
-    group = vote_group(rollouts, choices, "entropy")
+    group = question_votes(votes, choices, "entropy")
     rewards = [-float(x.mean()) for x in group.token_signals("entropy", "entropy")]
     return PseudoLabel(None, rewards, False, {"reward": "minus mean token entropy (RENT)"})

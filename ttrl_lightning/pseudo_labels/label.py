@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 from ..errors import UserError
 from ..registry import Registry
@@ -40,15 +40,15 @@ class PseudoLabel:
             raise ValueError(f"row_mask has {len(self.row_mask)} entries for {len(self.rewards)} rewards")
 
 
-#: ``name -> labeler(rollouts, *, choices=None, **options) -> PseudoLabel``; ``rollouts`` is a
-#: ``votes.VoteGroup`` or a list of pool-schema rollout dicts (``rollouts.vote_group`` reads either)
+#: ``name -> labeler(votes, *, choices=None, **options) -> PseudoLabel``; ``votes`` (one question's) is a
+#: ``votes.QuestionVotes`` or a list of pool-schema rollout dicts (``rollouts.question_votes`` reads either)
 PSEUDO_LABELERS: Registry[Callable[..., PseudoLabel]] = Registry("pseudo-labeler")
 
 
-def pseudo_label(method: str, rollouts: Sequence[dict], **kw) -> PseudoLabel:
-    """Apply the pseudo-labeler ``method`` (a name in :data:`PSEUDO_LABELERS`) to one question's rollouts (a
-    ``votes.VoteGroup`` or pool-schema rollout dicts).
+def pseudo_label(method: str, votes, **kw) -> PseudoLabel:
+    """Apply the pseudo-labeler ``method`` (a name in :data:`PSEUDO_LABELERS`) to one question's votes (a
+    ``votes.QuestionVotes`` or pool-schema rollout dicts).
 
     Unknown names raise ``KeyError`` listing the known ones.
     """
-    return PSEUDO_LABELERS[method](rollouts, **kw)
+    return PSEUDO_LABELERS[method](votes, **kw)

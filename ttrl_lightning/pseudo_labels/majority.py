@@ -8,8 +8,8 @@ classes, ``answers.canonical_answer_classes``); reward ``r_i = 1[y_i = y*]``.
 * Unextractable answers share one label (:data:`~ttrl_lightning.answers.NO_ANSWER`, TTRL's "None"); when
   it wins the vote the question abstains (``label=None``, all rewards 0), otherwise unextractable rollouts
   get reward 0.
-* ``info``: ``majority_ratio`` (TTRL's name: winner's votes / N, N here every vote the labeler is given,
-  i.e. all M votes of the question, not the N trained; computed also when abstaining),
+* ``info``: ``majority_ratio`` (TTRL's name: winner's votes / J, J every vote the labeler is given, i.e.
+  all M votes of the question, not the N trained; computed also when abstaining),
   ``support`` (answer -> votes), ``margin`` (normalised vote margin).
 """
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Sequence
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
 from .label import PSEUDO_LABELERS, PseudoLabel
-from .rollouts import vote_group
+from .rollouts import question_votes
 from .votes import matches
 
 __all__ = ["majority_label", "majority_from_answers"]
@@ -37,6 +37,6 @@ def majority_from_answers(answers: Sequence[str]) -> PseudoLabel:
 
 
 @PSEUDO_LABELERS.register("majority")
-def majority_label(rollouts, *, choices=None) -> PseudoLabel:
+def majority_label(votes, *, choices=None) -> PseudoLabel:
     """TTRL majority vote over all given rollouts (every view pooled); see the module docstring."""
-    return majority_from_answers(vote_group(rollouts, choices, "majority").answers)
+    return majority_from_answers(question_votes(votes, choices, "majority").answers)

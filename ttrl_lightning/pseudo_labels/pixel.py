@@ -4,7 +4,7 @@ Its parts live beside it: the decisive tokens (:mod:`.pixel_decisive`), temperat
 (:mod:`.pixel_temperature`), Dawid-Skene reliabilities (:mod:`.pixel_reliability`) and near-duplicates
 (:mod:`.pixel_duplicates`); this module is the labeler and its dev-cal calibration, and re-exports them.
 
-For one question's ``N`` rollouts (pool schema, every rollout with per-token ``entropy`` and ``logprob``):
+For one question's ``J`` rollouts (pool schema, every rollout with per-token ``entropy`` and ``logprob``):
 
 1. decisive tokens ``D_j`` of rollout ``j`` (``decisive_masks``, default every token; see
    :func:`decisive_token_mask` for the decisive steps of a tool-using trace);
@@ -64,8 +64,8 @@ from .pixel_duplicates import duplicate_row_mask, rollout_similarity
 from .pixel_reliability import batch_reliability
 from .pixel_temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
                                 temperature_scale)
-from .rollouts import vote_group
-from .votes import VoteGroup, matches
+from .rollouts import question_votes
+from .votes import QuestionVotes, matches
 
 __all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
            "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",
@@ -108,8 +108,8 @@ def _per_rollout(values, n: int, name: str, upper: float | None = None) -> list[
     return [float(v) for v in vals]
 
 
-def _signals(group: VoteGroup, decisive_masks, temperature: float):
-    """``(H [N], p [N], Cal [N])`` of a question's votes."""
+def _signals(group: QuestionVotes, decisive_masks, temperature: float):
+    """``(H [J], p [J], Cal [J])`` of a question's votes."""
     n = len(group)
     masks = _check_masks(decisive_masks, n)
     h, p = [], []
@@ -122,7 +122,7 @@ def _signals(group: VoteGroup, decisive_masks, temperature: float):
 
 
 @PSEUDO_LABELERS.register("pixel")
-def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
+def pixel_label(votes, *, choices=None, delta: float = 0.1,
                 conformal_qhat: float | None = None, temperature: float = 1.0,
                 reliability: Sequence[float] | None = None,
                 decisive_masks: Sequence[Sequence[bool] | None] | None = None,
@@ -133,17 +133,17 @@ def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
     docstring for the formulas, the decisive steps and the near-duplicate reading.
 
     Args:
-        rollouts: one question's votes (``votes.VoteGroup`` or rollout dicts); each needs per-token
+        rollouts: one question's votes (``votes.QuestionVotes`` or rollout dicts); each needs per-token
             ``entropy`` and ``logprob``.
         choices: multiple-choice options for answer extraction.
         delta: abstain when the normalised weighted vote margin is below ``delta`` (ties always abstain).
         conformal_qhat: split-conformal threshold (:func:`calibrate_pixel`); abstain unless the set is a
             single answer. ``None``: no conformal set.
         temperature: ``T`` of ``Cal_j = sigmoid(logit(p_j) / T)`` (:func:`fit_temperature`).
-        reliability: ``[N]`` Dawid-Skene ``r_j`` (:func:`batch_reliability`); ``None``: all 1.
-        decisive_masks: ``[N]`` per-token bool masks (:func:`decisive_token_mask`), a ``None`` entry or
+        reliability: ``[J]`` Dawid-Skene ``r_j`` (:func:`batch_reliability`); ``None``: all 1.
+        decisive_masks: ``[J]`` per-token bool masks (:func:`decisive_token_mask`), a ``None`` entry or
             ``None``: every token decisive.
-        visual_fidelity: ``[N]`` ``VisFid_j`` in ``[0, 1]``; ``None``: neutral (1.0).
+        visual_fidelity: ``[J]`` ``VisFid_j`` in ``[0, 1]``; ``None``: neutral (1.0).
         duplicate_threshold: reject from the update a rollout whose 3-gram Jaccard similarity to an earlier
             kept rollout exceeds it (``PseudoLabel.row_mask``); ``None``: off.
         majority_entropy_max: the paper's "low-entropy majority (< 0.2)" gate (Pixelis sec. 3.2.3,
@@ -153,7 +153,7 @@ def pixel_label(rollouts, *, choices=None, delta: float = 0.1,
             this asks for near-unanimity: 15 of 16 votes give 0.234, 7 of 8 give 0.377. ``None`` (default):
             off, the weighted vote and its abstention rules alone decide.
     """
-    group = vote_group(rollouts, choices, METHOD)
+    group = question_votes(votes, choices, METHOD)
     n = len(group)
     temperature = _check_temperature(temperature)
     _check_number("delta", delta, upper=1.0)
@@ -237,7 +237,7 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
     ``pixel_label`` would compare it).
 
     Args:
-        groups: one ``votes.VoteGroup`` (or list of pool-schema rollouts) per dev-cal question.
+        groups: one ``votes.QuestionVotes`` (or list of pool-schema rollouts) per dev-cal question.
         golds: one gold answer per question.
         alpha: conformal miscoverage level.
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
@@ -273,7 +273,7 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         if not isinstance(gold, str) or not gold.strip() or gold == NO_ANSWER:
             raise PseudoLabelError(f"{METHOD}: golds[{g}] must be a non-empty answer string, got {gold!r}")
         try:
-            votes = vote_group(group, choices_g[g], METHOD)
+            votes = question_votes(group, choices_g[g], METHOD)
             ans, gold_c = votes.classes_with(gold)
             _, p, _ = _signals(votes, opts["decisive_masks"][g], 1.0)
         except PseudoLabelError as e:

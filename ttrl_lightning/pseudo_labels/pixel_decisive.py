@@ -8,7 +8,7 @@ from typing import Sequence
 import torch
 
 from .label import PseudoLabelError
-from .votes import VoteGroup
+from .votes import QuestionVotes
 
 __all__ = ["decisive_token_mask", "SIGN_SLACK"]
 
@@ -66,7 +66,7 @@ def decisive_token_mask(completion_ids: Sequence[int], call_start_id: int, call_
     return mask if any(mask) else [True] * len(ids)
 
 
-def _decisive(group: VoteGroup, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
+def _decisive(group: QuestionVotes, j: int, masks) -> tuple[torch.Tensor, torch.Tensor]:
     """Vote ``j``'s decisive-token entropy and log-probability arrays, every error naming the field."""
     ent = group.token_signal(j, "entropy", "pixel")
     lp = group.token_signal(j, "logprob", "pixel")

@@ -2,7 +2,7 @@
 similarity; a rollout too similar to an earlier kept one leaves the update (``PseudoLabel.row_mask``)."""
 from __future__ import annotations
 
-from .votes import VoteGroup
+from .votes import QuestionVotes
 
 __all__ = ["rollout_similarity", "duplicate_row_mask"]
 
@@ -19,7 +19,7 @@ def rollout_similarity(a: str, b: str) -> float:
     return len(ga & gb) / len(ga | gb)
 
 
-def duplicate_row_mask(group: VoteGroup, threshold: float | None) -> list[bool]:
+def duplicate_row_mask(group: QuestionVotes, threshold: float | None) -> list[bool]:
     """Per vote, False when its similarity to an earlier kept vote exceeds ``threshold`` (None: all True)."""
     if threshold is None:
         return [True] * len(group)

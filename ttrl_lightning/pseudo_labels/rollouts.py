@@ -1,10 +1,10 @@
-"""Reading one question's rollouts given as pool-schema dicts into the :class:`~.votes.VoteGroup` labelers read.
+"""Reading one question's rollouts given as pool-schema dicts into the :class:`~.votes.QuestionVotes` labelers read.
 
 A rollout is a dict as in :mod:`ttrl_lightning.data.pool_schema` (what a pool file holds): ``answer``
 (``None``: extracted from ``text``), ``text``, ``view`` (``"original"`` / ``"reframed"``, absent: original)
 and optional per-token arrays (``entropy``, ``self_certainty``, ``logprob``, ``visual_engagement``,
 ``image_attention``). Every error names the rollout (``rollouts[j]``) and the field. An engine's rollouts
-skip the dicts (``VoteGroup.from_tensors``).
+skip the dicts (``QuestionVotes.from_tensors``).
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from ..answers import extract_answer
 from ..data.pool_schema import TOKEN_FIELDS, VIEWS, PoolError, token_array
 from ..errors import checked_list
 from .label import PseudoLabelError
-from .votes import TokenColumn, VoteGroup
+from .votes import TokenColumn, QuestionVotes
 
-__all__ = ["PseudoLabelError", "vote_group", "check_rollouts", "canonical_answers"]
+__all__ = ["PseudoLabelError", "question_votes", "check_rollouts", "canonical_answers"]
 
 
 def check_rollouts(rollouts: Sequence[dict], method: str) -> list[dict]:
@@ -27,13 +27,13 @@ def check_rollouts(rollouts: Sequence[dict], method: str) -> list[dict]:
                         empty_hint=" (one question needs at least one rollout)")
 
 
-def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str = "pseudo-labeler") -> VoteGroup:
-    """The :class:`VoteGroup` a labeler reads: ``rollouts`` itself when it is one (its answers were read when
+def question_votes(rollouts: QuestionVotes | Sequence[dict], choices=None, method: str = "pseudo-labeler") -> QuestionVotes:
+    """The :class:`QuestionVotes` a labeler reads: ``rollouts`` itself when it is one (its answers were read when
     it was built; ``choices`` is then unused), else the group of the checked rollout dicts: each answer read
     (``answer``, else extracted from ``text`` with ``choices``), each view, and every per-token array given,
     used or not (a NaN means the rollouts are corrupt: the group refuses it, and the message is prefixed with
     ``method``)."""
-    if isinstance(rollouts, VoteGroup):
+    if isinstance(rollouts, QuestionVotes):
         return rollouts
     rollouts = check_rollouts(rollouts, method)
     texts = [_text(ro, j, method) for j, ro in enumerate(rollouts)]
@@ -51,14 +51,14 @@ def vote_group(rollouts: VoteGroup | Sequence[dict], choices=None, method: str =
                     values[j, :r.numel()] = r
             columns[name] = TokenColumn(values, lengths)
     try:
-        return VoteGroup(tuple(raw), tuple(texts), tuple(views), columns)
+        return QuestionVotes(tuple(raw), tuple(texts), tuple(views), columns)
     except PseudoLabelError as err:
         raise PseudoLabelError(f"{method}: {err}") from None
 
 
 def canonical_answers(rollouts: Sequence[Mapping], choices=None, method: str = "pseudo-labeler") -> list[str]:
-    """Each rollout's answer replaced by its equivalence class's representative (``VoteGroup.answers``)."""
-    return list(vote_group(rollouts, choices, method).answers)
+    """Each rollout's answer replaced by its equivalence class's representative (``QuestionVotes.answers``)."""
+    return list(question_votes(rollouts, choices, method).answers)
 
 
 def _text(ro: Mapping, j: int, method: str) -> str | None:

@@ -49,8 +49,8 @@ from ..registry import Registry
 from ..answers.fused_format import fused_format_score
 from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .majority import majority_from_answers
-from .rollouts import vote_group
-from .votes import VoteGroup, matches
+from .rollouts import question_votes
+from .votes import QuestionVotes, matches
 
 __all__ = ["self_harmony_label", "DIVERSITY_PENALTIES", "js_consistency_penalty", "sharpness_penalty"]
 
@@ -105,7 +105,7 @@ def _check_weight(name: str, w: float) -> float:
     return float(w)
 
 
-def _format_scores(group: VoteGroup, reframed: list[int], format_scores, w_f: float) -> list[float]:
+def _format_scores(group: QuestionVotes, reframed: list[int], format_scores, w_f: float) -> list[float]:
     if format_scores is not None:
         scores = list(format_scores)
         if len(scores) != len(reframed):
@@ -126,7 +126,7 @@ def _format_scores(group: VoteGroup, reframed: list[int], format_scores, w_f: fl
 
 
 @PSEUDO_LABELERS.register("self_harmony")
-def self_harmony_label(rollouts, *, choices=None, w_f: float = 0.3, w_d: float = 0.2,
+def self_harmony_label(votes, *, choices=None, w_f: float = 0.3, w_d: float = 0.2,
                        penalty: str = "js", sharpness_target: float = 4, laplace: bool = False,
                        unextractable_in_denominator: bool = True, warmup_majority: bool = False,
                        format_scores: Sequence[float] | None = None) -> PseudoLabel:
@@ -134,7 +134,7 @@ def self_harmony_label(rollouts, *, choices=None, w_f: float = 0.3, w_d: float =
 
     Needs at least one rollout of each view. Rewards are returned in the order the rollouts were given.
     """
-    group = vote_group(rollouts, choices, "self_harmony")
+    group = question_votes(votes, choices, "self_harmony")
     w_f, w_d = _check_weight("w_f", w_f), _check_weight("w_d", w_d)
     penalty_fn = DIVERSITY_PENALTIES[penalty]
     original, reframed = group.view_rows(VIEWS[0]), group.view_rows(VIEWS[1])

@@ -22,17 +22,17 @@ from ..consensus import aggregate
 from ..signals import calibrate_confidence, visconf_score
 from .label import PSEUDO_LABELERS, PseudoLabel
 from .label import PseudoLabelError
-from .rollouts import vote_group
+from .rollouts import question_votes
 from .votes import matches
 
 __all__ = ["visconf_label"]
 
 
 @PSEUDO_LABELERS.register("visconf")
-def visconf_label(rollouts, *, choices=None, alpha: float | None = None,
+def visconf_label(votes, *, choices=None, alpha: float | None = None,
                   eps: float = 1e-6) -> PseudoLabel:
     """VisConf + RWC pseudo-label; see the module docstring. ``alpha``: ``None`` for ``Z = V C``."""
-    group = vote_group(rollouts, choices, "visconf")
+    group = question_votes(votes, choices, "visconf")
     n = len(group)
     sc = group.token_signals("self_certainty", "visconf")
     have_v = group.has("visual_engagement")

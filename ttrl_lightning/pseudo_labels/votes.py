@@ -1,22 +1,23 @@
 """One question's votes as columns: what every pseudo-labeler reads.
 
-A :class:`VoteGroup` holds the ``N`` votes of one question:
+A :class:`QuestionVotes` holds the ``J`` votes of one question (every view; in a TTRL step J = M times the
+number of views, and N, the rows trained on, is the module's business):
 
-* ``answers`` ``[N]``: each vote's answer as its equivalence class's representative
+* ``answers`` ``[J]``: each vote's answer as its equivalence class's representative
   (``answers.canonical_answer_classes``), so that string equality is answer equivalence; unextractable
   answers are :data:`~ttrl_lightning.answers.NO_ANSWER`. ``raw_answers`` are the answers as extracted;
-* ``texts`` ``[N]`` (``None`` where not given), ``views`` ``[N]`` (one of the pool schema's ``VIEWS``);
+* ``texts`` ``[J]`` (``None`` where not given), ``views`` ``[J]`` (one of the pool schema's ``VIEWS``);
 * ``signals``: per-token signal name (``data.pool_schema.TOKEN_FIELDS``) -> :class:`TokenColumn`, a
-  ``[N, T]`` float64 tensor of each vote's tokens, left-aligned, and ``lengths`` ``[N]`` (0: the vote has
+  ``[J, T]`` float64 tensor of each vote's tokens, left-aligned, and ``lengths`` ``[J]`` (0: the vote has
   no such signal). Every value inside the lengths is finite: a NaN means the votes are corrupt, and a label
   built beside it is not to be trusted, so the group refuses it (:class:`PseudoLabelError` naming the vote,
   the signal and the token) whether the labeler reads that signal or not.
 
 Two ways in, one check:
 
-* ``rollouts.vote_group`` from pool-schema rollout dicts (what a pool file and a user's own code hold; the
+* ``rollouts.question_votes`` from pool-schema rollout dicts (what a pool file and a user's own code hold; the
   dicts are checked as :mod:`.rollouts` says, every error naming ``rollouts[j]`` and the field);
-* :meth:`VoteGroup.from_tensors` from an engine's ``[N, T]`` signal tensors and completion mask, with no
+* :meth:`QuestionVotes.from_tensors` from an engine's ``[J, T]`` signal tensors and completion mask, with no
   per-token lists between the engine and the labeler (``TTRLModule`` builds its groups this way). The schema
   validation of a file stays at the file boundary (``data.pool_schema``).
 
@@ -34,13 +35,13 @@ from ..answers import NO_ANSWER, canonical_answer_classes
 from ..data.pool_schema import TOKEN_FIELDS, VIEWS
 from .label import PseudoLabelError
 
-__all__ = ["TokenColumn", "VoteGroup", "matches"]
+__all__ = ["TokenColumn", "QuestionVotes", "matches"]
 
 
 @dataclass(frozen=True)
 class TokenColumn:
-    """One per-token signal of a question's ``N`` votes: ``values`` ``[N, T]`` float64, each vote's tokens
-    left-aligned and 0 beyond ``lengths[j]``; ``lengths`` ``[N]`` int64 (0: vote ``j`` has no such signal)."""
+    """One per-token signal of a question's ``J`` votes: ``values`` ``[J, T]`` float64, each vote's tokens
+    left-aligned and 0 beyond ``lengths[j]``; ``lengths`` ``[J]`` int64 (0: vote ``j`` has no such signal)."""
 
     values: torch.Tensor
     lengths: torch.Tensor
@@ -54,7 +55,7 @@ class TokenColumn:
 
 
 @dataclass(frozen=True)
-class VoteGroup:
+class QuestionVotes:
     """One question's votes, column by column (see the module docstring)."""
 
     raw_answers: tuple[str, ...]
@@ -87,9 +88,9 @@ class VoteGroup:
 
     @classmethod
     def from_tensors(cls, answers: Sequence[str], texts: Sequence[str | None], views: Sequence[str],
-                     signals: Mapping[str, torch.Tensor], mask: torch.Tensor) -> "VoteGroup":
-        """A group from an engine's rows: ``signals`` name -> ``[N, L]`` values on the completion positions,
-        ``mask`` ``[N, L]`` the positions that are the vote's own tokens (an agent's observations are not:
+                     signals: Mapping[str, torch.Tensor], mask: torch.Tensor) -> "QuestionVotes":
+        """A group from an engine's rows: ``signals`` name -> ``[J, L]`` values on the completion positions,
+        ``mask`` ``[J, L]`` the positions that are the vote's own tokens (an agent's observations are not:
         they are dropped and the rest left-aligned, as a pool file stores them)."""
         mask = mask.bool().cpu()
         lengths = mask.sum(dim=1).to(torch.int64)
@@ -125,7 +126,7 @@ class VoteGroup:
 
     def classes_with(self, answer: str) -> tuple[list[str], str]:
         """The votes' canonical answers with ``answer`` (a gold answer) joining their classes:
-        ``(answers [N], answer's representative)``, compared as the votes are compared with each other."""
+        ``(answers [J], answer's representative)``, compared as the votes are compared with each other."""
         ids, reps = canonical_answer_classes([*self.raw_answers, answer])
         canon = [reps[c] for c in ids]
         return canon[:-1], canon[-1]
