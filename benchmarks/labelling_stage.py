@@ -66,7 +66,7 @@ def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
 def former_vote_groups(module, votes, num_questions, views, choices):
     """The former ``TTRLModule.votes_by_question``: a ``torch.nonzero`` per question and view."""
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
-    from ttrl_lightning.pseudo_labels.votes import QuestionVotes
+    from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 
     extract = ANSWER_EXTRACTORS[module.voting.answer_extractor]
     prompt_of = votes.group.cpu()
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def module_layout(module, labels, Q, V, M, N):
     """Ours: the layout of ``TTRLModule.label_votes`` on labels already computed."""
-    from ttrl_lightning.modules.ttrl import trained_layout
+    from ttrl_lightning.modules.ttrl.module import trained_layout
 
     rewards = torch.tensor([lab.rewards for lab in labels], dtype=torch.float32)
     rows = torch.tensor([lab.row_mask if lab.row_mask is not None else [True] * (V * M) for lab in labels])

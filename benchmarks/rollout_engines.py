@@ -188,7 +188,8 @@ def ttrl_steps(args, engine_name: str) -> dict:
                                                 "max_model_len": args.max_model_len}
     pl.seed_everything(args.seed)
     module = TTRLModule(policy=PolicySpec(model=args.model, lr=1e-6, seed=args.seed, dtype=args.dtype),
-                        num_votes=args.n, num_generations=max(args.n // 2, 1), answer_extractor="last_number",
+                        voting={"num_votes": args.n, "num_trained": max(args.n // 2, 1),
+                                "answer_extractor": "last_number"},
                         engine=engine,
                         sampling=SamplingSpec(max_new_tokens=args.new_tokens, temperature=args.temperature),
                         grpo=GRPOSpec(kl_coef=0.0, reference="none"))

@@ -43,7 +43,7 @@ def _package_imports(path: pathlib.Path) -> set[str]:
 
 
 def _files(package: str) -> list[pathlib.Path]:
-    return sorted(pathlib.Path(importlib.import_module(f"ttrl_lightning.{package}").__file__).parent.glob("*.py"))
+    return sorted(pathlib.Path(importlib.import_module(f"ttrl_lightning.{package}").__file__).parent.rglob("*.py"))
 
 
 @pytest.mark.parametrize("package", sorted(ALLOWED))

@@ -19,7 +19,7 @@ import yaml
 from transformers.distributed.fsdp import is_fsdp_managed_module
 
 from ttrl_lightning.callbacks import EMAAnchor
-from ttrl_lightning.modules.sharding import (
+from ttrl_lightning.modules.fsdp import (
     checkpoint_entry,
     full_state_dict,
     local_tensor,

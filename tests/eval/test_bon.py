@@ -4,7 +4,7 @@ import torch
 
 from ttrl_lightning.data.simulate import simulate_pool
 from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
-from ttrl_lightning.eval.reference import evaluate_question
+from ttrl_lightning.eval.bon_oracle import evaluate_question
 from ttrl_lightning.eval.subsets import fixed_subsets
 
 

@@ -259,7 +259,7 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
     assert moved > 1e-4  # group 0's rows do contribute when they are not masked
 
 
-def test_rewards_hook_must_return_rollout_rewards():
+def test_score_hook_must_return_rollout_rewards():
     class Bare(GRPOModule):
         def score(self, rollouts, batch):
             return torch.zeros(rollouts.completion_ids.shape[0])

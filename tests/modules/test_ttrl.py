@@ -11,10 +11,10 @@ from ttrl_lightning.answers import last_number
 from ttrl_lightning.data.datamodules import collate_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
-from ttrl_lightning.modules.records import VoteStep
+from ttrl_lightning.modules.step_records import VoteStep
 from ttrl_lightning.modules.specs import VotingSpec
-from ttrl_lightning.modules.ttrl_monitor import ttrl_metrics
-from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_label
+from ttrl_lightning.modules.ttrl.monitor import ttrl_metrics
+from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, pseudo_label
 from ttrl_lightning.rollout import Rollouts, SamplingParams
 
 TINY = PolicySpec(model="tiny:qwen2", lr=1e-2)
@@ -124,7 +124,7 @@ def test_monitoring_metrics_by_hand():
     # a continuous or random reward says nothing about correctness: no reward accuracy for it
     assert "reward_accuracy" not in ttrl_metrics(step, BATCH["gold"], None, c, step_index=3,
                                                  rewards_are_labels=False)
-    from ttrl_lightning.modules.ttrl_labelers import labeler_spec
+    from ttrl_lightning.modules.ttrl.labelers import labeler_spec
 
     labelling = ("majority", "self_harmony", "pixel", "visconf", "gold_reward")
     assert [labeler_spec(n).labels for n in labelling] == [True] * 5
@@ -248,7 +248,7 @@ def test_the_module_keeps_no_step_result_between_hooks():
 
 
 def test_pixel_gets_decisive_masks_reliability_and_its_labels():
-    from ttrl_lightning.pseudo_labels.pixel import batch_reliability
+    from ttrl_lightning.pseudo_labels.pixel.labeler import batch_reliability
 
     m = _module(SCRIPT, voting={"labeler": "pixel", "options": {"delta": 0.05}})
     assert m.advantage.rule == m.hparams.advantage["rule"] == "ema_baseline" and m.signal_names == ("entropy", "logprob")
@@ -273,7 +273,7 @@ def test_pixel_gets_decisive_masks_reliability_and_its_labels():
 
 def test_flip_answers_perturbation_rewrites_a_share_of_each_group_and_rescores_it():
     from ttrl_lightning.modules.perturbations import rewrite_answer, wrong_answer
-    from ttrl_lightning.rollout.signals import replay_token_signals
+    from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
     script = {"1+4=": ["\\boxed{5}"] * 6, "3+3=": ["x \\boxed{6}", "7", "\\boxed{6}", "6", "6", "\\boxed{6}"]}
     m = _module(script, voting={"labeler": "pixel"}, perturbation={"name": "flip_answers", "share": 0.5})

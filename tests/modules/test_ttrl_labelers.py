@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ttrl_lightning.data.pool import VIEWS
-from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec, pixel_inputs
+from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, labeler_spec, pixel_inputs
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, QuestionVotes, decisive_token_mask
 from ttrl_lightning.rollout.agent import AgentRollouts, Trajectory
 from ttrl_lightning.rollout.records import records_from_rollouts
@@ -80,7 +80,7 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     from types import SimpleNamespace
 
     from ttrl_lightning.modules import ttrl_labelers
-    from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
+    from ttrl_lightning.pseudo_labels.pixel.labeler import calibrate_pixel
 
     def ro(answer, h, lp):
         return {"answer": answer, "text": answer, "entropy": [h], "logprob": [lp]}

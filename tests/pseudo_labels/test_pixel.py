@@ -8,7 +8,7 @@ import torch
 from ttrl_lightning.consensus import conformal_threshold
 from ttrl_lightning.pseudo_labels import (PseudoLabelError, batch_reliability, calibrate_pixel,
                                           decisive_token_mask, fit_temperature, pseudo_label)
-from ttrl_lightning.pseudo_labels.pixel import rollout_similarity
+from ttrl_lightning.pseudo_labels.pixel.labeler import rollout_similarity
 
 LN_HALF = math.log(0.5)  # p = exp(mean logprob) = 0.5 exactly -> Cal = 0.5 at any T
 
@@ -315,7 +315,7 @@ def test_fit_temperature_recovers_a_known_temperature(t_true):
 
 def test_fit_temperature_edges(caplog):
     assert fit_temperature([0.5, 0.5], [True, False]) == 1.0
-    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel"):
+    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel.labeler"):
         assert fit_temperature([0.9, 0.1], [True, False]) == 1e-2  # separable: T -> 0, clipped to the bound
     assert "T <= 0.01" in caplog.text
     with pytest.raises(ValueError, match="2 confidences but 1"):
@@ -359,7 +359,7 @@ def test_reliability_follows_answer_equivalence_and_ragged_rows():
 
 
 def test_fewer_than_two_queries_gives_ones_and_a_reason(caplog):
-    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel"):
+    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel.labeler"):
         r, reason = batch_reliability([["5", "5", "6"], [None, None, None]], return_reason=True)
     assert r == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
     assert "1 query with an extractable answer" in reason and reason in caplog.text
@@ -415,7 +415,7 @@ def test_calibrate_pixel_per_group_options_and_errors():
 
 
 def test_decisive_mask_of_a_completion_cut_after_an_observation_is_every_token():
-    from ttrl_lightning.pseudo_labels.pixel import decisive_token_mask
+    from ttrl_lightning.pseudo_labels.pixel.labeler import decisive_token_mask
 
     # 7 text, 3 observation end: the budget ended the completion right after the observation
     assert decisive_token_mask([7, 7, 3], 1, 2, 3) == [True, True, True]

@@ -8,7 +8,7 @@ import torch
 
 from ttrl_lightning.models import build_char_tokenizer, load_model
 from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
-from ttrl_lightning.rollout.signals import mask_signals, replay_token_signals
+from ttrl_lightning.rollout.signal_recording import mask_signals, replay_token_signals
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@
   ``Answer:`` line after the last observation), lower-cased with its spaces collapsed as
   ``agent_format.answers_match`` compares them, so the votes group as the agent's accuracy counts them.
 
-Training (``TTRLModule(answer_extractor=...)``) and evaluation (``ttrl eval --answer-extractor``) read the
+Training (``TTRLModule(voting={"answer_extractor": ...})``) and evaluation (``ttrl eval --answer-extractor``) read the
 answers with the same extractor, so labels, rewards and accuracies agree.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
-from ttrl_lightning.modules.sharding import (
+from ttrl_lightning.modules.fsdp import (
     checkpoint_entry,
     frozen_copy,
     is_sharded,

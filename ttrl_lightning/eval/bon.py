@@ -11,7 +11,7 @@ methods use the original view.
 The pieces, one module each: per-rollout scores (:mod:`.rollout_scores`), subsets (:mod:`.subsets`), the
 per-subset calibration (:mod:`.calibration`), batched votes (:mod:`.votes`), what a method reads
 (:mod:`.chunk`), the method registry :data:`BON_METHODS` (:mod:`.methods`) and, here, the loop over question
-chunks and budgets. :mod:`ttrl_lightning.eval.reference` runs the same protocol question by question
+chunks and budgets. :mod:`ttrl_lightning.eval.bon_oracle` runs the same protocol question by question
 through the public API and is the test oracle of this module.
 
 Vectorisation: every quantity is a ``[questions, subsets, N]`` tensor; no subset's token values are ever

@@ -127,7 +127,7 @@ def group_visfid(evidence: Sequence[Sequence[Step]], successful: Sequence[bool])
     """VisFid of each of one question's rollouts against the others: rollout ``j``'s steps
     ``evidence[j]`` are scored (:func:`visfid`) with the steps of every *other* successful rollout
     (``successful[k]``: in Pixelis' successful set S; agent TTRL passes the votes that predict the question's
-    unweighted majority answer, ``modules.ttrl_labelers.pixel_inputs``) as the pseudo-references (Pixelis 3.4:
+    unweighted majority answer, ``modules.ttrl.labelers.pixel_inputs``) as the pseudo-references (Pixelis 3.4:
     "a pseudo-reference drawn from other successful trajectories"). None where nothing is scored (no decisive
     step, or no other successful rollout calls its tools)."""
     if len(evidence) != len(successful):

@@ -10,7 +10,7 @@ import torch
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.models import check_tiny_name, load_model, load_tokenizer
-from ttrl_lightning.modules.sharding import shard_policy
+from ttrl_lightning.modules.fsdp import shard_policy
 
 
 #: torch dtype names a policy's weights may be cast to (``PolicySpec.dtype``)

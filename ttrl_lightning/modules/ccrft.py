@@ -43,7 +43,7 @@ from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.models import load_processor
 from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
-from ttrl_lightning.modules.records import RewardParts, RolloutRewards
+from ttrl_lightning.modules.step_records import RewardParts, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.rewards.curiosity_coherence import (

@@ -50,7 +50,7 @@ from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
-from ttrl_lightning.modules.records import RolloutRewards, SamplerCorrection, StepStats
+from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
 from ttrl_lightning.modules.losses import (
@@ -61,7 +61,7 @@ from ttrl_lightning.modules.losses import (
     k3_kl,
     truncated_importance_weights,
 )
-from ttrl_lightning.modules.sharding import (
+from ttrl_lightning.modules.fsdp import (
     checkpoint_entry,
     frozen_copy,
     is_sharded,

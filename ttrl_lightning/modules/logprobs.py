@@ -27,7 +27,7 @@ from torch import nn
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.integrations.scoring import base_model, logit_transform_reason
-from ttrl_lightning.modules.sharding import is_sharded
+from ttrl_lightning.modules.fsdp import is_sharded
 from ttrl_lightning.ops import linear_logprobs
 
 log = logging.getLogger("ttrl_lightning.modules")

@@ -97,7 +97,7 @@ def flip_answers(module, votes: Rollouts, batch: dict, *, share: float = 0.25, o
             texts.append(rewrite_answer(votes.texts[r], wrong))
     out = retokenize(module.tokenizer, votes, rows, texts)
     if votes.signals:
-        from ttrl_lightning.rollout.signals import replay_token_signals
+        from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
         replayed = replay_token_signals(module.policy, out, 1.0)
         out.signals = {name: replayed[name] for name in votes.signals}

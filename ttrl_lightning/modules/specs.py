@@ -132,7 +132,7 @@ class VotingSpec:
 
     def __post_init__(self) -> None:
         from ttrl_lightning.answers import ANSWER_EXTRACTORS
-        from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, labeler_spec
+        from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, labeler_spec
         from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS
 
         check_bounds(asdict(self), VOTING_RULES, "voting.")
@@ -212,7 +212,7 @@ class AdvantageSpec:
     (``LabelerSpec.advantage``: ema_baseline for pixel, else group), saved resolved; baseline_momentum: rho of
     the EMA baseline (Pixelis: 0.99); retrieval: ``{"index": <file>, "k": 8, "rho": 0.99, "whitelist": [...]}``,
     with ema_baseline only: the per-query baseline b(q) and value vbar(N(q)) of the question's retrieved
-    neighbours (Pixelis supp. S6; ``modules.ttrl_retrieval``); None: the global baseline with vbar = 1.
+    neighbours (Pixelis supp. S6; ``modules.ttrl.retrieval``); None: the global baseline with vbar = 1.
     """
 
     rule: str | None = None
@@ -224,7 +224,7 @@ class AdvantageSpec:
         if self.rule is not None and self.rule not in ADVANTAGES:
             raise UserError(f"advantage.rule must be one of {', '.join(ADVANTAGES)}, got {self.rule!r}")
         if self.retrieval is not None:
-            from ttrl_lightning.modules.ttrl_retrieval import checked_retrieval_options
+            from ttrl_lightning.modules.ttrl.retrieval import checked_retrieval_options
 
             if not isinstance(self.retrieval, Mapping) or self.rule not in (None, "ema_baseline"):
                 raise UserError(f"advantage.retrieval is a mapping {{index: <file>, k: 8, ...}} for rule "
@@ -235,7 +235,7 @@ class AdvantageSpec:
 
     def resolved(self, labeler: str) -> AdvantageSpec:
         """This spec with ``rule`` None replaced by the labeler's default; retrieval needs ema_baseline."""
-        from ttrl_lightning.modules.ttrl_labelers import labeler_spec
+        from ttrl_lightning.modules.ttrl.labelers import labeler_spec
 
         out = self if self.rule is not None else replace(self, rule=labeler_spec(labeler).advantage)
         if out.retrieval is not None and out.rule != "ema_baseline":

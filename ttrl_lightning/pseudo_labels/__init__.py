@@ -26,12 +26,12 @@ also on a tie, a weighted margin below ``delta`` or a conformal set that is not 
 """
 from . import controls, intrinsic, majority, pixel, self_harmony, visconf  # noqa: F401  (register the labelers)
 from ..answers.fused_format import FUSED_SECTIONS, fused_format_score, fused_template
-from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError, pseudo_label
-from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask,
-                    fit_temperature, pixel_label)
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError, pseudo_label
+from .pixel import (PixelCalibration, batch_reliability, calibrate_pixel, decisive_token_mask, fit_temperature,
+                    pixel_label)
 from .rollouts import question_votes
 from .self_harmony import DIVERSITY_PENALTIES, js_consistency_penalty, sharpness_penalty
-from .votes import TokenColumn, QuestionVotes
+from .question_votes import TokenColumn, QuestionVotes
 
 __all__ = ["PSEUDO_LABELERS", "PseudoLabel", "PseudoLabelError", "pseudo_label", "DIVERSITY_PENALTIES",
            "js_consistency_penalty", "sharpness_penalty", "FUSED_SECTIONS", "fused_format_score",

@@ -7,16 +7,16 @@
   abstains.
 * ``gold_reward`` (RLVR with the true answers, the upper bound): ``y* = gold``, ``r_i = 1[y_i = gold]``
   (answer equivalence, as every labeler's reward). It **reads the gold answer**: the one labeler that does
-  (``modules.ttrl_labelers.LabelerSpec.reads_gold``), so it is a control, never a test-time method.
+  (``modules.ttrl.labelers.LabelerSpec.reads_gold``), so it is a control, never a test-time method.
 """
 from __future__ import annotations
 
 import random
 
 from ..answers import NO_ANSWER
-from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import question_votes
-from .votes import matches
+from .question_votes import matches
 
 __all__ = ["random_reward", "gold_reward"]
 

@@ -12,7 +12,7 @@ Both return ``label=None`` and ``abstain=False`` (they never abstain and never v
 from __future__ import annotations
 
 from ..signals import self_certainty_score
-from .label import PSEUDO_LABELERS, PseudoLabel
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel
 from .rollouts import question_votes
 
 __all__ = ["self_certainty_reward", "entropy_reward"]

@@ -18,9 +18,9 @@ from typing import Sequence
 
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
-from .label import PSEUDO_LABELERS, PseudoLabel
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel
 from .rollouts import question_votes
-from .votes import matches
+from .question_votes import matches
 
 __all__ = ["majority_label", "majority_from_answers"]
 

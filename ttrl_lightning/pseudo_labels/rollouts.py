@@ -15,8 +15,8 @@ import torch
 from ..answers import extract_answer
 from ..data.pool_schema import TOKEN_FIELDS, VIEWS, PoolError, token_array
 from ..errors import checked_list
-from .label import PseudoLabelError
-from .votes import TokenColumn, QuestionVotes
+from .pseudo_label import PseudoLabelError
+from .question_votes import TokenColumn, QuestionVotes
 
 __all__ = ["PseudoLabelError", "question_votes", "check_rollouts", "canonical_answers"]
 

@@ -47,10 +47,10 @@ from ..consensus import harmonic_mean_select
 from ..data.pool_schema import VIEWS
 from ..registry import Registry
 from ..answers.fused_format import fused_format_score
-from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .majority import majority_from_answers
 from .rollouts import question_votes
-from .votes import QuestionVotes, matches
+from .question_votes import QuestionVotes, matches
 
 __all__ = ["self_harmony_label", "DIVERSITY_PENALTIES", "js_consistency_penalty", "sharpness_penalty"]
 

@@ -20,10 +20,10 @@ from __future__ import annotations
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
 from ..signals import calibrate_confidence, visconf_score
-from .label import PSEUDO_LABELERS, PseudoLabel
-from .label import PseudoLabelError
+from .pseudo_label import PSEUDO_LABELERS, PseudoLabel
+from .pseudo_label import PseudoLabelError
 from .rollouts import question_votes
-from .votes import matches
+from .question_votes import matches
 
 __all__ = ["visconf_label"]
 

@@ -267,7 +267,7 @@ class AgentEngine:
         if self.processor is not None:
             rollouts.images = [prompt_blocks[r // n] + row.images for r, row in enumerate(rows)]
         if self.record_signals:
-            from ttrl_lightning.rollout.signals import replay_token_signals
+            from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
             rollouts.signals = replay_token_signals(model, rollouts, 1.0)
         return rollouts

@@ -9,7 +9,7 @@ from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, context_length,
                                          sampling_mode)
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
-from ttrl_lightning.rollout.signals import TOKEN_SIGNALS, mask_signals, replay_token_signals
+from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
 def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: Sequence[str]) -> torch.Tensor:

@@ -43,7 +43,7 @@ import torch
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, sampling_mode
 from ttrl_lightning.rollout.hf import finish_rollouts
-from ttrl_lightning.rollout.signals import REPLAY_SIGNALS, replay_token_signals
+from ttrl_lightning.rollout.signal_recording import REPLAY_SIGNALS, replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
 

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 import torch
 
 from ttrl_lightning.masking import masked_token_mean
-from ttrl_lightning.pseudo_labels.label import PseudoLabel
+from ttrl_lightning.pseudo_labels.pseudo_label import PseudoLabel
 from ttrl_lightning.rollout.base import Rollouts
 
 __all__ = ["RolloutRewards", "VoteStep", "RewardParts", "StepStats", "SamplerCorrection"]

@@ -34,7 +34,7 @@ from typing import Callable
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate
 from ttrl_lightning.data.pool_schema import VIEWS
-from ttrl_lightning.pseudo_labels.votes import QuestionVotes
+from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts
 from ttrl_lightning.rollout.base import Rollouts
@@ -89,7 +89,7 @@ def pixel_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[d
     the trajectory's step spans (``AgentRollouts.decisive_token_masks``: successful tool calls only, as VisFid counts
     them), for text rollouts from the completion ids (``decisive_token_mask``; a text completion records no
     tool results, so every call in it counts)."""
-    from ttrl_lightning.pseudo_labels.pixel import batch_reliability, decisive_token_mask
+    from ttrl_lightning.pseudo_labels.pixel.labeler import batch_reliability, decisive_token_mask
     from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
 
     if isinstance(votes, AgentRollouts):
@@ -126,7 +126,7 @@ def pixel_calibration(module, votes: Rollouts, groups: list[QuestionVotes], gold
     training steps apply: the same :func:`pixel_inputs` (decisive masks, reliabilities and, for agent rollouts
     with tool steps, VisFid), so the weights w_j = exp(-H_j) Cal_j VisFid_j r_j whose conformal coverage is
     fitted are the weights the labels use (split conformal covers only the score it was fitted on)."""
-    from ttrl_lightning.pseudo_labels.pixel import calibrate_pixel
+    from ttrl_lightning.pseudo_labels.pixel.labeler import calibrate_pixel
 
     extra = pixel_inputs(module, votes, groups)
     kwargs = {k: v for k, v in module.voting.options.items() if k not in ("temperature", "conformal_qhat")}

@@ -2,7 +2,7 @@
 similarity; a rollout too similar to an earlier kept one leaves the update (``PseudoLabel.row_mask``)."""
 from __future__ import annotations
 
-from .votes import QuestionVotes
+from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 
 __all__ = ["rollout_similarity", "duplicate_row_mask"]
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import logging
 from typing import Sequence
 
-from ..answers import NO_ANSWER, canonical_answer_classes
-from ..consensus import dawid_skene, dawid_skene_reliability, rollout_annotator_labels
+from ttrl_lightning.answers import NO_ANSWER, canonical_answer_classes
+from ttrl_lightning.consensus import dawid_skene, dawid_skene_reliability, rollout_annotator_labels
 
 __all__ = ["batch_reliability"]
 

@@ -1,8 +1,8 @@
 """``pixel``: Pixel TTRL's uncertainty-weighted consensus with abstention (Pixelis sec. 3.2.3, appendix 6).
 
-Its parts live beside it: the decisive tokens (:mod:`.pixel_decisive`), temperature scaling and its fit
-(:mod:`.pixel_temperature`), Dawid-Skene reliabilities (:mod:`.pixel_reliability`) and near-duplicates
-(:mod:`.pixel_duplicates`); this module is the labeler and its dev-cal calibration, and re-exports them.
+Its parts live beside it: the decisive tokens (:mod:`.decisive`), temperature scaling and its fit
+(:mod:`.temperature`), Dawid-Skene reliabilities (:mod:`.reliability`) and near-duplicates
+(:mod:`.duplicates`); this module is the labeler and its dev-cal calibration, and re-exports them.
 
 For one question's ``J`` rollouts (pool schema, every rollout with per-token ``entropy`` and ``logprob``):
 
@@ -56,16 +56,16 @@ from typing import Sequence
 
 import torch
 
-from ..answers import NO_ANSWER
-from ..consensus import aggregate, conformal_threshold, pixelis_weights
-from .label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
-from .pixel_decisive import _check_masks, _decisive, decisive_token_mask
-from .pixel_duplicates import duplicate_row_mask, rollout_similarity
-from .pixel_reliability import batch_reliability
-from .pixel_temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
+from ttrl_lightning.answers import NO_ANSWER
+from ttrl_lightning.consensus import aggregate, conformal_threshold, pixelis_weights
+from ttrl_lightning.pseudo_labels.pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
+from ttrl_lightning.pseudo_labels.pixel.decisive import _check_masks, _decisive, decisive_token_mask
+from ttrl_lightning.pseudo_labels.pixel.duplicates import duplicate_row_mask, rollout_similarity
+from ttrl_lightning.pseudo_labels.pixel.reliability import batch_reliability
+from ttrl_lightning.pseudo_labels.pixel.temperature import (CONFIDENCE_CLAMP, TEMPERATURE_BOUNDS, _check_temperature, fit_temperature,
                                 temperature_scale)
-from .rollouts import question_votes
-from .votes import QuestionVotes, matches
+from ttrl_lightning.pseudo_labels.rollouts import question_votes
+from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes, matches
 
 __all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
            "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from .label import PseudoLabelError
+from ttrl_lightning.pseudo_labels.pseudo_label import PseudoLabelError
 
 __all__ = ["temperature_scale", "fit_temperature", "CONFIDENCE_CLAMP", "TEMPERATURE_BOUNDS"]
 

@@ -21,9 +21,9 @@ records, as TTRL-on-verl labels in its reward stage:
     group_advantages    "group": GRPO's group-relative advantages; "ema_baseline" (Pixelis appendix 6):
                         A_j = vbar [r_j - b] with b an EMA (``advantage.baseline_momentum``) of the mean reward
                         of accepted questions and vbar = 1, or, with ``advantage.retrieval``, vbar(N(q)) and the
-                        per-query b(q) of the question's retrieved neighbours (``ttrl_retrieval``); normalised
+                        per-query b(q) of the question's retrieved neighbours (``ttrl.retrieval``); normalised
                         within the batch (the appendix's practical note ii)
-    step_metrics        GRPO's metrics plus ``ttrl_monitor.ttrl_metrics`` of the ``RolloutRewards`` and the
+    step_metrics        GRPO's metrics plus ``ttrl.monitor.ttrl_metrics`` of the ``RolloutRewards`` and the
                         step's token KL (``StepStats``)
 
 **Gold never reaches a reward**: the pseudo-labels are computed from the rollouts alone; the batch's ``gold``
@@ -32,7 +32,7 @@ exception is a control, not a test-time method: the ``gold_reward`` labeler (RLV
 ``reads_gold``, is handed each question's gold answer.
 
 What the module supplies around each labeler (its per-token signals, views, default advantage, extra inputs
-and calibration) is the labeler's ``LabelerSpec`` (``modules.ttrl_labelers.TTRL_LABELERS``): ``pixel`` gets
+and calibration) is the labeler's ``LabelerSpec`` (``modules.ttrl.labelers.TTRL_LABELERS``): ``pixel`` gets
 each rollout's decisive-token mask, Dawid-Skene reliabilities of the rollout slots over the batch's questions,
 and its temperature / conformal threshold fitted on a labelled dev-cal split at the start of training
 (``calibrate``; the datamodule's ``calibration_questions()``).
@@ -54,13 +54,13 @@ from ttrl_lightning.data.pool_schema import TOKEN_FIELDS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
-from ttrl_lightning.modules.records import RolloutRewards, StepStats, VoteStep
+from ttrl_lightning.modules.step_records import RolloutRewards, StepStats, VoteStep
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.modules.specs import AdvantageSpec, EvalSpec, GRPOSpec, SamplingSpec, VotingSpec, spec_of
-from ttrl_lightning.modules.ttrl_labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
-from ttrl_lightning.modules.ttrl_monitor import TTRLCounters, ttrl_metrics
+from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
+from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import pseudo_label
-from ttrl_lightning.pseudo_labels.votes import QuestionVotes
+from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.seeding import derive_seed
 
@@ -117,14 +117,14 @@ class TTRLModule(GRPOModule):
         self.voting, self.evaluation, self.advantage = voting, evaluation, advantage
         self.save_hyperparameters({"voting": asdict(voting), "eval": asdict(evaluation),
                                    "advantage": asdict(advantage)})
-        self.neighbourhoods = None  # ttrl_retrieval.QueryNeighbourhoods, built with the policy
+        self.neighbourhoods = None  # ttrl.retrieval.QueryNeighbourhoods, built with the policy
         self._pending_neighbourhoods: dict | None = None
         if agent is not None:
             self.engine = self.agent_engine(dict(agent), bool(signals))
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
-        self.counters = TTRLCounters()  # the run's cumulative counts (ttrl_monitor), checkpointed
+        self.counters = TTRLCounters()  # the run's cumulative counts (ttrl.monitor), checkpointed
 
     def agent_engine(self, options: dict[str, Any], record_signals: bool):
         """The tool-using agent engine of ``agent=options`` (``rollout.agent.AgentEngine``), shown the pixels
@@ -318,7 +318,7 @@ class TTRLModule(GRPOModule):
     def ema_baseline_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """Pixelis appendix 6: ``A_j = vbar [r_j - b]``, ``b <- rho b + (1 - rho) mean(r of accepted
         questions)`` (updated after use; the first step's b is that step's mean), vbar = 1; with ``retrieval``
-        a question with neighbours takes its own ``vbar(N(q))`` and ``b(q)`` instead (``ttrl_retrieval``). A
+        a question with neighbours takes its own ``vbar(N(q))`` and ``b(q)`` instead (``ttrl.retrieval``). A
         is normalised by its standard deviation over the accepted rows of the batch. Abstained questions' rows
         get 0."""
         R, n = rollouts.completion_ids.shape[0], rollouts.n
@@ -345,7 +345,7 @@ class TTRLModule(GRPOModule):
         if options is None or self.policy is None:
             return None
         if self.neighbourhoods is None:
-            from ttrl_lightning.modules.ttrl_retrieval import QueryNeighbourhoods
+            from ttrl_lightning.modules.ttrl.retrieval import QueryNeighbourhoods
 
             dim = int(self.policy.config.get_text_config().hidden_size)
             self.neighbourhoods = QueryNeighbourhoods(dict(options), dim)
@@ -358,8 +358,8 @@ class TTRLModule(GRPOModule):
                                  fallback: torch.Tensor) -> torch.Tensor:
         """``vbar(N(q)) [r_j - b(q)]`` on the rows of each question with neighbours (``fallback``, the global
         rule's ``r_j - b``, elsewhere); the accepted questions are then appended as exemplars, valued by their
-        rows' mean reward (``ttrl_retrieval``)."""
-        from ttrl_lightning.modules.ttrl_retrieval import prompt_keys
+        rows' mean reward (``ttrl.retrieval``)."""
+        from ttrl_lightning.modules.ttrl.retrieval import prompt_keys
         from ttrl_lightning.retrieval import neighbourhood_advantages
 
         hood = self.neighbourhoods
@@ -381,7 +381,7 @@ class TTRLModule(GRPOModule):
 
     # ------------------------------------------------------------------ monitoring (gold read here only)
     def step_metrics(self, batch: dict[str, list], scored: RolloutRewards, stats: StepStats) -> dict[str, Any]:
-        """GRPO's metrics and TTRL's (``ttrl_monitor.ttrl_metrics`` of the ``VoteStep``; gold from
+        """GRPO's metrics and TTRL's (``ttrl.monitor.ttrl_metrics`` of the ``VoteStep``; gold from
         ``batch["gold"]`` where present), counted into ``self.counters``."""
         out = super().step_metrics(batch, scored, stats)
         metrics = ttrl_metrics(scored, batch.get("gold"), batch.get("choices"), self.counters,

@@ -7,8 +7,8 @@ from typing import Sequence
 
 import torch
 
-from .label import PseudoLabelError
-from .votes import QuestionVotes
+from ttrl_lightning.pseudo_labels.pseudo_label import PseudoLabelError
+from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 
 __all__ = ["decisive_token_mask", "SIGN_SLACK"]
 

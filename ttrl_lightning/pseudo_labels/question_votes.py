@@ -33,7 +33,7 @@ import torch
 
 from ..answers import NO_ANSWER, canonical_answer_classes
 from ..data.pool_schema import TOKEN_FIELDS, VIEWS
-from .label import PseudoLabelError
+from .pseudo_label import PseudoLabelError
 
 __all__ = ["TokenColumn", "QuestionVotes", "matches"]
 

@@ -31,7 +31,7 @@ import torch
 
 from ttrl_lightning.answers import NO_ANSWER, answers_equal
 from ttrl_lightning.consensus import aggregate
-from ttrl_lightning.modules.records import RolloutRewards
+from ttrl_lightning.modules.step_records import RolloutRewards
 
 __all__ = ["TTRLCounters", "ttrl_metrics"]
 
