@@ -3,7 +3,7 @@
 Pool: synthetic (``ttrl_lightning.data.simulate``), 4,230 questions x 32 rollouts x 256 tokens, two views.
 Protocol: all methods (4 Borda exponents), N in {8, 16, 32}, 100 fixed subsets, bootstrap excluded.
 
-The baseline is :mod:`ttrl_lightning.eval.bon_oracle` (the public API, question by question, subset by
+The baseline is :mod:`ttrl_lightning.eval.bon.oracle` (the public API, question by question, subset by
 subset). Running it on all 4,230 questions would take hours, so it is timed on ``--loop-questions``
 questions drawn at random and its per-question time is scaled to the pool; the printed ratio says so.
 On those questions both implementations must give identical per-question accuracies (checked here).
@@ -21,9 +21,9 @@ import time
 import torch
 
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
-from ttrl_lightning.eval.bon_oracle import evaluate_question
-from ttrl_lightning.eval.subsets import fixed_subsets
+from ttrl_lightning.eval.bon.protocol import DEFAULT_METHODS, BoNConfig, evaluate_pool
+from ttrl_lightning.eval.bon.oracle import evaluate_question
+from ttrl_lightning.eval.bon.subsets import fixed_subsets
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from ttrl_lightning.cli import main
 from ttrl_lightning.data.pool import load_pool
-from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
+from ttrl_lightning.eval.bon.protocol import DEFAULT_METHODS, BoNConfig, evaluate_pool
 
 ALL_METHODS = {"first", "oracle", "majority", "self_certainty", "self_certainty_borda_p1.2", "lookback",
                "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
@@ -197,7 +197,7 @@ def test_interrupted_rerun_keeps_the_complete_report(tmp_path, capsys, monkeypat
     capsys.readouterr()
     complete_json, complete_png = out.read_bytes(), (tmp_path / "report.png").read_bytes()
 
-    import ttrl_lightning.eval.bon as bon_module
+    import ttrl_lightning.eval.bon.protocol as bon_module
     monkeypatch.setattr(bon_module, "progress_bar", lambda **kw: _InterruptingBar(after=2, sigterm=sigterm))
     assert main(argv) == (143 if sigterm else 130)
     printed = capsys.readouterr().out
@@ -234,7 +234,7 @@ def test_interleaved_runs_on_one_out_both_finish(tmp_path, capsys, monkeypatch):
     out = str(tmp_path / "report.json")
     argv = ["bon", "--pool", pool, "--methods", "majority", "--n", "4", "--bootstrap", "0", "--out", out,
             "--no-progress"]
-    import ttrl_lightning.eval.report as report_module
+    import ttrl_lightning.eval.bon.report as report_module
 
     real, codes, calls = report_module.atomic_write, [], []
 

@@ -14,7 +14,7 @@ import ttrl_lightning.generate as generate_pkg
 from ttrl_lightning.cli import main
 from ttrl_lightning.data.pool import read_records
 from ttrl_lightning.data.questions import read_questions
-from ttrl_lightning.eval.methods import BON_METHODS
+from ttrl_lightning.eval.bon.methods import BON_METHODS
 from ttrl_lightning.generate import PromptBuilder, sample_sequences
 from ttrl_lightning.generate.scene_questions import write_scene_questions
 from ttrl_lightning.integrations import score_rollouts

@@ -1,4 +1,4 @@
-"""`ttrl bon --auc` (eval/auc.py): VisConf Table 6's within-question AUROC against Eq. 6 by hand, the
+"""`ttrl bon --auc` (eval/bon/auc.py): VisConf Table 6's within-question AUROC against Eq. 6 by hand, the
 full-pool scores against the signals API, and the stratified interval."""
 import json
 
@@ -7,9 +7,9 @@ import torch
 from ttrl_lightning.cli import main
 from ttrl_lightning.data.pool import pool_to_records, write_records
 from ttrl_lightning.data.simulate import SimulationConfig, simulate_pool
-from ttrl_lightning.eval.auc import (auc_table, format_auc_table, full_pool_scores, question_aucs,
+from ttrl_lightning.eval.bon.auc import (auc_table, format_auc_table, full_pool_scores, question_aucs,
                                      rollout_correct)
-from ttrl_lightning.eval.token_fusion import permuted_token_fusion_means
+from ttrl_lightning.eval.bon.token_fusion import permuted_token_fusion_means
 from ttrl_lightning.signals import calibrate_confidence
 
 

@@ -1,4 +1,4 @@
-"""Several pools (eval/benchmarks.py): macro-averaged accuracy and the bootstrap stratified within pools."""
+"""Several pools (eval/bon/benchmarks.py): macro-averaged accuracy and the bootstrap stratified within pools."""
 import json
 
 import torch
@@ -6,9 +6,9 @@ import torch
 from ttrl_lightning.cli import main
 from ttrl_lightning.data.pool import pool_to_records, write_records
 from ttrl_lightning.data.simulate import SimulationConfig, simulate_pool
-from ttrl_lightning.eval.bon import BoNConfig, evaluate_pool
-from ttrl_lightning.eval.bootstrap import paired_bootstrap
-from ttrl_lightning.eval.benchmarks import stratified_paired_bootstrap
+from ttrl_lightning.eval.bon.protocol import BoNConfig, evaluate_pool
+from ttrl_lightning.eval.bon.bootstrap import paired_bootstrap
+from ttrl_lightning.eval.bon.benchmarks import stratified_paired_bootstrap
 
 
 def test_one_stratum_is_the_paired_bootstrap():

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
-from ttrl_lightning.eval.bon_oracle import evaluate_question
-from ttrl_lightning.eval.subsets import fixed_subsets
+from ttrl_lightning.eval.bon.protocol import DEFAULT_METHODS, BoNConfig, evaluate_pool
+from ttrl_lightning.eval.bon.oracle import evaluate_question
+from ttrl_lightning.eval.bon.subsets import fixed_subsets
 
 
 def _reference_accuracy(pool, cfg, methods=DEFAULT_METHODS):

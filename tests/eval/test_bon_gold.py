@@ -1,11 +1,11 @@
-"""Questions without a gold answer in the best-of-N protocol (ttrl_lightning/eval/bon.py): left out and named,
+"""Questions without a gold answer in the best-of-N protocol (ttrl_lightning/eval/bon/protocol.py): left out and named,
 never scored as wrong; a pool with no gold answer at all is refused."""
 import pytest
 import torch
 
 from ttrl_lightning.data.pool import PoolError, load_pool, pool_to_records, records_to_pool, write_records
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.bon import BoNConfig, evaluate_pool
+from ttrl_lightning.eval.bon.protocol import BoNConfig, evaluate_pool
 
 METHODS = ["first", "majority", "oracle", "visconf_rwc", "hms"]
 

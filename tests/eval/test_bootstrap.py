@@ -1,8 +1,8 @@
-"""Paired question-cluster bootstrap: ttrl_lightning.eval.bootstrap."""
+"""Paired question-cluster bootstrap: ttrl_lightning.eval.bon.bootstrap."""
 import pytest
 import torch
 
-from ttrl_lightning.eval.bootstrap import paired_bootstrap
+from ttrl_lightning.eval.bon.bootstrap import paired_bootstrap
 
 
 def test_paired_bootstrap_against_naive_loop():

@@ -1,8 +1,8 @@
 """VisConf's per-subset calibration, vectorised, against ttrl_lightning.signals.calibrate_confidence."""
 import torch
 
-from ttrl_lightning.eval.calibration import SortedTokens, calibrated_confidence_means
-from ttrl_lightning.eval.subsets import draw_subsets
+from ttrl_lightning.eval.bon.calibration import SortedTokens, calibrated_confidence_means
+from ttrl_lightning.eval.bon.subsets import draw_subsets
 from ttrl_lightning.signals import calibrate_confidence
 
 

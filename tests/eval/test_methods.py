@@ -3,10 +3,10 @@ import pytest
 
 from ttrl_lightning.consensus import CONSENSUS
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.bon import evaluate_pool
-from ttrl_lightning.eval.config import BoNConfig
-from ttrl_lightning.eval.methods import BON_METHODS, DEFAULT_METHODS, BoNMethod, expand_methods
-from ttrl_lightning.eval.rollout_scores import ROLLOUT_SCORES
+from ttrl_lightning.eval.bon.protocol import evaluate_pool
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.methods import BON_METHODS, DEFAULT_METHODS, BoNMethod, expand_methods
+from ttrl_lightning.eval.bon.rollout_scores import ROLLOUT_SCORES
 
 
 def test_borda_expansion_names():

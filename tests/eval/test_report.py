@@ -1,4 +1,4 @@
-"""The best-of-N report (ttrl_lightning/eval/report.py): strict JSON, atomic writes of the JSON and the plot,
+"""The best-of-N report (ttrl_lightning/eval/bon/report.py): strict JSON, atomic writes of the JSON and the plot,
 nothing undefined when no question was evaluated."""
 import json
 import math
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from ttrl_lightning.eval import report as report_module
-from ttrl_lightning.eval.bon import BoNResult
-from ttrl_lightning.eval.config import BoNConfig
-from ttrl_lightning.eval.report import build_report, format_table, plot_accuracy, write_report
+from ttrl_lightning.eval.bon.protocol import BoNResult
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.report import build_report, format_table, plot_accuracy, write_report
 
 
 def _result(num_questions: int, complete: bool = True) -> BoNResult:

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from ttrl_lightning.data.simulate import simulate_pool
-from ttrl_lightning.eval.rollout_scores import rollout_scores
+from ttrl_lightning.eval.bon.rollout_scores import rollout_scores
 from ttrl_lightning.signals import lookback_score, self_certainty_score
 
 

@@ -1,8 +1,8 @@
-"""Fixed subsets of the best-of-N protocol: ttrl_lightning.eval.subsets."""
+"""Fixed subsets of the best-of-N protocol: ttrl_lightning.eval.bon.subsets."""
 import pytest
 import torch
 
-from ttrl_lightning.eval.subsets import draw_subsets, fixed_subsets
+from ttrl_lightning.eval.bon.subsets import draw_subsets, fixed_subsets
 
 
 def test_subsets_are_fixed_sorted_and_without_replacement():

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from ttrl_lightning.data.simulate import SimulationConfig, simulate_pool
-from ttrl_lightning.eval.bon import BoNConfig, evaluate_pool, fixed_subsets
-from ttrl_lightning.eval.methods import BON_METHODS, VISCONF_ABLATIONS
+from ttrl_lightning.eval.bon.protocol import BoNConfig, evaluate_pool, fixed_subsets
+from ttrl_lightning.eval.bon.methods import BON_METHODS, VISCONF_ABLATIONS
 from ttrl_lightning.signals import calibrate_confidence
 
 

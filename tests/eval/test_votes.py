@@ -2,7 +2,7 @@
 import torch
 
 from ttrl_lightning.consensus.voting import weighted_vote
-from ttrl_lightning.eval.votes import first_positions, rwc_numerators, vote
+from ttrl_lightning.eval.bon.votes import first_positions, rwc_numerators, vote
 
 
 def test_first_positions():

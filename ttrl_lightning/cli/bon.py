@@ -9,8 +9,8 @@ dispatcher turns into the same interrupt).
 
 Several pools (``--pool a b c``, one per benchmark) are evaluated one after the other; the table and
 ``report["accuracy"]`` are their macro average, ``report["per_pool"]`` holds each pool's accuracies, and
-the bootstrap resamples questions within each pool (:mod:`ttrl_lightning.eval.benchmarks`, VisConf App.
-B.2). ``--auc`` adds VisConf's Table 6 (:mod:`ttrl_lightning.eval.auc`): the within-question AUROC of every
+the bootstrap resamples questions within each pool (:mod:`ttrl_lightning.eval.bon.benchmarks`, VisConf App.
+B.2). ``--auc`` adds VisConf's Table 6 (:mod:`ttrl_lightning.eval.bon.auc`): the within-question AUROC of every
 per-rollout score for correctness, in ``report["auc"]``.
 """
 from __future__ import annotations
@@ -21,9 +21,9 @@ import sys
 import time
 
 from ..errors import UserError
-from ..eval.bon import DEFAULT_METHODS, BoNConfig, evaluate_pool
-from ..eval.methods import BON_METHODS, PlannedMethod, expand_methods
-from ..eval.report import build_report, format_table, plot_accuracy, write_report
+from ..eval.bon.protocol import DEFAULT_METHODS, BoNConfig, evaluate_pool
+from ..eval.bon.methods import BON_METHODS, PlannedMethod, expand_methods
+from ..eval.bon.report import build_report, format_table, plot_accuracy, write_report
 from ..safe_files import partial_path, same_file
 from .arguments import (EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_float,
                         given, positive_int, refuse_duplicates, seed, unit_float)
@@ -173,7 +173,7 @@ def bon_main(argv: list[str]) -> int:
         result = results[args.pool[0]]
         report = build_report(result, target, replicates=max(1, args.bootstrap), seed=args.seed, meta=meta)
     else:
-        from ..eval.benchmarks import macro_report
+        from ..eval.bon.benchmarks import macro_report
 
         report = macro_report(results, target, replicates=max(1, args.bootstrap), seed=args.seed, meta=meta)
     complete = len(results) == len(pools) and all(r.complete for r in results.values())
@@ -183,7 +183,7 @@ def bon_main(argv: list[str]) -> int:
     graded = num_questions - without_gold
     auc_text = None
     if args.auc and complete:
-        from ..eval.auc import auc_table, format_auc_table
+        from ..eval.bon.auc import auc_table, format_auc_table
 
         report["auc"] = auc_table(list(pools.values()), replicates=args.bootstrap, seed=args.seed,
                                   lookback_alpha=args.lookback_alpha, lookback_lambda=args.lookback_lambda)

@@ -18,7 +18,7 @@ Strict on purpose (a pool that parses leniently gives wrong numbers silently):
   :class:`RolloutPool` stores them in (``|x| < 3.4e38``; ``1e308`` is refused, not turned into ``inf``);
   ``visual_engagement`` and ``image_attention`` are shares in ``[0, 1]`` (up to ``1e-6`` of rounding
   above 1); the arrays of one rollout share one length, at most :data:`MAX_TOKENS_PER_ROLLOUT` (the int16
-  token counts of :class:`~ttrl_lightning.eval.calibration.SortedTokens`); ``num_tokens`` is an integer
+  token counts of :class:`~ttrl_lightning.eval.bon.calibration.SortedTokens`); ``num_tokens`` is an integer
   (not ``true``, not ``3.0``) in the same range;
 * ``view`` is one of :data:`VIEWS` (a string); ``id`` a non-empty string, unique in the pool;
 * a key the schema does not name is refused (a misspelled signal is never silently ignored), and so is a
@@ -33,7 +33,7 @@ naming the file, the record (``line N`` of a JSONL file, counted from 1 as in ed
 Parquet file, counted from 0 as in pyarrow; ``record N`` of records in memory) with its id, and the field;
 undecodable bytes, unparsable JSON, a Parquet file named ``.jsonl`` and the reverse included.
 ``gold`` may be null: ``ttrl bon`` evaluates accuracy on the records that have one and reports how many it
-skipped (:func:`~ttrl_lightning.eval.bon.evaluate_pool`).
+skipped (:func:`~ttrl_lightning.eval.bon.protocol.evaluate_pool`).
 ``rollout.records_from_rollouts`` writes these records from the rollout engine's output; :func:`write_records`
 writes them through :func:`~ttrl_lightning.safe_files.atomic_write` (a failed write leaves the old file).
 

@@ -1,5 +1,3 @@
-"""Best-of-N evaluation (VisConf Table-1 protocol): the loop (:mod:`.bon`) over per-rollout scores
-(:mod:`.rollout_scores`), fixed subsets (:mod:`.subsets`), the per-subset calibration (:mod:`.calibration`),
-batched votes (:mod:`.votes`) and the method registry (:mod:`.methods`, read through :mod:`.chunk`); the
-per-question oracle (:mod:`.reference`), the paired bootstrap (:mod:`.bootstrap`) and the report
-(:mod:`.report`)."""
+"""Evaluation: sampled accuracy of k completions per question (:mod:`.sampled`: avg@k, maj@k, pass@k, what
+``ttrl eval`` and TTRL's validation report), the agent's process metrics (:mod:`.process_metrics`: RaPR,
+RaCPR) and best-of-N selection over a rollout pool (:mod:`.bon`, VisConf's Table-1 protocol)."""

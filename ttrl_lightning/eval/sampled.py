@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
-from ..answers import NO_ANSWER, answers_equal, canonical_answer_classes, extract_answer
-from ..consensus import aggregate
-from ..errors import UserError
-from ..seeding import derive_seed
+from ttrl_lightning.answers import NO_ANSWER, answers_equal, canonical_answer_classes, extract_answer
+from ttrl_lightning.consensus import aggregate
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.seeding import derive_seed
 
 __all__ = ["SampledMetrics", "sampled_metrics", "evaluate_sampled", "question_outcome"]
 
@@ -137,9 +137,9 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     Raises:
         UserError naming the questions that have no gold answer, or images (the HF engine sees text only).
     """
-    from ..data.questions import few_ids
-    from ..rollout import HFGenerateEngine
-    from ..rollout.base import check_context, context_limit
+    from ttrl_lightning.data.questions import few_ids
+    from ttrl_lightning.rollout import HFGenerateEngine
+    from ttrl_lightning.rollout.base import check_context, context_limit
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -162,7 +162,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
                       params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])
     params = replace(params, n=k)
     texts: list[list[str]] = []
-    from .progress import progress_bar
+    from ttrl_lightning.eval.progress import progress_bar
 
     bar = progress_bar(len(questions), f"sampling k={k}", enabled=progress)
     try:

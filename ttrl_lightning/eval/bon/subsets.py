@@ -12,7 +12,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..seeding import derived_generator
+from ttrl_lightning.seeding import derived_generator
 
 __all__ = ["draw_subsets", "fixed_subsets"]
 

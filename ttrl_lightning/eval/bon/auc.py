@@ -24,10 +24,10 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .benchmarks import percentile_interval, stratified_bootstrap_means
-from .calibration import SortedTokens, calibrated_confidence_means
-from .rollout_scores import rollout_scores
-from .token_fusion import (FusionTokens, calibrated_token_fusion_means, permuted_token_fusion_means,
+from ttrl_lightning.eval.bon.benchmarks import percentile_interval, stratified_bootstrap_means
+from ttrl_lightning.eval.bon.calibration import SortedTokens, calibrated_confidence_means
+from ttrl_lightning.eval.bon.rollout_scores import rollout_scores
+from ttrl_lightning.eval.bon.token_fusion import (FusionTokens, calibrated_token_fusion_means, permuted_token_fusion_means,
                            raw_token_fusion_means)
 
 __all__ = ["AucScore", "AUC_SCORES", "full_pool_scores", "rollout_correct", "question_aucs", "auc_table",

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..signals import CALIBRATION_QUANTILES
+from ttrl_lightning.signals import CALIBRATION_QUANTILES
 
 __all__ = ["SortedTokens", "calibrated_confidence_means"]
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from ..consensus.ranks import greater_equal_counts
-from .calibration import SortedTokens, calibrated_confidence_means
-from .config import BoNConfig
-from .rollout_scores import VISCONF_SCORE
+from ttrl_lightning.consensus.ranks import greater_equal_counts
+from ttrl_lightning.eval.bon.calibration import SortedTokens, calibrated_confidence_means
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.rollout_scores import VISCONF_SCORE
 
 __all__ = ["QuestionChunk"]
 

@@ -11,7 +11,7 @@ methods use the original view.
 The pieces, one module each: per-rollout scores (:mod:`.rollout_scores`), subsets (:mod:`.subsets`), the
 per-subset calibration (:mod:`.calibration`), batched votes (:mod:`.votes`), what a method reads
 (:mod:`.chunk`), the method registry :data:`BON_METHODS` (:mod:`.methods`) and, here, the loop over question
-chunks and budgets. :mod:`ttrl_lightning.eval.bon_oracle` runs the same protocol question by question
+chunks and budgets. :mod:`ttrl_lightning.eval.bon.oracle` runs the same protocol question by question
 through the public API and is the test oracle of this module.
 
 Vectorisation: every quantity is a ``[questions, subsets, N]`` tensor; no subset's token values are ever
@@ -30,15 +30,15 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from ..data.pool import PoolError
-from ..errors import UserError
-from .calibration import SortedTokens, calibrated_confidence_means
-from .chunk import QuestionChunk
-from .config import BoNConfig
-from .methods import BON_METHODS, DEFAULT_METHODS, BoNMethod, PlannedMethod, expand_methods
-from .progress import progress_bar
-from .rollout_scores import rollout_scores
-from .subsets import draw_subsets, fixed_subsets
+from ttrl_lightning.data.pool import PoolError
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.eval.bon.calibration import SortedTokens, calibrated_confidence_means
+from ttrl_lightning.eval.bon.chunk import QuestionChunk
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.methods import BON_METHODS, DEFAULT_METHODS, BoNMethod, PlannedMethod, expand_methods
+from ttrl_lightning.eval.progress import progress_bar
+from ttrl_lightning.eval.bon.rollout_scores import rollout_scores
+from ttrl_lightning.eval.bon.subsets import draw_subsets, fixed_subsets
 
 __all__ = ["BON_METHODS", "BoNConfig", "BoNMethod", "BoNResult", "PlannedMethod", "evaluate_pool",
            "draw_subsets", "fixed_subsets", "expand_methods", "DEFAULT_METHODS", "rollout_scores",

@@ -10,9 +10,9 @@ import json
 
 import torch
 
-from ..safe_files import atomic_write, atomic_write_path
-from .bon import BoNResult
-from .bootstrap import paired_bootstrap
+from ttrl_lightning.safe_files import atomic_write, atomic_write_path
+from ttrl_lightning.eval.bon.protocol import BoNResult
+from ttrl_lightning.eval.bon.bootstrap import paired_bootstrap
 
 __all__ = ["build_report", "format_table", "plot_accuracy", "write_report"]
 

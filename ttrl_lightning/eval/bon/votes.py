@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..consensus.ranks import rank_numerators
+from ttrl_lightning.consensus.ranks import rank_numerators
 
 __all__ = ["first_positions", "vote", "rwc_numerators"]
 

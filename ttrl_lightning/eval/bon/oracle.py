@@ -13,11 +13,11 @@ from typing import Callable
 
 import torch
 
-from ..consensus import aggregate, dual_view_majority, harmonic_mean_select
-from ..signals import (calibrate_confidence, lookback_score, min_length_score, self_certainty_score,
+from ttrl_lightning.consensus import aggregate, dual_view_majority, harmonic_mean_select
+from ttrl_lightning.signals import (calibrate_confidence, lookback_score, min_length_score, self_certainty_score,
                        visconf_score)
-from .config import BoNConfig
-from .methods import expand_methods
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.methods import expand_methods
 
 __all__ = ["evaluate_question"]
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..signals import CALIBRATION_QUANTILES
-from .calibration import SortedTokens, _pooled_quantile
+from ttrl_lightning.signals import CALIBRATION_QUANTILES
+from ttrl_lightning.eval.bon.calibration import SortedTokens, _pooled_quantile
 
 __all__ = ["FusionTokens", "calibrated_token_fusion_means", "raw_token_fusion_means",
            "permuted_token_fusion_means"]

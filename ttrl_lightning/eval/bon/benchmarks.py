@@ -16,8 +16,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .bon import BoNResult
-from .report import build_report
+from ttrl_lightning.eval.bon.protocol import BoNResult
+from ttrl_lightning.eval.bon.report import build_report
 
 __all__ = ["stratified_bootstrap_means", "percentile_interval", "stratified_paired_bootstrap", "macro_report"]
 

@@ -41,14 +41,14 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 from torch import Tensor
 
-from ..consensus.ranks import borda_from_counts
-from ..errors import UserError
-from ..registry import Registry
-from .chunk import QuestionChunk
-from .config import BoNConfig
-from .rollout_scores import ROLLOUT_SCORES
-from .token_fusion import FusionTokens, calibrated_token_fusion_means
-from .votes import first_positions, rwc_numerators, vote
+from ttrl_lightning.consensus.ranks import borda_from_counts
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.registry import Registry
+from ttrl_lightning.eval.bon.chunk import QuestionChunk
+from ttrl_lightning.eval.bon.config import BoNConfig
+from ttrl_lightning.eval.bon.rollout_scores import ROLLOUT_SCORES
+from ttrl_lightning.eval.bon.token_fusion import FusionTokens, calibrated_token_fusion_means
+from ttrl_lightning.eval.bon.votes import first_positions, rwc_numerators, vote
 
 __all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "VISCONF_ABLATIONS", "PlannedMethod",
            "UnknownMethodError",
