@@ -51,7 +51,7 @@ def test_rewards_by_name_and_by_class_path():
     cli = make_cli(["--config", str(ROOT / "configs" / "rft" / "tiny_grpo.yaml"), "--trainer.logger=false"],
                    run=False)
     fns = cli.model.reward_fns
-    assert isinstance(fns[0], ExactAnswer) and fns[0].column == "answer" and isinstance(fns[1], DigitsOnly)
+    assert isinstance(fns[0], ExactAnswer) and fns[0].column == "gold" and isinstance(fns[1], DigitsOnly)
     assert cli.model.reward_weights.tolist() == pytest.approx([1.0, 0.1])
 
 

@@ -7,7 +7,7 @@ import os
 import pytest
 import torch
 
-from ttrl_lightning.eval import report as report_module
+from ttrl_lightning.eval.bon import report as report_module
 from ttrl_lightning.eval.bon.protocol import BoNResult
 from ttrl_lightning.eval.bon.config import BoNConfig
 from ttrl_lightning.eval.bon.report import build_report, format_table, plot_accuracy, write_report

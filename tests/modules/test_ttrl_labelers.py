@@ -79,7 +79,7 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     it was fitted on)."""
     from types import SimpleNamespace
 
-    from ttrl_lightning.modules import ttrl_labelers
+    from ttrl_lightning.modules.ttrl import labelers as ttrl_labelers
     from ttrl_lightning.pseudo_labels.pixel.labeler import calibrate_pixel
 
     def ro(answer, h, lp):

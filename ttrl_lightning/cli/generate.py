@@ -307,7 +307,7 @@ _CONTEXT = "the model's context (max_position_embeddings)"
 
 
 def _run(parser, args, questions, kind, max_new, device, dp) -> int:
-    from ..eval.progress import progress_bar
+    from ..eval.progress_bar import progress_bar
     from ..generate import ShardStore, rank_indices
     from ..rollout import SamplingParams
 

@@ -162,7 +162,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
                       params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])
     params = replace(params, n=k)
     texts: list[list[str]] = []
-    from ttrl_lightning.eval.progress import progress_bar
+    from ttrl_lightning.eval.progress_bar import progress_bar
 
     bar = progress_bar(len(questions), f"sampling k={k}", enabled=progress)
     try:

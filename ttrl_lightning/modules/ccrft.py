@@ -46,17 +46,11 @@ from ttrl_lightning.modules.grpo import GRPOModule
 from ttrl_lightning.modules.step_records import RewardParts, RolloutRewards
 from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, SamplingSpec, spec_of
-from ttrl_lightning.rewards.curiosity_coherence import (
-    DynamicsHead,
-    StepEncoder,
-    adjacent_cosines,
-    gated_curiosity,
-    per_trajectory_mean,
-    zscore,
-)
+from ttrl_lightning.rewards.curiosity_coherence import (DynamicsHead, StepEncoder, adjacent_cosines,
+                                                        gated_curiosity, per_trajectory_mean, zscore)
 from ttrl_lightning.rollout.agent import AgentEngine, AgentRollouts
-from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.tools.base import TOOLS
 
 #: bounds of CCRFTModule's own numeric arguments (the curiosity and coherence terms check theirs:

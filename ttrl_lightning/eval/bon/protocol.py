@@ -36,7 +36,7 @@ from ttrl_lightning.eval.bon.calibration import SortedTokens, calibrated_confide
 from ttrl_lightning.eval.bon.chunk import QuestionChunk
 from ttrl_lightning.eval.bon.config import BoNConfig
 from ttrl_lightning.eval.bon.methods import BON_METHODS, DEFAULT_METHODS, BoNMethod, PlannedMethod, expand_methods
-from ttrl_lightning.eval.progress import progress_bar
+from ttrl_lightning.eval.progress_bar import progress_bar
 from ttrl_lightning.eval.bon.rollout_scores import rollout_scores
 from ttrl_lightning.eval.bon.subsets import draw_subsets, fixed_subsets
 
