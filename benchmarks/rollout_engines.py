@@ -147,9 +147,8 @@ class StepClock:
     def __init__(self, engine):
         self.engine, self.generate_s, self.sync_s = engine, 0.0, 0.0
 
-    @property
-    def owns_weights(self):
-        return getattr(self.engine, "owns_weights", False)
+    def __getattr__(self, name):  # the rest of the engine contract (owns_weights, max_model_len, ...)
+        return getattr(self.engine, name)
 
     def generate(self, model, prompts, params):
         t = time.perf_counter()

@@ -57,6 +57,8 @@ class BoxedGold:
     """A stand-in for the HF engine: sample j of an arithmetic prompt ``"x<op>y..="`` answers its value
     ``\\boxed{v}`` when j < (x % 3), else ``\\boxed{-1}``."""
 
+    owns_weights, max_model_len, record_signals = False, None, False  # the engine contract
+
     def __init__(self, tokenizer, **kwargs):
         pass
 
@@ -227,6 +229,8 @@ def test_answer_extractor_flag_reads_bare_numbers(capsys, monkeypatch, tmp_path)
     from ttrl_lightning.rollout import Rollouts
 
     class BareGold:
+        owns_weights, max_model_len, record_signals = False, None, False
+
         def __init__(self, tokenizer, **_):
             self.tok = tokenizer
 

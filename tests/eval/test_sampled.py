@@ -104,6 +104,8 @@ class ScriptedEngine:
     def sync_weights(self, model):
         return None
 
+    owns_weights, max_model_len, record_signals = False, None, False
+
 
 def _questions(n, gold=lambda i: str(i)):
     return [{"id": f"q{i}", "prompt": str(i), "gold": gold(i), "choices": None, "images": []} for i in range(n)]

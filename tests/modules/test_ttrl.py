@@ -28,6 +28,12 @@ class ScriptedEngine:
     def __init__(self, tokenizer, script: dict[str, list[str]], signals: bool = False):
         self.tokenizer, self.script, self.calls, self.signals = tokenizer, script, [], signals
 
+    owns_weights, max_model_len = False, None  # the engine contract (rollout.base.RolloutEngine)
+
+    @property
+    def record_signals(self):
+        return self.signals
+
     def sync_weights(self, model):
         return None
 

@@ -46,9 +46,8 @@ class Recorded:
     def __init__(self, engine, replay=None):
         self.engine, self.replay, self.calls, self.syncs = engine, list(replay or []), [], 0
 
-    @property
-    def owns_weights(self):
-        return getattr(self.engine, "owns_weights", False)
+    def __getattr__(self, name):  # the rest of the engine contract (owns_weights, max_model_len, ...)
+        return getattr(self.engine, name)
 
     def sync_weights(self, model):
         self.syncs += 1
@@ -121,7 +120,7 @@ def test_a_stale_sampler_shows_in_the_gap_and_tis_reweights_the_loss():
     ref, _ = _fit(VLLM)
     (votes,) = ref.engine.calls
     shifted = votes.first_per_group(votes.n)
-    shifted.signals = {**votes.signals, "logprob": votes.signals["logprob"] - torch.log(torch.tensor(3.0))}
+    shifted.sampler_logprobs = votes.sampler_logprobs - torch.log(torch.tensor(3.0))
     logged = {}
     for cap in (None, 2.0):
         logged[cap] = Logged()

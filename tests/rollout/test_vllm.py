@@ -52,7 +52,8 @@ def engine(tok, model):
 def _max_logprob_error(model, rollouts) -> float:
     ref = full_forward_signals(model, rollouts)["logprob"]
     m = rollouts.completion_mask.bool()
-    return float((rollouts.signals["logprob"][m].double() - ref[m]).abs().max())
+    assert torch.equal(rollouts.signals["logprob"].nan_to_num(), rollouts.sampler_logprobs.nan_to_num())
+    return float((rollouts.sampler_logprobs[m].double() - ref[m]).abs().max())
 
 
 def test_sampler_logprobs_equal_the_policy_and_follow_sync(model, engine):
@@ -167,16 +168,17 @@ def test_building_the_engine_leaves_the_callers_random_streams_alone(tok):
 
 
 def test_the_engine_registry_and_build_engine(tok):
-    from ttrl_lightning.cli.eval import ENGINES
+    from ttrl_lightning.cli.eval import sampling_engines
 
-    assert ROLLOUT_ENGINES.names() == ["hf", "vllm"] == list(ENGINES)  # the CLI's choices, kept without torch
+    assert sorted(ROLLOUT_ENGINES.names()) == ["agent", "hf", "vllm"]
+    assert sampling_engines() == [n for n in ROLLOUT_ENGINES.names() if n != "agent"]  # the CLI's choices
     hf = build_engine("hf", tok, record_signals=True)
     assert isinstance(hf, HFGenerateEngine) and hf.record_signals
     assert build_engine(None, tok).__class__ is HFGenerateEngine
     v = build_engine({"name": "vllm", "max_model_len": 64, "enforce_eager": True}, tok)
     assert isinstance(v, VLLMEngine) and v.max_model_len == 64 and v.llm is None  # built lazily
     assert build_engine(hf, tok) is hf
-    with pytest.raises(UserError, match="engine name must be one of hf, vllm, got 'sglang'"):
+    with pytest.raises(UserError, match="engine name must be one of agent, hf, vllm, got 'sglang'"):
         build_engine("sglang", tok)
     with pytest.raises(UserError, match="engine vllm: .*unexpected keyword argument 'temprature'"):
         build_engine({"name": "vllm", "temprature": 1}, tok)

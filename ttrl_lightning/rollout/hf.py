@@ -5,48 +5,11 @@ from typing import Sequence
 
 import torch
 
-from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, context_length,
                                          sampling_mode)
+from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
-
-
-def cut_at_stop_strings(tokenizer, ids: torch.Tensor, mask: torch.Tensor, stop: Sequence[str]) -> torch.Tensor:
-    """Shorten ``mask`` [R, C] so each row ends at the token that completes the first stop string."""
-    if not stop:
-        return mask
-    mask = mask.clone()
-    for r in range(ids.shape[0]):
-        text = ""
-        n = int(mask[r].sum())
-        for t in range(n):
-            text += tokenizer.decode([int(ids[r, t])])
-            if any(s in text[-(len(s) + 16):] for s in stop):
-                mask[r, t + 1:] = 0
-                break
-    return mask
-
-
-def finish_rollouts(tokenizer, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                    params: SamplingParams, lengths: torch.Tensor | None = None) -> Rollouts:
-    """The ``Rollouts`` of sampled rows, the one set of rules every engine applies: the completion mask runs up
-    to and including EOS (``completion_mask_at_eos``) and is cut at the token that completes the first stop
-    string (``cut_at_stop_strings``), tokens outside it become padding, the texts are the tokenizer's decoding
-    of the kept tokens, rows are prompt-major (``params.n`` per prompt). prompt_ids / prompt_mask: [R, P];
-    completion_ids: [R, C]; ``lengths`` [R]: how many tokens of each row were sampled (None: all C)."""
-    tok = tokenizer
-    mask = completion_mask_at_eos(completion_ids, tok.eos_token_id)
-    if lengths is not None:
-        mask = mask * (torch.arange(completion_ids.shape[1], device=mask.device)[None, :]
-                       < lengths.to(mask.device)[:, None])
-    mask = cut_at_stop_strings(tok, completion_ids, mask, params.stop)
-    comp = torch.where(mask.bool(), completion_ids, torch.full_like(completion_ids, tok.pad_token_id))
-    texts = [tok.decode(row[: int(m.sum())].tolist(), skip_special_tokens=True) for row, m in zip(comp, mask)]
-    groups = comp.shape[0] // params.n
-    return Rollouts(prompt_ids=prompt_ids, prompt_mask=prompt_mask, completion_ids=comp,
-                    completion_mask=mask.to(prompt_mask.dtype), texts=texts,
-                    group=torch.arange(groups, device=comp.device).repeat_interleave(params.n), n=params.n)
 
 
 @ROLLOUT_ENGINES.register("hf")
@@ -82,6 +45,13 @@ class HFGenerateEngine:
 
     #: samples with the trained module itself: nothing to sync, its log-probs are the trainer's
     owns_weights = False
+    max_model_len = None  # the model's own context
+    takes_text_prompts = True
+    cli_options: tuple[str, ...] = ()
+
+    @classmethod
+    def check_available(cls) -> None:  # transformers is a dependency
+        return None
 
     def sync_weights(self, model) -> None:  # the HF engine samples from the trained module directly
         return None

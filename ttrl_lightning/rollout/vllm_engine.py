@@ -11,12 +11,13 @@ the module it was handed at its last sync.
 Rows, masks, texts and stop rules are the HF engine's (``hf.py``): the prompts are tokenized by the same
 tokenizer (left-padded, no special tokens added) and passed as token ids, each prompt's ``n`` samples are
 prompt-major rows, and the completion mask, padding and texts come from the same function as the HF
-engine's (``hf.finish_rollouts``: up to and including EOS, cut at the token that completes a stop string).
+engine's (``finishing.finish_rollouts``: up to and including EOS, cut at the token that completes a stop string).
 vLLM stops a row at EOS or a stop string itself, so nothing past them is decoded.
 
-Signals: ``signals["logprob"]`` is always the sampler's log-prob of each sampled token under the raw logits
-(vLLM's ``logprobs_mode="raw_logprobs"``), which the trainer compares with its own (``GRPOModule``: truncated
-importance sampling and the logged gap). vLLM returns only top-k log-probs, so the full-distribution signals
+Sampler log-probs: ``Rollouts.sampler_logprobs`` is always the sampler's log-prob of each sampled token under
+the raw logits (vLLM's ``logprobs_mode="raw_logprobs"``), which the trainer compares with its own
+(``GRPOModule``: truncated importance sampling and the logged gap); with ``record_signals`` they are also the
+``logprob`` signal (the sampling model's log-prob, as the HF engine records it). vLLM returns only top-k log-probs, so the full-distribution signals
 (``entropy``, ``self_certainty``) come, when ``record_signals`` asks for them, from one teacher-forced replay
 of the finished rollouts through the fused op (``signals.replay_token_signals``: ``ops.token_stats``, no
 ``[R, C, V]`` logits).
@@ -42,7 +43,7 @@ import torch
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, sampling_mode
-from ttrl_lightning.rollout.hf import finish_rollouts
+from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.signal_recording import REPLAY_SIGNALS, replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
@@ -141,6 +142,13 @@ class VLLMEngine:
 
     #: holds its own copy of the weights: the trainer syncs it and compares its log-probs with the policy's
     owns_weights = True
+    takes_text_prompts = True
+    cli_options = ("max_model_len",)
+    max_model_len: int | None = None  # set when built (the option, else the model's context)
+
+    @classmethod
+    def check_available(cls) -> None:
+        import_vllm()
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "auto", *,
                  dtype: str | None = None, max_model_len: int | None = None,
@@ -270,8 +278,9 @@ class VLLMEngine:
                                    enc["attention_mask"].repeat_interleave(params.n, dim=0).to(device),
                                    comp.to(device), params, torch.tensor([len(ids) for ids, _ in samples]))
         keep = rollouts.completion_mask.bool()
-        rollouts.signals = {"logprob": torch.where(keep, logprob.to(device), float("nan"))}
-        if self.record_signals:
+        rollouts.sampler_logprobs = torch.where(keep, logprob.to(device), float("nan"))
+        if self.record_signals:  # the sampler's log-probs are the "logprob" signal of its tokens
+            rollouts.signals = {"logprob": rollouts.sampler_logprobs}
             backend = None if self.signal_backend == "auto" else self.signal_backend
             with sampling_mode(model, None):
                 replay = replay_token_signals(model, rollouts, 1.0, backend)
