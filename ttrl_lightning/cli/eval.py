@@ -35,7 +35,7 @@ DESCRIPTION = """Sample --k completions per question and report three accuracies
 Answers are extracted with --answer-extractor (answers.ANSWER_EXTRACTORS; default final_answer: the last
 \\boxed{...}, else "The answer is X", options of multiple-choice questions become their letter;
 last_number: the last number, for the generated arithmetic tasks) and compared with the gold answer by
-answer equivalence. Use the extractor the model was trained with (TTRLModule's answer_extractor).
+answer equivalence. Use the extractor the model was trained with (TTRLModule's voting.answer_extractor).
 Every question needs a gold answer. Questions come from a file (--data: .jsonl or .parquet with id,
 prompt or question, gold, choices, image, reframed_prompt; see docs/evaluation.md) or a generated task
 (--task). The model is tiny:<arch>, a local Hugging Face checkpoint folder, or a Lightning .ckpt written
