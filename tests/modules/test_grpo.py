@@ -394,3 +394,12 @@ def test_raw_logprobs_come_from_the_same_forward_as_the_tempered_ones(impl):
     torch.testing.assert_close(raw, m.sequence_logprobs(m.policy, r, temperature=1.0), rtol=1e-5, atol=1e-5)
     keep = r.completion_mask.bool()
     assert (raw[keep] - logp[keep]).abs().max() > 1e-3  # T 0.7 is not T 1
+
+
+def test_tis_weight_is_not_logged_on_a_step_that_trains_no_token():
+    """A mean over no token is not 0: with every group abstaining the step logs the gap but no TIS weight."""
+    from ttrl_lightning.modules.step_records import SamplerCorrection
+
+    corr = SamplerCorrection(torch.full((2, 3), 2.0), torch.tensor(0.5))
+    assert set(corr.metrics(torch.zeros(2, 3))) == {"train/sampler_logprob_gap"}
+    assert corr.metrics(torch.ones(2, 3))["train/tis_weight"] == pytest.approx(2.0)

@@ -127,8 +127,10 @@ class SamplerCorrection:
     gap: torch.Tensor
 
     def metrics(self, kept_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The gap, and the mean TIS weight over the tokens that carry loss (not logged on a step that trains
+        no token: a mean of nothing is not 0)."""
         out = {"train/sampler_logprob_gap": self.gap}
-        if self.weights is not None:
+        if self.weights is not None and bool(kept_tokens.sum() > 0):
             out["train/tis_weight"] = masked_token_mean(self.weights, kept_tokens)
         return out
 

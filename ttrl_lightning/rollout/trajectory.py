@@ -3,6 +3,7 @@ saved as JSON lines, loaded with every field checked, and re-executed to check t
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -92,9 +93,13 @@ class Trajectory:
             if not isinstance(step["name"], (str, type(None))) or not isinstance(step["args"], dict) \
                     or not isinstance(step["text"], str):
                 raise ValueError(f"steps[{i}]: name must be a string or null, args an object, text a string")
+        if len(latencies) != len(steps):
+            raise ValueError(f"latencies has {len(latencies)} entries for {len(steps)} steps (one per step)")
         for i, value in enumerate(latencies):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 raise ValueError(f"latencies[{i}] must be a number or null, got {value!r}")
+            if value is not None and not 0 <= value < math.inf:  # NaN fails both comparisons
+                raise ValueError(f"latencies[{i}] must be a finite number of seconds >= 0, got {value!r}")
         return cls(record["prompt"], record["completion"], record["answer"], steps, latencies,
                    record.get("source"), tuple(disabled), record.get("truncated", False))
 
