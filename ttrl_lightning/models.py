@@ -16,6 +16,8 @@ LoRA (PEFT) is optional: ``lora={"r": 8, "lora_alpha": 16, "target_modules": ["q
 """
 from __future__ import annotations
 
+import json
+import os
 import string
 from dataclasses import dataclass
 from typing import Any
@@ -256,6 +258,34 @@ def _auto_model_class(config):
     return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
 
 
+#: the files of a model folder that can map the Auto classes to the folder's own code (``auto_map``)
+AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+
+
+def from_pretrained(cls, name: str, **kwargs):
+    """``cls.from_pretrained(name, trust_remote_code=False, **kwargs)``: a model folder's own code is never
+    run, and transformers never asks on stdin whether to run it. A folder whose config files map a class to
+    its own module (``auto_map``) is one ``UserError`` before transformers reads it."""
+    for file in AUTO_MAP_FILES:
+        path = os.path.join(name, file)
+        if os.path.isfile(path):
+            try:
+                with open(path, encoding="utf-8") as fh:
+                    mapped = "auto_map" in json.load(fh)
+            except (OSError, ValueError, TypeError):
+                mapped = False  # transformers reports an unreadable file itself
+            if mapped:
+                raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
+                                "ttrl never runs a model folder's code (trust_remote_code=False)")
+    try:
+        return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
+                        "folder's code (trust_remote_code=False)") from None
+
+
 def load_processor(name: str):
     """The processor that turns a question with images into model inputs, or None for a text-only model:
     ``tiny:<vl arch>`` -> :class:`TinyVLProcessor`; a ``ttrl fit`` checkpoint -> its base model's; a Hugging
@@ -267,9 +297,9 @@ def load_processor(name: str):
         return TinyVLProcessor(load_tokenizer(name)) if arch in TINY_VL_ARCHS else None
     from transformers import AutoConfig, AutoProcessor
 
-    if not is_vision_config(AutoConfig.from_pretrained(name)):
+    if not is_vision_config(from_pretrained(AutoConfig, name)):
         return None
-    return AutoProcessor.from_pretrained(name)
+    return from_pretrained(AutoProcessor, name)
 
 
 def is_tiny(name: str) -> bool:
@@ -299,7 +329,7 @@ def load_tokenizer(name: str):
         return build_tiny_vl_tokenizer() if name.split(":", 1)[1] in TINY_VL_ARCHS else build_char_tokenizer()
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(name)
+    tok = from_pretrained(AutoTokenizer, name)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
@@ -341,7 +371,7 @@ def load_model(
         from transformers import AutoConfig
 
         try:
-            model = _auto_model_class(AutoConfig.from_pretrained(name)).from_pretrained(name, **kwargs)
+            model = from_pretrained(_auto_model_class(from_pretrained(AutoConfig, name)), name, **kwargs)
         except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
             blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
             raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "

@@ -110,8 +110,9 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
 
     folder, name = os.path.split(path)
     say(f"reading {name} (dequantised to float32) ...")
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+    source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                  trust_remote_code=False).eval()
     config = copy.deepcopy(source.config)
     if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is a plain float32 one
         del config.quantization_config
@@ -128,8 +129,8 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
         say(f"writing the checkpoint folder {out} ...")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32).eval()
-        diff = float((_probe_logits(reloaded, AutoTokenizer.from_pretrained(tmp)) -
+        reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, trust_remote_code=False).eval()
+        diff = float((_probe_logits(reloaded, AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)) -
                       _probe_logits(source, tokenizer)).abs().max())
         if diff > 1e-4:
             raise RuntimeError(f"the saved checkpoint does not reproduce {name}: logits differ by {diff:.3g}")
