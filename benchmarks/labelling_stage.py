@@ -105,16 +105,14 @@ def label_all(module, votes, groups, choices):
                          **extra[q]) for q, group in enumerate(groups)]
 
 
-def former_stage(module, votes, batch, label: bool = True):
+def former_stage(module, votes, batch, labels: list | None = None):
+    """The former grouping, labelling (or the given ``labels``: the form changes alone) and layout."""
     Q = len(batch["prompt"])
     views = module.vote_views(Q)
     choices = [None] * Q
     groups = former_vote_groups(module, votes, Q, views, choices)
-    labels = label_all(module, votes, groups, choices) if label else _cached_labels
+    labels = label_all(module, votes, groups, choices) if labels is None else labels
     return former_layout(labels, Q, len(views) // Q, module.voting.num_votes, module.voting.num_trained)
-
-
-_cached_labels: list = []
 
 
 def time_once(fn) -> float:
@@ -125,6 +123,7 @@ def time_once(fn) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from ttrl_lightning.modules import PolicySpec, TTRLModule
+    from ttrl_lightning.safe_files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--questions", type=int, default=16)
@@ -156,8 +155,6 @@ def main(argv: list[str] | None = None) -> int:
         if [list(g.answers) for g in former_groups] != ours.detail.answers:
             print(f"{name}: the vote groups differ; no timing reported")
             return 1
-        global _cached_labels
-        _cached_labels = ours.detail.labels
         views = module.vote_views(Q)
         V, M, N = len(views) // Q, args.votes, args.trained
         stage = {"ours": [], "baseline": []}
@@ -171,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
                 module_layout(module, ours.detail.labels, Q, V, M, N)
 
             forms["ours"].append(time_once(ours_forms))
-            forms["baseline"].append(time_once(lambda: former_stage(module, votes, batch, label=False)))
+            forms["baseline"].append(time_once(lambda: former_stage(module, votes, batch, labels=ours.detail.labels)))
         r_stage = paired_ratios(stage["baseline"], stage["ours"])
         r_forms = paired_ratios(forms["baseline"], forms["ours"])
         results[name] = {"stage_s": stage, "forms_s": forms, "stage_speedup": r_stage, "forms_speedup": r_forms,
@@ -184,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     payload = {"settings": vars(args), "machine": platform.processor() or platform.machine(),
                "torch": torch.__version__, "results": results}
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as fh:
+    with atomic_write(args.out) as fh:
         json.dump(payload, fh, indent=2)
     print(f"wrote {args.out}")
     return 0

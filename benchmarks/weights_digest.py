@@ -32,10 +32,12 @@ def module_options(labeler: str) -> dict:
 
 def weights_digest(module) -> str:
     """SHA-256 over the policy's state dict, tensors in name order, as raw bytes."""
+    import torch
+
     h = hashlib.sha256()
     for name, tensor in sorted(module.policy.state_dict().items()):
         h.update(name.encode())
-        h.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=__import__("torch").uint8).numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -59,6 +61,8 @@ def run(labeler: str, model: str, steps: int, seed: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
+    from ttrl_lightning.safe_files import atomic_write
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="the starting checkpoint (an SFT run's)")
     p.add_argument("--labelers", nargs="+", choices=LABELERS, default=list(LABELERS))
@@ -73,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         digests[name] = run(name, args.model, args.steps, args.seed)
         print(f"{name:>15} {digests[name]}", flush=True)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as fh:
+    with atomic_write(args.out) as fh:
         json.dump({"settings": vars(args), "digests": digests}, fh, indent=2)
     if args.compare:
         with open(args.compare) as fh:
