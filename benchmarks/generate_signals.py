@@ -2,7 +2,7 @@
 the same model and prompts:
 
 * ``plain``: ``model.generate`` (SDPA attention), no signals;
-* ``ours``: the same call inside ``ttrl generate``'s recorder (``generate.StepLogitsSignalRecorder``: the
+* ``ours``: the same call inside ``ttrl generate``'s recorder (``integrations.StepLogitsSignalRecorder``: the
   head's output of each step reduced at once to entropy, self-certainty and lse, nothing vocabulary-sized
   kept) and the ``ttrl_mass`` attention function
   (visual engagement and LookBack's image mass, exact attention plus group mass in one streaming pass);
@@ -79,7 +79,7 @@ def run_plain(model, tok, prompt, args):
 def run_ours(model, tok, prompt, args):
     import torch
 
-    from ttrl_lightning.generate import StepLogitsSignalRecorder
+    from ttrl_lightning.integrations import StepLogitsSignalRecorder
 
     from ttrl_lightning.integrations import GenerationSignalRecorder
 

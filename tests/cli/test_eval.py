@@ -188,7 +188,7 @@ def _bad_inputs(tmp_path):
                                                                {"id": "b", "prompt": "y"}])],
          r"nogold\.jsonl: 1 question\(s\) have no gold answer, which ttrl eval needs: 'b'"),
         (tiny + ["--data", _jsonl(tmp_path / "img.jsonl", [{"id": "a", "prompt": "x", "gold": "1", "image": "i.png"}])],
-         r"img\.jsonl: question 'a' has images, but ttrl eval samples with the text-only"),
+         r"img\.jsonl: question 'a' has an image, but tiny:qwen2 is a text-only model"),
         (tiny + ["--data", str(tmp_path / "missing.jsonl")], r"missing\.jsonl: question file not found"),
         # the context (tiny:qwen2: 256 positions), checked before sampling; the OOM traceback it was
         (tiny + ["--data", good, "--max-new-tokens", "100000"],
@@ -248,3 +248,21 @@ def test_answer_extractor_flag_reads_bare_numbers(capsys, monkeypatch, tmp_path)
     assert rc == 0 and "avg@2     0.00%" in printed
     rc, printed, _ = _run(capsys, *base, "--answer-extractor", "last_number")
     assert rc == 0 and "avg@2   100.00%" in printed and "answer_extractor=last_number" in printed
+
+
+def test_image_questions_are_sampled_with_their_images(tmp_path, capsys):
+    """A vision-language model evaluates scene questions through the HF engine's image path: the report's
+    completions are the engine's on the ImagePrompt s (the same seed, the same samples)."""
+    from ttrl_lightning.generate.scene_questions import write_scene_questions
+
+    data = write_scene_questions(str(tmp_path / "scenes"), 3, seed=2, kinds=["colour"])
+    out = tmp_path / "r.json"
+    rc, printed, err = _run(capsys, "--model", "tiny:qwen2_vl", "--data", data, "--k", "2", "--max-new-tokens", "5",
+                            "--seed", "4", "--out", str(out))
+    assert rc == 0, err
+    assert "avg@2" in printed
+    report = json.loads(out.read_text())
+    assert len(report["questions"]) == 3 and all(len(q["completions"]) == 2 for q in report["questions"])
+    rc, _, err = _run(capsys, "--model", "tiny:qwen2_vl", "--data", data, "--k", "2", "--max-new-tokens", "5",
+                      "--prompt-format", "plain")
+    assert rc != 0 and "only the chat template places" in err

@@ -13,8 +13,9 @@ from ttrl_lightning.integrations.groups import image_token_ids, key_groups_from_
 MODEL_KEYS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
 
 
-def _eager_reference(model, batch):
-    """Signals from full logits and eager attention maps (output_attentions=True), the plain way."""
+def _eager_reference(model, batch, tokenizer=None):
+    """Signals from full logits and eager attention maps (output_attentions=True), the plain way
+    (``tokenizer``: its special ids join the config's in the SPECIAL key group, as the recorders take it)."""
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
@@ -35,7 +36,7 @@ def _eager_reference(model, batch):
     sc[:, 1:] = -logp[:, :-1].mean(-1) - math.log(V)
     attn = torch.stack([a.float() for a in out.attentions]).mean(dim=(0, 2))  # mean over layers, heads: [B, T, T]
     groups = key_groups_from_ids(ids, batch["attention_mask"], batch["completion_mask"],
-                                 image_token_ids(model.config), special_token_ids(model.config),
+                                 image_token_ids(model.config), special_token_ids(model.config, tokenizer),
                                  batch.get("mm_token_type_ids"))
     onehot = torch.nn.functional.one_hot(groups.clamp_min(0), len(GROUP_NAMES)).float() * (groups >= 0)[..., None]
     mass = torch.full((*ids.shape, len(GROUP_NAMES)), float("nan"))

@@ -308,9 +308,9 @@ def test_unknown_perturbation_is_named():
         TTRLModule(policy=TINY, perturbation={"name": "nope"})
 
 
-def test_questions_with_images_are_refused_not_sampled_without_them():
+def test_questions_with_images_are_refused_for_a_text_only_model_not_sampled_without_them():
     m = _module(SCRIPT)
-    with pytest.raises(UserError, match="'b' has images"):
+    with pytest.raises(UserError, match="tiny:qwen2 is a text-only model"):
         m.rollout(dict(BATCH, images=[[], ["scene.png"], []]))
     assert not m.engine.calls
 

@@ -199,10 +199,6 @@ def _questions(args: argparse.Namespace) -> list[dict]:
     if ungraded:
         raise UserError(f"{args.data}: {len(ungraded)} question(s) have no gold answer, which ttrl eval "
                         f"needs: {few_ids(ungraded)}")
-    with_images = [q["id"] for q in questions if q["images"]]
-    if with_images:
-        raise UserError(f"{args.data}: question {with_images[0]!r} has images, but ttrl eval samples with "
-                        "the text-only Hugging Face engine")
     return questions
 
 
@@ -257,11 +253,24 @@ def eval_main(argv: list[str]) -> int:
     from ..prompt_format import format_prompt, resolve_prompt_format
     from ..rollout import SamplingParams
 
+    processor = None
+    if any(q.get("images") for q in questions):  # a vision-language model's processor places the images
+        from ..models import load_processor
+
+        processor = load_processor(args.model)
+        if processor is None:
+            raise UserError(f"{args.data}: question {next(q['id'] for q in questions if q.get('images'))!r} has "
+                            f"an image, but {args.model} is a text-only model (no vision config, no processor)")
     try:
-        prompt_format = resolve_prompt_format(args.prompt_format, policy.tokenizer)
+        prompt_format = resolve_prompt_format(args.prompt_format, policy.tokenizer, processor)
     except UserError as err:
         parser.error(str(err))
-    questions = [dict(q, prompt=format_prompt(q["prompt"], prompt_format, policy.tokenizer)) for q in questions]
+    if processor is not None and prompt_format == "plain":
+        parser.error("argument --prompt-format: plain, but the questions have images, which only the chat "
+                     "template places")
+    questions = [dict(q, prompt=format_prompt(q["prompt"], prompt_format, policy.tokenizer, processor,
+                                              images=len(q.get("images") or ())))
+                 for q in questions]
 
     params = SamplingParams(n=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_new_tokens=max_new, seed=args.seed)
@@ -277,7 +286,7 @@ def eval_main(argv: list[str]) -> int:
     engine = None if args.engine == "hf" else build_sampling_engine(args, policy.tokenizer)
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
                                       batch_size=args.batch_size, engine=engine, progress=not args.no_progress,
-                                      extract=ANSWER_EXTRACTORS[args.answer_extractor])
+                                      extract=ANSWER_EXTRACTORS[args.answer_extractor], processor=processor)
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):
         print(line)

@@ -117,7 +117,7 @@ def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
 
 def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, batch_size: int = 16,
                      engine=None, progress: bool = False, *,
-                     extract: Callable[[str, Any], str] = extract_answer
+                     extract: Callable[[str, Any], str] = extract_answer, processor=None
                      ) -> tuple[SampledMetrics, list[list[str]]]:
     """Sample ``k`` completions of every question with ``engine`` and score them (:func:`sampled_metrics`).
 
@@ -130,16 +130,21 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
             tokens, stop strings, seed). With a seed, batch ``b`` samples with ``derive_seed(seed,
             "rollout", b)``: the same seed and batch size give the same completions.
         batch_size: questions per ``engine.generate`` call (``batch_size * k`` sequences).
-        engine: a rollout engine (default ``HFGenerateEngine(tokenizer)``).
+        engine: a rollout engine (default ``HFGenerateEngine(tokenizer, processor=processor)``).
         progress: a tqdm bar over the questions.
+        processor: a vision-language model's processor (``models.load_processor``): questions with images
+            are sampled with them (``rollout.image_sampling.ImagePrompt``; their prompts already hold the
+            chat template's image placeholders).
     Returns:
         ``(metrics, texts)`` with ``texts[q]`` the k completions of question q.
     Raises:
-        UserError naming the questions that have no gold answer, or images (the HF engine sees text only).
+        UserError naming the questions that have no gold answer, or images for a text-only model (no
+        ``processor``) or for an engine that does not take images.
     """
     from ttrl_lightning.data.questions import few_ids
     from ttrl_lightning.rollout import HFGenerateEngine
     from ttrl_lightning.rollout.base import check_context, context_limit
+    from ttrl_lightning.rollout.image_sampling import ImagePrompt
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -152,14 +157,18 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
         raise UserError(f"{len(ungraded)} question(s) have no gold answer, which avg@k / maj@k / pass@k "
                         f"need: {few_ids(ungraded)}")
     with_images = [str(q["id"]) for q in questions if q.get("images")]
-    if with_images and engine is None:
-        raise UserError(f"{len(with_images)} question(s) have images, which the text-only HF engine cannot "
-                        f"see: {few_ids(with_images)}")
-    engine = HFGenerateEngine(tokenizer) if engine is None else engine
+    if with_images and processor is None:
+        raise UserError(f"{len(with_images)} question(s) have images, but the model is text-only (no vision "
+                        f"config, no processor): {few_ids(with_images)}")
+    engine = HFGenerateEngine(tokenizer, processor=processor) if engine is None else engine
+    if with_images and not getattr(engine, "takes_images", False):
+        raise UserError(f"{len(with_images)} question(s) have images, which the {type(engine).__name__} engine "
+                        f"does not sample yet (use the hf engine): {few_ids(with_images)}")
     limit = context_limit(engine, model)
-    if limit is not None:  # every question, before anything is sampled
-        check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in questions],
-                      params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in questions])
+    text = [q for q in questions if not q.get("images")]  # an image prompt is checked with its image tokens
+    if limit is not None and text:  # every question, before anything is sampled
+        check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in text],
+                      params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in text])
     params = replace(params, n=k)
     texts: list[list[str]] = []
     from ttrl_lightning.eval.progress_bar import progress_bar
@@ -169,7 +178,8 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
         for b, start in enumerate(range(0, len(questions), batch_size)):
             chunk = questions[start:start + batch_size]
             seed = None if params.seed is None else derive_seed(params.seed, "rollout", b)
-            out = engine.generate(model, [q["prompt"] for q in chunk], replace(params, seed=seed))
+            prompts = [ImagePrompt(q["prompt"], q["images"]) if q.get("images") else q["prompt"] for q in chunk]
+            out = engine.generate(model, prompts, replace(params, seed=seed))
             if len(out.texts) != len(chunk) * k:
                 raise RuntimeError(f"the engine returned {len(out.texts)} completions for {len(chunk)} "
                                    f"prompts x {k} samples")

@@ -20,6 +20,7 @@ from __future__ import annotations
 from ..data.pool import VIEWS
 from ..errors import UserError
 from ..prompt_format import PROMPT_FORMATS, chat_template, format_prompt
+from ..rollout.image_sampling import image_inputs
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt"]
 
@@ -98,14 +99,4 @@ class PromptBuilder:
         if self.processor is None:
             enc = self.tokenizer([text], return_tensors="pt", add_special_tokens=False)
             return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        from PIL import Image
-
-        images = None
-        if question["images"]:
-            images = []
-            for path in question["images"]:
-                with Image.open(path) as img:
-                    images.append(img.convert("RGB"))
-            images = [images]
-        enc = self.processor(text=[text], images=images, return_tensors="pt", padding=True)
-        return {k: v for k, v in dict(enc).items() if hasattr(v, "shape")}
+        return image_inputs(self.processor, text, question["images"])

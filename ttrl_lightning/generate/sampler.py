@@ -4,7 +4,8 @@
 under ``torch.manual_seed(seed)`` in a forked RNG, so the rollouts of a question depend on the model, the
 settings and its seed only -- not on which other questions run, in which order, on which rank, or whether
 the run was resumed. The signals come from ``integrations.GenerationSignalRecorder``
-(``generate_with_signals``' hook), here :class:`.recorder.StepLogitsSignalRecorder`: the LM head's output
+(``generate_with_signals``' hook), here ``integrations.StepLogitsSignalRecorder`` through
+``rollout.image_sampling.sample_sequences`` (the HF engine's path for image prompts too): the LM head's output
 of each step reduced at once to lse, entropy and self-certainty and, for a vision-language model, the
 ``ttrl_mass`` attention function (no eager attention, no ``output_attentions``, no logits kept), under the
 raw logits (temperature 1: VisConf sec. 3.1's ``p_t`` "obtained by applying softmax directly to the unscaled model
@@ -19,39 +20,11 @@ from typing import Callable
 import torch
 
 from ..data.pool import TOKEN_FIELDS
-from ..integrations.groups import image_token_ids
 from ..rollout.base import Rollouts, SamplingParams
+from ..rollout.image_sampling import sample_sequences
 from ..rollout.records import records_from_rollouts
-from .recorder import StepLogitsSignalRecorder
 
 __all__ = ["sample_sequences", "sample_view", "sample_batch"]
-
-
-def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int):
-    """``params.n`` samples of one prompt: ``(sequences [n, T0 + C], RolloutSignals over the C generated
-    tokens)`` (:class:`.recorder.StepLogitsSignalRecorder`; attention mass only when ``inputs`` has images).
-
-    The image / video placeholder tokens of a vision-language model are never sampled (``suppress_tokens``):
-    at such a position the model and a replay would expect image features. The signals still come from the
-    full, unfiltered distribution."""
-    device = next(model.parameters()).device
-    inputs = {k: v.to(device) for k, v in inputs.items()}
-    greedy = params.temperature == 0
-    kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
-                  use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    if not greedy:
-        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
-    placeholders = image_token_ids(model.config)
-    if placeholders:  # a sampled image placeholder would be read as an image (by the model and the replay)
-        kwargs["suppress_tokens"] = placeholders
-    recorder = StepLogitsSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
-                                        inputs.get("mm_token_type_ids"), temperature=1.0,
-                                        record_attention="pixel_values" in inputs, tokenizer=tokenizer)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), torch.no_grad():
-        torch.manual_seed(seed)
-        with recorder:
-            sequences = model.generate(**inputs, **kwargs)
-    return sequences, recorder.signals(sequences)
 
 
 def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParams, seed: int,

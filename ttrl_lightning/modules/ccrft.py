@@ -40,7 +40,6 @@ from typing import ClassVar, Sequence
 import torch
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
-from ttrl_lightning.models import load_processor
 from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
 from ttrl_lightning.modules.step_records import RewardParts, RolloutRewards
@@ -113,7 +112,7 @@ class CCRFTModule(GRPOModule):
             try:
                 self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
                                           max_turn_tokens=sampling.max_new_tokens, disabled=tuple(disabled),
-                                          processor=load_processor(self.policy_spec.model))
+                                          processor=self.processor)
             except ValueError as err:
                 raise UserError(f"{type(self).__name__}: {err}") from None
         self.encoder: StepEncoder | None = None

@@ -52,6 +52,7 @@ from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
+from ttrl_lightning.models import load_processor
 from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
@@ -71,6 +72,7 @@ from ttrl_lightning.modules.fsdp import (
 )
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
+from ttrl_lightning.rollout.image_sampling import ImagePrompt, has_images
 from ttrl_lightning.seeding import derive_seed
 from ttrl_lightning.tools.agent_format import AgentPrompt
 
@@ -197,16 +199,59 @@ class GRPOModule(PolicyModule):
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
+    @property
+    def processor(self):
+        """The policy's processor (``models.load_processor``: a vision-language model's), None for a text-only
+        model; loaded on first use."""
+        if "_processor" not in self.__dict__:
+            self.__dict__["_processor"] = load_processor(self.policy_spec.model)
+        return self.__dict__["_processor"]
+
+    def batch_prompts(self, batch: dict[str, list]) -> list:
+        """The prompts of ``batch`` as written: a question with images (``batch["images"]``, its paths) as an
+        ``ImagePrompt`` carrying them, the others as they are."""
+        images = batch.get("images") or [()] * len(batch["prompt"])
+        return [ImagePrompt(p, imgs) if imgs else p for p, imgs in zip(batch["prompt"], images)]
+
     def model_prompts(self, prompts: Sequence) -> list:
         """The model inputs of ``prompts`` under ``prompt_format`` (``prompt_format.format_prompt``); an agent's
-        ``AgentPrompt`` (a ``str`` carrying its pixels, which the agent engine templates itself) as it is."""
+        ``AgentPrompt`` (a ``str`` carrying its pixels, which the agent engine templates itself) as it is; an
+        ``ImagePrompt`` through the processor's chat template with one image placeholder per image, still
+        carrying its images. Image prompts are refused (one ``UserError``) for a text-only model, for an
+        engine that does not take images, and under ``prompt_format: plain`` (only the template places
+        the image tokens)."""
         fmt = self.hparams.get("prompt_format", "auto")
-        return [p if isinstance(p, AgentPrompt) or not isinstance(p, str) else format_prompt(p, fmt, self.tokenizer)
-                for p in prompts]
+        if any(has_images(p) for p in prompts):
+            self.check_image_prompts(fmt)
+        out = []
+        for p in prompts:
+            if has_images(p):
+                out.append(p.with_text(format_prompt(p, "chat", self.tokenizer, self.processor,
+                                                     images=len(p.images))))
+            elif isinstance(p, AgentPrompt) or not isinstance(p, str):
+                out.append(p)
+            else:
+                out.append(format_prompt(p, fmt, self.tokenizer))
+        return out
+
+    def check_image_prompts(self, prompt_format: str) -> None:
+        """Refuse image prompts this module cannot sample (``model_prompts``); hand the engine the processor."""
+        name = type(self).__name__
+        if self.processor is None:
+            raise UserError(f"{name}: a question has an image, but {self.policy_spec.model} is a text-only model "
+                            "(no vision config, no processor); give a vision-language model or drop the images")
+        if not getattr(self.engine, "takes_images", False):
+            raise UserError(f"{name}: a question has an image, but the rollout engine "
+                            f"{type(self.engine).__name__} does not sample images yet; use engine hf")
+        if prompt_format == "plain":
+            raise UserError(f"{name}: a question has an image, which needs the chat template to place its "
+                            "image tokens, but prompt_format is plain")
+        if getattr(self.engine, "processor", None) is None:
+            self.engine.processor = self.processor
 
     def rollout(self, batch: dict[str, list]) -> Rollouts:
-        """Sample N completions per prompt of ``batch["prompt"]`` (``model_prompts``)."""
-        return self.engine.generate(self.policy, self.model_prompts(batch["prompt"]),
+        """Sample N completions per prompt of ``batch`` (``batch_prompts``, ``model_prompts``)."""
+        return self.engine.generate(self.policy, self.model_prompts(self.batch_prompts(batch)),
                                     self.sampling_params(self.rollout_seed()))
 
     def score(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:

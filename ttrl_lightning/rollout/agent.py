@@ -63,8 +63,6 @@ class AgentRollouts(Rollouts):
     observation_mask: torch.Tensor | None = None
     step_spans: list[list[tuple[int, int, int, int]]] = field(default_factory=list)
     trajectories: list[Trajectory] = field(default_factory=list)
-    images: list[list[VisionBlock]] = field(default_factory=list)
-
     @property
     def loss_mask(self) -> torch.Tensor:
         """[R, C] 1 on the tokens the model wrote (= ``completion_mask``), 0 on observations and padding."""
@@ -73,17 +71,6 @@ class AgentRollouts(Rollouts):
     def attention_mask(self) -> torch.Tensor:
         att = self.completion_attention if self.completion_attention is not None else self.completion_mask
         return torch.cat([self.prompt_mask, att], dim=1)
-
-    def forward_inputs(self) -> dict[str, torch.Tensor]:
-        """``Rollouts.forward_inputs``; with images (a VLM agent: ``images[r]`` the row's vision blocks in
-        the order of their tokens), the pixel inputs instead of position ids: ``pixel_values`` and
-        ``image_grid_thw`` of every row's images in row order and ``mm_token_type_ids`` (1 at image tokens),
-        from which the model computes its multimodal (M-RoPE) positions."""
-        blocks = [b for row in self.images for b in row]
-        if not blocks:
-            return super().forward_inputs()
-        ids = self.input_ids()
-        return {"input_ids": ids, "attention_mask": self.attention_mask(), **vision_inputs(blocks, ids)}
 
     def decisive_token_masks(self) -> list[list[bool]]:
         """Per row, one bool per token the model wrote, in order: the indices its per-token signals are laid
@@ -171,6 +158,7 @@ class AgentEngine:
     owns_weights = False  # samples with the policy itself, one generate call per turn
     max_model_len = None  # the model's own context (checked before every turn)
     takes_text_prompts = False  # AgentPrompt s with their pixels, not a command's text prompts
+    takes_images = False  # the pixels come with its AgentPrompt s
     cli_options: tuple[str, ...] = ()
 
     @classmethod

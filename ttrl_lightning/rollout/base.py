@@ -10,7 +10,8 @@ prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
 
 Engines are registered by name in ``ROLLOUT_ENGINES`` (``"hf"``, ``"vllm"``) and built as
 ``ROLLOUT_ENGINES[name](tokenizer, **options)``; ``build_engine`` turns a config's ``engine:`` value (a name,
-``{name: ..., <options>}`` or an engine object) into an engine.
+``{name: ..., <options>}`` or an engine object) into an engine. An engine that ``takes_images`` samples
+``image_sampling.ImagePrompt`` s (the prompt text carrying its image paths) with the model's processor.
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import torch
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import position_ids_from_mask
+from ttrl_lightning.models import VisionBlock, vision_inputs
 from ttrl_lightning.registry import Registry
 
 #: rollout engines by name: ``ROLLOUT_ENGINES[name](tokenizer, **options)`` (``hf.py``, ``vllm_engine.py``)
@@ -84,6 +86,10 @@ class Rollouts:
     sampler_logprobs: [R, C] float32 log-probs of the sampled tokens under the sampler's raw logits, NaN
     outside ``completion_mask``, from an engine with its own weights (``owns_weights``: vLLM), for the
     trainer's importance correction; None from an engine that samples with the trained policy itself.
+    images: per row, the images its prompt shows (``models.VisionBlock`` s in the order of their tokens: the
+    processor's ``pixel_values`` / ``image_grid_thw``), so that every teacher-forced pass over the rows (the
+    policy, the old policy, the reference or EMA anchor, a replay) sees the pixels the sampler saw
+    (``forward_inputs``); empty for text rollouts.
     """
 
     prompt_ids: torch.Tensor
@@ -95,6 +101,7 @@ class Rollouts:
     n: int
     signals: dict[str, torch.Tensor] = field(default_factory=dict)
     sampler_logprobs: torch.Tensor | None = None
+    images: list[list[VisionBlock]] = field(default_factory=list)
 
     @property
     def num_completion_tokens(self) -> int:
@@ -110,10 +117,16 @@ class Rollouts:
     def forward_inputs(self) -> dict[str, torch.Tensor]:
         """The model inputs of a teacher-forced pass over prompt + completion: ``input_ids``,
         ``attention_mask`` and ``position_ids`` from the mask (left padding does not shift positions). The
-        one place the training and replay passes take their inputs from (a rollout with images adds its
-        pixel inputs: ``rollout.agent.AgentRollouts``)."""
+        one place the training and replay passes take their inputs from. With images (``images``), the pixel
+        inputs instead of position ids: ``pixel_values`` and ``image_grid_thw`` of every row's images in row
+        order and ``mm_token_type_ids`` (1 at image tokens), from which the model computes its multimodal
+        (M-RoPE) positions over the unpadded tokens (``models.vision_inputs``)."""
         attn = self.attention_mask()
-        return {"input_ids": self.input_ids(), "attention_mask": attn, "position_ids": position_ids_from_mask(attn)}
+        ids = self.input_ids()
+        blocks = [b for row in self.images for b in row]
+        if blocks:
+            return {"input_ids": ids, "attention_mask": attn, **vision_inputs(blocks, ids)}
+        return {"input_ids": ids, "attention_mask": attn, "position_ids": position_ids_from_mask(attn)}
 
     def first_rows(self, k: int) -> torch.Tensor:
         """Indices of the first ``k`` rows of every group (``1 <= k <= n``), prompt-major."""
@@ -139,6 +152,7 @@ class Rollouts:
             n=k,
             signals={name: v[rows, :width] for name, v in self.signals.items()},
             sampler_logprobs=None if self.sampler_logprobs is None else self.sampler_logprobs[rows, :width],
+            images=[self.images[i] for i in rows.tolist()] if self.images else [],
         )
 
 
@@ -157,6 +171,9 @@ class RolloutEngine(Protocol):
     takes_text_prompts: bool
     #: the options a sampling command may set (``--max-model-len`` -> ``max_model_len``)
     cli_options: tuple[str, ...]
+    #: it samples ``ImagePrompt`` s with their images (``rollout.image_sampling``); an engine without it
+    #: refuses them with one line
+    takes_images: bool
 
     @classmethod
     def check_available(cls) -> None:
@@ -186,9 +203,12 @@ def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
     name = options.pop("name", None)
     if name not in ROLLOUT_ENGINES:
         raise UserError(f"engine name must be one of {', '.join(ROLLOUT_ENGINES.names())}, got {name!r}")
+    cls = ROLLOUT_ENGINES[name]
+    if not getattr(cls, "takes_images", False):
+        defaults.pop("processor", None)  # an engine without images has no use for the processor
     options = {**defaults, **options}
     try:
-        return ROLLOUT_ENGINES[name](tokenizer, **options)
+        return cls(tokenizer, **options)
     except TypeError as err:  # an option the engine does not take
         raise UserError(f"engine {name}: {err}") from None
 

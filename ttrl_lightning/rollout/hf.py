@@ -8,6 +8,7 @@ import torch
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, context_length,
                                          sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
+from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
@@ -30,10 +31,18 @@ class HFGenerateEngine:
     without a row-wise cache), the prompts are repeated and passed to ``model.generate``, which also applies
     the model's own ``generation_config`` (a repetition penalty, say); the shared path applies only
     ``SamplingParams``. ``last_timing`` holds the shared path's prefill / decode seconds of the last call.
+
+    Image prompts (``rollout.image_sampling.ImagePrompt``; ``processor``: the vision-language model's,
+    ``models.load_processor``): a call with any of them samples every prompt through
+    ``image_sampling.sample_image_prompts``, one ``generate`` call per prompt with the processor's pixel
+    inputs, the signals recorded while sampling (``record_signals``: the text signals and VisConf's
+    ``visual_engagement`` / ``image_attention`` from the streaming attention-mass function), each row's
+    images on ``Rollouts.images`` for the training pass. An image prompt without a processor is one
+    ``UserError``.
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
-                 signal_source: str = "generate", share_prompt: bool = True):
+                 signal_source: str = "generate", share_prompt: bool = True, processor=None):
         if signal_source not in ("generate", "replay"):
             raise ValueError(f"signal_source must be 'generate' or 'replay', got {signal_source!r}")
         self.tokenizer = tokenizer
@@ -41,6 +50,7 @@ class HFGenerateEngine:
         self.signal_backend = signal_backend
         self.signal_source = signal_source
         self.share_prompt = bool(share_prompt)
+        self.processor = processor
         self.last_timing: dict = {}
 
     #: samples with the trained module itself: nothing to sync, its log-probs are the trainer's
@@ -48,6 +58,7 @@ class HFGenerateEngine:
     max_model_len = None  # the model's own context
     takes_text_prompts = True
     cli_options: tuple[str, ...] = ()
+    takes_images = True
 
     @classmethod
     def check_available(cls) -> None:  # transformers is a dependency
@@ -61,6 +72,9 @@ class HFGenerateEngine:
         if not prompts:
             raise ValueError("no prompts")
         tok = self.tokenizer
+        if any(has_images(p) for p in prompts):
+            with sampling_mode(model, params.seed):
+                return sample_image_prompts(model, tok, self.processor, prompts, params, self.record_signals)
         if tok.padding_side != "left":
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)

@@ -43,6 +43,7 @@ import torch
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, sampling_mode
+from ttrl_lightning.rollout.image_sampling import refuse_images
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.signal_recording import REPLAY_SIGNALS, replay_token_signals
 
@@ -144,6 +145,7 @@ class VLLMEngine:
     owns_weights = True
     takes_text_prompts = True
     cli_options = ("max_model_len",)
+    takes_images = False  # image prompts are refused (generate): vLLM's multi-modal inputs are not wired yet
     max_model_len: int | None = None  # set when built (the option, else the model's context)
 
     @classmethod
@@ -247,6 +249,7 @@ class VLLMEngine:
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
         if not prompts:
             raise ValueError("no prompts")
+        refuse_images("vllm", prompts)
         if self.llm is None:
             self._build(model)
         from vllm.inputs import TokensPrompt

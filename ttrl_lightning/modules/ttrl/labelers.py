@@ -5,6 +5,11 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
 
 * ``signals``: per-token signals its rollouts need, recorded while sampling (``visconf``: self-certainty;
   ``pixel``: entropy and log-prob);
+* ``image_signals``: per-token signals it reads on questions with images, recorded while sampling them
+  (``visconf``: VisConf sec. 3.1's ``visual_engagement``, so its score is the full ``Z = V * C`` with RWC;
+  on text questions it reads ``signals`` alone, ``Z = C``, and says so in its label's
+  ``info["signal"]``). A batch that mixes questions with and without images is refused for such a
+  labeler: one batch would be scored by two rules;
 * ``views``: the views it votes over (``self_harmony``: the question and its fused Reframe-and-Solve
   prompt, Self-Harmony sec. 3);
 * ``advantage``: its advantage rule when ``AdvantageSpec.rule`` is None (``pixel``: Pixelis appendix 6's
@@ -47,6 +52,7 @@ class LabelerSpec:
     """What ``TTRLModule`` supplies around one pseudo-labeler (module docstring)."""
 
     signals: tuple[str, ...] = ()
+    image_signals: tuple[str, ...] = ()
     views: tuple[str, ...] = (VIEWS[0],)
     advantage: str = "group"
     inputs: Callable[..., list[dict]] | None = None
@@ -157,7 +163,7 @@ def random_reward_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -
 
 TTRL_LABELERS.register("majority", LabelerSpec())
 TTRL_LABELERS.register("self_harmony", LabelerSpec(views=VIEWS[:2], options=("warmup_majority_steps",)))
-TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",)))
+TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",), image_signals=("visual_engagement",)))
 TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",), labels=False))
 TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",), labels=False))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",

@@ -62,6 +62,7 @@ from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.image_sampling import ImagePrompt
 from ttrl_lightning.seeding import derive_seed
 
 __all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec"]
@@ -129,12 +130,10 @@ class TTRLModule(GRPOModule):
     def agent_engine(self, options: dict[str, Any], record_signals: bool):
         """The tool-using agent engine of ``agent=options`` (``rollout.agent.AgentEngine``), shown the pixels
         through the policy's processor when it has one."""
-        from ttrl_lightning.models import load_processor
         from ttrl_lightning.rollout.agent import AgentEngine
 
         try:
-            return AgentEngine(self.tokenizer, record_signals=record_signals,
-                               processor=load_processor(self.policy_spec.model), **options)
+            return AgentEngine(self.tokenizer, record_signals=record_signals, processor=self.processor, **options)
         except (TypeError, ValueError) as err:
             raise UserError(f"{type(self).__name__} argument agent: {err}") from None
 
@@ -186,12 +185,15 @@ class TTRLModule(GRPOModule):
         the assistant's (Self-Harmony sec. 3: the Reframer and the Solver are one model
         prompted in its own format)."""
         prompts = list(prompts)
-        if self.labeler.fused:
-            prompts = prompts + [self.voting.fused_prompt_template.format(prompt=p) for p in prompts]
+        if self.labeler.fused:  # a question's images go with its fused prompt too
+            template = self.voting.fused_prompt_template
+            prompts = prompts + [p.with_text(template.format(prompt=p)) if isinstance(p, ImagePrompt)
+                                 else template.format(prompt=p) for p in prompts]
         return self.model_prompts(prompts)
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
-        """M samples of every vote prompt of ``prompts`` (``vote_prompts``)."""
+        """M samples of every vote prompt of ``prompts`` (``vote_prompts``; a question with images as an
+        ``ImagePrompt``, ``batch_prompts``)."""
         params = replace(self.sampling_params(seed), n=self.voting.num_votes)
         return self.engine.generate(self.policy, self.vote_prompts(prompts), params)
 
@@ -247,7 +249,8 @@ class TTRLModule(GRPOModule):
         own tokens (``completion_mask``: an agent's observations left out), taken from the engine's tensors
         as they are. The rows are put in question order by one stable sort of their prompt index and cut
         by the questions' row counts."""
-        missing = [s for s in self.signal_names if s not in votes.signals]
+        names = self.vote_signal_names(votes)
+        missing = [s for s in names if s not in votes.signals]
         if missing:
             raise RuntimeError(f"the rollout engine did not record signal {missing[0]!r}; it recorded "
                                f"{sorted(votes.signals)}")
@@ -267,24 +270,37 @@ class TTRLModule(GRPOModule):
         def cut(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
             return torch.split(t[order.to(t.device)], counts)
 
-        signals = {s: cut(votes.signals[s]) for s in self.signal_names}
+        signals = {s: cut(votes.signals[s]) for s in names}
         masks = cut(votes.completion_mask)
         return [QuestionVotes.from_tensors(answers[a:b], texts[a:b], view_of[a:b],
-                                       {s: signals[s][q] for s in self.signal_names}, masks[q])
+                                       {s: signals[s][q] for s in names}, masks[q])
                 for q, (a, b) in enumerate(zip(starts, starts[1:]))]
+
+    def vote_signal_names(self, votes: Rollouts) -> tuple[str, ...]:
+        """The signals the labeler reads on these votes: its ``signals``, and its ``image_signals`` when the
+        votes show images (``Rollouts.images``)."""
+        images = self.labeler.image_signals if any(votes.images) else ()
+        return tuple(self.signal_names) + tuple(s for s in images if s not in self.signal_names)
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """The M votes of every question (and its fused prompt), prompt-major; perturbed when
         ``perturbation`` is set (a robustness study rewrites votes before they are labelled).
 
-        Questions with images are refused (``UserError``): the rollout engine samples text only, and training
-        a vision-language model on its prompts without their images would be a silent wrong result."""
-        with_images = [qid for qid, imgs in zip(_question_ids(batch), batch.get("images") or []) if imgs]
-        if with_images:
-            raise UserError(f"{type(self).__name__}: question {with_images[0]!r} has images, but the rollout "
-                            "engine samples text only (test-time RL on images is not supported yet)")
-        votes = self.sample_votes(batch["prompt"], self.rollout_seed())
+        Questions with images are sampled with them (``ImagePrompt``: the HF engine, ``rollout.image_sampling``)
+        and trained on with them (``Rollouts.images``). For a labeler that reads image signals
+        (``LabelerSpec.image_signals``: ``visconf``) a batch mixing questions with and without images is
+        one ``UserError``."""
+        prompts = self.batch_prompts(batch)
+        if self.labeler.image_signals:
+            with_images = [bool(getattr(p, "images", ())) for p in prompts]
+            if any(with_images) and not all(with_images):
+                ids = _question_ids(batch)
+                raise UserError(f"{type(self).__name__}: question {ids[with_images.index(True)]!r} has images and "
+                                f"question {ids[with_images.index(False)]!r} has none; {self.voting.labeler} "
+                                "scores image questions by visual engagement, so give every question an image "
+                                "or none")
+        votes = self.sample_votes(prompts, self.rollout_seed())
         if self.hparams.perturbation:
             options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
             votes = VOTE_PERTURBATIONS[self.hparams.perturbation["name"]](self, votes, batch, **options)
@@ -400,9 +416,10 @@ class TTRLModule(GRPOModule):
             raise UserError(f"calibration questions need a gold answer; missing for {missing[:5]}")
         batch = {"prompt": [q["prompt"] for q in questions], "id": [str(q.get("id", i)) for i, q in
                                                                      enumerate(questions)],
-                 "choices": [q.get("choices") for q in questions]}
+                 "choices": [q.get("choices") for q in questions],
+                 "images": [q.get("images") or () for q in questions]}
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
-        votes = self.sample_votes(batch["prompt"], seed)
+        votes = self.sample_votes(self.batch_prompts(batch), seed)
         groups = self.votes_by_question(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
         fitted = self.labeler.calibration(self, votes, groups, [str(q["gold"]) for q in questions],
                                           batch["choices"])
@@ -416,7 +433,7 @@ class TTRLModule(GRPOModule):
         params = SamplingParams(n=e.k, temperature=e.temperature, top_p=e.top_p,
                                 max_new_tokens=self.sampling.max_new_tokens, stop=self.sampling.stop,
                                 seed=derive_seed(self.policy_spec.seed, "rollout", batch_idx, self.global_rank))
-        rollouts = self.engine.generate(self.policy, self.model_prompts(batch["prompt"]), params)
+        rollouts = self.engine.generate(self.policy, self.model_prompts(self.batch_prompts(batch)), params)
         texts = [rollouts.texts[i * e.k:(i + 1) * e.k] for i in range(len(batch["prompt"]))]
         golds = batch.get("gold")
         if golds is None:

@@ -1,8 +1,8 @@
-"""StepLogitsSignalRecorder (generate/recorder.py) records what the package's token_stats recorder records."""
+"""StepLogitsSignalRecorder (integrations/generation.py) records what the package's token_stats recorder records."""
 import torch
 
 from tests.integrations._tiny_models import llama, text_batch
-from ttrl_lightning.generate import StepLogitsSignalRecorder
+from ttrl_lightning.integrations import StepLogitsSignalRecorder
 from ttrl_lightning.integrations import GenerationSignalRecorder
 
 

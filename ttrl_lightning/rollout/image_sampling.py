@@ -1,0 +1,193 @@
+"""Sampling prompts that show images, with the per-token signals recorded while sampling.
+
+A question with images reaches an engine as an :class:`ImagePrompt`: the prompt text (after the chat template,
+which holds one image placeholder per image) that carries its image paths, so batches pass through modules
+as plain strings. Its model inputs are the processor's (:func:`image_inputs`): ``input_ids`` with the image
+placeholders expanded to one token per merged patch, ``pixel_values``, ``image_grid_thw`` and
+``mm_token_type_ids``.
+
+:func:`sample_sequences` samples ``n`` completions of one prompt with ``model.generate`` (the model expands
+the pixel inputs per sample), with the signals recorded by ``integrations.StepLogitsSignalRecorder``: per
+step, the LM head's output reduced at once to lse, entropy and self-certainty, and (with images) the
+``ttrl_mass`` attention function's image / prompt / generated key mass of the query that produces each token:
+VisConf sec. 3.1's visual engagement ``v_t = A_I / (A_I + A_P + A_G)``, never an eager ``[H, T, T]`` map,
+never ``[R, C, V]`` logits. The signals are under the raw logits (temperature 1), whatever the sampling
+temperature, and equal a teacher-forced replay with ``integrations.score_rollouts`` (tested).
+:func:`sample_image_prompts` is the HF engine's path for image prompts: one ``generate`` call per prompt
+(each image encoded once per sample; prompt sharing does not cover vision-language models yet), the rows
+finished by the engines' shared rules (``finishing.finish_rollouts``) and each row's images kept on
+``Rollouts.images`` for the training pass. ``ttrl generate`` samples its image questions with the same
+:func:`sample_sequences`, so a pool's ``visual_engagement`` is the one a TTRL labeler reads.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ttrl_lightning.errors import UserError
+from ttrl_lightning.integrations import StepLogitsSignalRecorder
+from ttrl_lightning.integrations.groups import image_token_ids
+from ttrl_lightning.models import VisionBlock
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams, check_context, context_length
+from ttrl_lightning.rollout.finishing import finish_rollouts
+from ttrl_lightning.rollout.signal_recording import mask_signals
+
+__all__ = ["ImagePrompt", "image_inputs", "refuse_images", "sample_sequences", "sample_image_prompts", "has_images"]
+
+#: the signals recorded while sampling an image prompt (the text signals, then the visual ones)
+IMAGE_SIGNALS = ("logprob", "entropy", "self_certainty", "image_attention", "visual_engagement")
+
+
+class ImagePrompt(str):
+    """A prompt string that carries the images it shows: ``images``, a tuple of image paths (verified when
+    the questions were read, ``data.questions``) in the order of the prompt's image placeholders."""
+
+    images: tuple[str, ...]
+
+    def __new__(cls, text: str, images: Sequence[str] = ()):
+        out = super().__new__(cls, text)
+        out.images = tuple(images)
+        return out
+
+    def with_text(self, text: str) -> "ImagePrompt":
+        """Another prompt text showing the same images."""
+        return ImagePrompt(text, self.images)
+
+    def __reduce__(self):  # pickled by value (DDP spawn, dataloader workers)
+        return ImagePrompt, (str(self), self.images)
+
+
+def has_images(prompt) -> bool:
+    """Whether ``prompt`` is an :class:`ImagePrompt` with at least one image."""
+    return isinstance(prompt, ImagePrompt) and bool(prompt.images)
+
+
+def refuse_images(engine_name: str, prompts: Sequence[str]) -> None:
+    """One ``UserError`` when an engine that does not take images (``takes_images`` False) is handed an image
+    prompt: sampling it without its image would be a silent wrong result."""
+    if any(has_images(p) for p in prompts):
+        raise UserError(f"rollout engine {engine_name} does not sample questions with images yet; use engine hf")
+
+
+def image_inputs(processor, text: str, images: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The model inputs of one prompt ``text`` (its image placeholders already in it) showing ``images``
+    (paths): the processor's ``input_ids [1, T0]``, ``attention_mask``, ``pixel_values``, ``image_grid_thw``
+    and ``mm_token_type_ids`` where it gives them; a text prompt's ids and mask alone."""
+    pil = None
+    if images:
+        from PIL import Image
+
+        pil = []
+        for path in images:
+            with Image.open(path) as img:
+                pil.append(img.convert("RGB"))
+        pil = [pil]
+    enc = processor(text=[text], images=pil, return_tensors="pt", padding=True)
+    return {k: v for k, v in dict(enc).items() if hasattr(v, "shape")}
+
+
+def vision_blocks(processor, inputs: dict[str, torch.Tensor]) -> list[VisionBlock]:
+    """The :class:`~ttrl_lightning.models.VisionBlock` of every image of one prompt's ``inputs``
+    (:func:`image_inputs`): its rows of ``pixel_values`` (``prod(grid_thw)`` patches each), its
+    ``image_grid_thw`` row and its tokens (vision start, one placeholder per merged patch, vision end)."""
+    if "pixel_values" not in inputs:
+        return []
+    tok = processor.tokenizer
+    token_id = tok.convert_tokens_to_ids(processor.image_token)
+    start, end = (tok.convert_tokens_to_ids(t) for t in ("<|vision_start|>", "<|vision_end|>"))
+    merge = int(getattr(processor.image_processor, "merge_size", 2))
+    grids = inputs["image_grid_thw"]
+    sizes = grids.prod(-1).tolist()
+    pixels = torch.split(inputs["pixel_values"], sizes)
+    return [VisionBlock((start, *([token_id] * (int(s) // merge ** 2)), end), px, grid[None], token_id)
+            for px, grid, s in zip(pixels, grids, sizes)]
+
+
+def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int | None = None,
+                     record_signals: bool = True):
+    """``params.n`` samples of one prompt: ``(sequences [n, T0 + C], RolloutSignals over the C generated
+    tokens, or None without record_signals)`` (``integrations.StepLogitsSignalRecorder``; the attention mass
+    only when ``inputs`` has images). ``seed``: sample in a forked RNG seeded with it (None: the RNG as it
+    is). ``params.stop`` ends a row at a stop string, as the text engine's ``generate`` does.
+
+    The image / video placeholder tokens of a vision-language model are never sampled (``suppress_tokens``):
+    at such a position the model and a replay would expect image features. The signals still come from the
+    full, unfiltered distribution."""
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    greedy = params.temperature == 0
+    kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
+                  use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    if not greedy:
+        kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
+    if params.stop:
+        kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
+    placeholders = image_token_ids(model.config)
+    if placeholders:  # a sampled image placeholder would be read as an image (by the model and the replay)
+        kwargs["suppress_tokens"] = placeholders
+    recorder = None
+    if record_signals:
+        recorder = StepLogitsSignalRecorder(model, inputs["input_ids"], inputs.get("attention_mask"),
+                                            inputs.get("mm_token_type_ids"), temperature=1.0,
+                                            record_attention="pixel_values" in inputs, tokenizer=tokenizer)
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else [], enabled=seed is not None), \
+            torch.no_grad():
+        if seed is not None:
+            torch.manual_seed(seed)
+        if recorder is None:
+            return model.generate(**inputs, **kwargs), None
+        with recorder:
+            sequences = model.generate(**inputs, **kwargs)
+    return sequences, recorder.signals(sequences)
+
+
+def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], params: SamplingParams,
+                         record_signals: bool) -> Rollouts:
+    """The ``Rollouts`` of ``prompts`` (some :class:`ImagePrompt` s), ``params.n`` rows per prompt, prompt-major:
+    one :func:`sample_sequences` call per prompt in the caller's RNG (the engine's ``sampling_mode``), the
+    prompts left-padded and the completions right-padded to the batch's longest, finished by
+    ``finish_rollouts`` (EOS, stop strings), each row's images on ``Rollouts.images``. ``record_signals``:
+    ``logprob``, ``entropy``, ``self_certainty`` and, when a prompt shows an image, ``image_attention`` and
+    ``visual_engagement`` ([R, C] float32; NaN outside the completion and on the rows of a prompt without an
+    image)."""
+    if processor is None:
+        raise UserError("a question has an image, but the model is text-only (no vision config, no processor); "
+                        "give a vision-language checkpoint or drop the image")
+    n = params.n
+    device = next(model.parameters()).device
+    limit = context_length(model)
+    parts = []
+    for i, prompt in enumerate(prompts):
+        inputs = image_inputs(processor, str(prompt), prompt.images if isinstance(prompt, ImagePrompt) else ())
+        check_context([int(inputs["input_ids"].shape[1])], params.max_new_tokens, limit,
+                      "the model's context (max_position_embeddings)", prompts=[str(prompt)])
+        sequences, sig = sample_sequences(model, tokenizer, inputs, params, record_signals=record_signals)
+        t0 = inputs["input_ids"].shape[1]
+        parts.append((inputs["input_ids"][0].cpu(), sequences[:, t0:].cpu(), sig, vision_blocks(processor, inputs)))
+    P = max(p.numel() for p, _, _, _ in parts)
+    C = max(max(c.shape[1] for _, c, _, _ in parts), 1)
+    pad = tokenizer.pad_token_id
+    prompt_ids = torch.full((len(parts) * n, P), pad, dtype=torch.long)
+    prompt_mask = torch.zeros((len(parts) * n, P), dtype=torch.long)
+    completion = torch.full((len(parts) * n, C), pad, dtype=torch.long)
+    lengths = torch.zeros(len(parts) * n, dtype=torch.long)
+    for i, (ids, comp, _, _) in enumerate(parts):
+        rows = slice(i * n, (i + 1) * n)
+        prompt_ids[rows, P - ids.numel():] = ids
+        prompt_mask[rows, P - ids.numel():] = 1
+        completion[rows, :comp.shape[1]] = comp
+        lengths[rows] = comp.shape[1]
+    rollouts = finish_rollouts(tokenizer, prompt_ids.to(device), prompt_mask.to(device), completion.to(device),
+                               params, lengths=lengths.to(device))
+    rollouts.images = [blocks for _, _, _, blocks in parts for _ in range(n)]
+    if record_signals:
+        names = [s for s in IMAGE_SIGNALS if any(getattr(sig, s) is not None for _, _, sig, _ in parts)]
+        signals = {s: torch.full((len(parts) * n, C), float("nan"), device=device) for s in names}
+        for i, (_, comp, sig, _) in enumerate(parts):
+            for s in names:
+                value = getattr(sig, s)
+                if value is not None:
+                    signals[s][i * n:(i + 1) * n, :comp.shape[1]] = value.float().to(device)
+        rollouts.signals = mask_signals(signals, rollouts.completion_mask)
+    return rollouts
