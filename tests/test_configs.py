@@ -102,3 +102,34 @@ def test_ttrl_fit_and_validate_commands(tmp_path, monkeypatch):
         assert float(r["pid/kl_smoothed"]) == pytest.approx(smoothed, rel=1e-6, abs=1e-12)
         beta_prev = beta
     assert main(["validate", "--config", str(cfg), "--trainer.enable_progress_bar=false"]) == 0
+
+
+def test_visconf_qwen2_5_vl_recipe_runs_one_step_on_a_tiny_qwen2_5_vl(tmp_path, monkeypatch):
+    """The GPU recipe through the same YAML on a CPU: a tiny, randomly initialised Qwen2.5-VL (built from its
+    transformers config class) trains one step on generated image questions with visconf's V * C votes."""
+    import csv
+
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.generate.scene_questions import write_scene_questions
+    from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS
+
+    monkeypatch.chdir(tmp_path)
+    data = write_scene_questions(str(tmp_path / "scenes"), 4, seed=5, kinds=["colour", "shape"])
+    signals = []
+    labeler = PSEUDO_LABELERS["visconf"]
+
+    def spy(votes, **kw):
+        label = labeler(votes, **kw)
+        signals.append(label.info["signal"])
+        return label
+
+    monkeypatch.setitem(PSEUDO_LABELERS._items, "visconf", spy)
+    cfg = ROOT / "configs" / "ttrl" / "visconf_qwen2.5_vl_3b.yaml"
+    assert main(["fit", "--config", str(cfg), "--model.init_args.policy.model", "tiny:qwen2_5_vl",
+                 "--model.init_args.policy.dtype", "float32", "--data.init_args.path", data,
+                 "--trainer.accelerator", "cpu", "--trainer.precision", "32-true", "--trainer.max_steps", "1",
+                 "--model.init_args.sampling.max_new_tokens", "8", "--trainer.enable_progress_bar=false",
+                 "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.logger.save_dir", "logs"]) == 0
+    assert signals == ["visconf"] * 4  # every question of the step scored by Z = V * C
+    rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
+    assert any(r.get("train/completion_len") for r in rows)

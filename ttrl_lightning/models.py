@@ -4,7 +4,7 @@ A model is named by one string:
 
 * ``"tiny:<arch>"`` (``tiny:qwen2``, ``tiny:llama``) builds a 2-layer, 32-wide model of that real
   architecture with random weights and a character-level tokenizer made in code (no download);
-  ``tiny:qwen2_vl`` is a tiny Qwen2-VL (a 1-block vision tower, M-RoPE) whose character tokenizer also has
+  ``tiny:qwen2_vl`` is a tiny Qwen2-VL (a 1-block vision tower, M-RoPE; ``tiny:qwen2_5_vl`` its Qwen2.5-VL twin) whose character tokenizer also has
   Qwen's chat and vision markers and a chat template, with a tiny processor (:class:`TinyVLProcessor`:
   transformers' Qwen2-VL image processor, built in code, at most 112 x 112 pixels, so an image is 16 tokens);
 * a ``*.ckpt`` file written by ``ttrl fit`` (any phase: the policy of an SFT run starts TTRL) is rebuilt
@@ -110,7 +110,7 @@ TINY_VL_CHAT_TEMPLATE = (
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n"
     "{% endif %}")
 #: tiny architectures that are vision-language models (their tokenizer has TINY_VL_TOKENS)
-TINY_VL_ARCHS = ("qwen2_vl",)
+TINY_VL_ARCHS = ("qwen2_vl", "qwen2_5_vl")
 
 
 def build_tiny_vl_tokenizer():
@@ -118,6 +118,22 @@ def build_tiny_vl_tokenizer():
     tok = build_char_tokenizer(specials=SPECIAL_TOKENS + TINY_VL_TOKENS)
     tok.chat_template = TINY_VL_CHAT_TEMPLATE
     return tok
+
+
+def _tiny_vl_parts(tokenizer, hidden, layers, heads, kv_heads, max_pos, vocab, intermediate):
+    """The text config (with M-RoPE) and the vision token ids shared by the tiny Qwen2-VL and Qwen2.5-VL."""
+    head_pairs = hidden // heads // 2
+    rope = {"rope_type": "default", "rope_theta": 10000.0,
+            "mrope_section": [head_pairs - 2 * (head_pairs // 4), head_pairs // 4, head_pairs // 4]}
+    text = dict(_common(tokenizer, hidden, layers, heads, kv_heads, max_pos), rope_parameters=rope)
+    if vocab is not None:
+        text["vocab_size"] = max(vocab, len(tokenizer))
+    if intermediate is not None:
+        text["intermediate_size"] = intermediate
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    return text, ids
 
 
 @TINY_CONFIGS.register("qwen2_vl")
@@ -129,21 +145,28 @@ def _tiny_qwen2_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=
     (default ``2 hidden``) size the text model for benchmarks (``benchmarks/generate_signals.py``)."""
     from transformers import Qwen2VLConfig
 
-    head_pairs = hidden // heads // 2
-    rope = {"rope_type": "default", "rope_theta": 10000.0,
-            "mrope_section": [head_pairs - 2 * (head_pairs // 4), head_pairs // 4, head_pairs // 4]}
-    text = dict(_common(tokenizer, hidden, layers, heads, kv_heads, max_pos), rope_parameters=rope)
-    if vocab is not None:
-        text["vocab_size"] = max(vocab, len(tokenizer))
-    if intermediate is not None:
-        text["intermediate_size"] = intermediate
+    text, ids = _tiny_vl_parts(tokenizer, hidden, layers, heads, kv_heads, max_pos, vocab, intermediate)
     vision = dict(depth=vision_depth, embed_dim=vision_width or hidden, hidden_size=hidden,
                   num_heads=vision_heads, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
                   in_channels=3)
-    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
-        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
-        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
     return Qwen2VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+
+
+@TINY_CONFIGS.register("qwen2_5_vl")
+def _tiny_qwen2_5_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=1024, vocab=None,
+                     intermediate=None, vision_depth=1, vision_width=None, vision_heads=2):
+    """A tiny Qwen2.5-VL (the architecture of VisConf's Qwen2.5-VL-3B and of MM-UPT): the text model of
+    :func:`_tiny_qwen2_vl` and Qwen2.5-VL's windowed vision tower (RMSNorm, SwiGLU MLP; window 56 pixels,
+    block 0 with full attention), randomly initialised from the transformers config class, for checking
+    the GPU recipe (``configs/ttrl/visconf_qwen2.5_vl_3b.yaml``) on a CPU."""
+    from transformers import Qwen2_5_VLConfig
+
+    text, ids = _tiny_vl_parts(tokenizer, hidden, layers, heads, kv_heads, max_pos, vocab, intermediate)
+    width = vision_width or hidden
+    vision = dict(depth=vision_depth, hidden_size=width, intermediate_size=2 * width, num_heads=vision_heads,
+                  out_hidden_size=hidden, patch_size=14, spatial_merge_size=2, temporal_patch_size=2,
+                  in_channels=3, window_size=56, fullatt_block_indexes=[0])
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
 
 
 class TinyVLProcessor:

@@ -35,7 +35,7 @@ def test_dry_run_exercises_every_step_and_writes_the_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == {"build_cuda_ext": "dry", "check_triton": "ok", "check_torch": "ok",
                                 "check_cuda": "dry", "bench_token_stats": "ok", "bench_attention_mass": "ok",
-                                "bench_generate_signals": "ok", "bench_vllm": "ok"}
+                                "bench_generate_signals": "ok", "bench_vllm": "ok", "vlm_recipe": "ok"}
     rows = {(b, d): result for b, d, result, _ in summary["correctness"]}
     for dtype in ("float32", "bfloat16", "float16"):
         assert rows[("triton", dtype)].startswith("PASS") and "(cpu quick)" in rows[("triton", dtype)]
