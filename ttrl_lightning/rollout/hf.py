@@ -9,7 +9,7 @@ from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingPara
                                          sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
-from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, supports_prompt_sharing
+from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
 
@@ -37,8 +37,10 @@ class HFGenerateEngine:
     ``image_sampling.sample_image_prompts``, one ``generate`` call per prompt with the processor's pixel
     inputs, the signals recorded while sampling (``record_signals``: the text signals and VisConf's
     ``visual_engagement`` / ``image_attention`` from the streaming attention-mass function), each row's
-    images on ``Rollouts.images`` for the training pass. An image prompt without a processor is one
-    ``UserError``.
+    images on ``Rollouts.images`` for the training pass. Without ``record_signals`` and with ``share_prompt``,
+    each image prompt is prefilled once with its pixels and its cache repeated n ways (``shared_prefill``,
+    M-RoPE positions continued from the prompt's ``rope_deltas``): one vision-tower pass per question, not n.
+    An image prompt without a processor is one ``UserError``.
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
@@ -74,7 +76,8 @@ class HFGenerateEngine:
         tok = self.tokenizer
         if any(has_images(p) for p in prompts):
             with sampling_mode(model, params.seed):
-                return sample_image_prompts(model, tok, self.processor, prompts, params, self.record_signals)
+                return sample_image_prompts(model, tok, self.processor, prompts, params, self.record_signals,
+                                            share_prompt=self.share_prompt)
         if tok.padding_side != "left":
             tok.padding_side = "left"
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
@@ -123,16 +126,7 @@ class HFGenerateEngine:
     def _generate_shared(self, model, input_ids: torch.Tensor, attn: torch.Tensor, params: SamplingParams
                          ) -> Rollouts:
         tok = self.tokenizer
-        stop = None
-        if params.stop:
-            # Stop strings are matched over the completion's tokens only, here and in the shared finishing
-            # rule (cut_at_stop_strings). generate's StopStringCriteria reads the whole sequence, so a stop
-            # string that begins inside the prompt and ends in the completion stops generate but not this
-            # sampler; every stop string wholly inside the completion stops both at the same token.
-            from transformers import StopStringCriteria
-
-            criteria = StopStringCriteria(tokenizer=tok, stop_strings=list(params.stop))
-            stop = lambda ids: criteria(ids, None).to(ids.device)  # noqa: E731
+        stop = stop_criteria(tok, params.stop)
         on_step, per_step = None, []
         if self.record_signals and self.signal_source == "generate":
             backend = TOKEN_SIGNALS[self.signal_backend]

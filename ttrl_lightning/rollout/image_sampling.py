@@ -14,23 +14,26 @@ VisConf sec. 3.1's visual engagement ``v_t = A_I / (A_I + A_P + A_G)``, never an
 never ``[R, C, V]`` logits. The signals are under the raw logits (temperature 1), whatever the sampling
 temperature, and equal a teacher-forced replay with ``integrations.score_rollouts`` (tested).
 :func:`sample_image_prompts` is the HF engine's path for image prompts: one ``generate`` call per prompt
-(each image encoded once per sample; prompt sharing does not cover vision-language models yet), the rows
+(with signals: ``generate``, each image encoded once per sample; without: prompt-shared sampling, each image
+encoded once per question), the rows
 finished by the engines' shared rules (``finishing.finish_rollouts``) and each row's images kept on
 ``Rollouts.images`` for the training pass. ``ttrl generate`` samples its image questions with the same
 :func:`sample_sequences`, so a pool's ``visual_engagement`` is the one a TTRL labeler reads.
 """
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from typing import Sequence
 
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.integrations import StepLogitsSignalRecorder
+from ttrl_lightning.integrations import RolloutSignals, StepLogitsSignalRecorder
 from ttrl_lightning.integrations.groups import image_token_ids
 from ttrl_lightning.models import VisionBlock
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams, check_context, context_length
 from ttrl_lightning.rollout.finishing import finish_rollouts
+from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
 
 __all__ = ["ImagePrompt", "image_inputs", "refuse_images", "sample_sequences", "sample_image_prompts", "has_images"]
@@ -104,6 +107,11 @@ def vision_blocks(processor, inputs: dict[str, torch.Tensor]) -> list[VisionBloc
             for px, grid, s in zip(pixels, grids, sizes)]
 
 
+def astuple_shallow(record) -> tuple:
+    """A dataclass's field values in order, not copied (``dataclasses.astuple`` deep-copies tensors)."""
+    return tuple(getattr(record, f.name) for f in fields(record))
+
+
 def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, seed: int | None = None,
                      record_signals: bool = True):
     """``params.n`` samples of one prompt: ``(sequences [n, T0 + C], RolloutSignals over the C generated
@@ -114,9 +122,14 @@ def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, see
     The image / video placeholder tokens of a vision-language model are never sampled (``suppress_tokens``):
     at such a position the model and a replay would expect image features. The signals still come from the
     full, unfiltered distribution."""
+    greedy = params.temperature == 0
+    if greedy and params.n > 1:  # generate refuses greedy n > 1: one greedy sample, repeated n times
+        sequences, sig = sample_sequences(model, tokenizer, inputs, replace(params, n=1), seed, record_signals)
+        if sig is not None:
+            sig = RolloutSignals(*(None if v is None else v.repeat_interleave(params.n, 0) for v in astuple_shallow(sig)))
+        return sequences.repeat_interleave(params.n, 0), sig
     device = next(model.parameters()).device
     inputs = {k: v.to(device) for k, v in inputs.items()}
-    greedy = params.temperature == 0
     kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not greedy, num_return_sequences=params.n,
                   use_cache=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     if not greedy:
@@ -142,29 +155,50 @@ def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, see
     return sequences, recorder.signals(sequences)
 
 
+def shared_completions(model, tokenizer, inputs: dict[str, torch.Tensor], params: SamplingParams) -> torch.Tensor:
+    """``params.n`` completions [n, C] of one prompt by prompt-shared sampling (``shared_prefill``): its
+    image encoded and its prompt prefilled once; rows padded with the pad token after they finish."""
+    device = next(model.parameters()).device
+    inputs = {k: v.to(device) for k, v in inputs.items()}
+    vision = {k: inputs[k] for k in ("pixel_values", "image_grid_thw", "mm_token_type_ids") if k in inputs}
+    comp, _, _ = prompt_shared_sample(model, inputs["input_ids"], inputs["attention_mask"], params,
+                                      tokenizer.eos_token_id, tokenizer.pad_token_id,
+                                      stop=stop_criteria(tokenizer, params.stop), model_inputs=vision,
+                                      suppress=image_token_ids(model.config))
+    return comp
+
+
 def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], params: SamplingParams,
-                         record_signals: bool) -> Rollouts:
+                         record_signals: bool, share_prompt: bool = True) -> Rollouts:
     """The ``Rollouts`` of ``prompts`` (some :class:`ImagePrompt` s), ``params.n`` rows per prompt, prompt-major:
     one :func:`sample_sequences` call per prompt in the caller's RNG (the engine's ``sampling_mode``), the
     prompts left-padded and the completions right-padded to the batch's longest, finished by
     ``finish_rollouts`` (EOS, stop strings), each row's images on ``Rollouts.images``. ``record_signals``:
     ``logprob``, ``entropy``, ``self_certainty`` and, when a prompt shows an image, ``image_attention`` and
     ``visual_engagement`` ([R, C] float32; NaN outside the completion and on the rows of a prompt without an
-    image)."""
+    image). ``share_prompt`` (used when no signals are recorded and the model supports it,
+    ``shared_prefill.supports_vision_prompt_sharing``): each prompt prefilled once with its pixels and its
+    cache repeated n ways (``shared_prefill.prompt_shared_sample``), the same tokens as ``generate`` up to
+    the first finished row; the signal recorder follows ``generate``'s rows, so recording keeps ``generate``."""
     if processor is None:
         raise UserError("a question has an image, but the model is text-only (no vision config, no processor); "
                         "give a vision-language checkpoint or drop the image")
     n = params.n
     device = next(model.parameters()).device
     limit = context_length(model)
+    shared = share_prompt and not record_signals and supports_vision_prompt_sharing(model)
     parts = []
     for i, prompt in enumerate(prompts):
         inputs = image_inputs(processor, str(prompt), prompt.images if isinstance(prompt, ImagePrompt) else ())
         check_context([int(inputs["input_ids"].shape[1])], params.max_new_tokens, limit,
                       "the model's context (max_position_embeddings)", prompts=[str(prompt)])
-        sequences, sig = sample_sequences(model, tokenizer, inputs, params, record_signals=record_signals)
         t0 = inputs["input_ids"].shape[1]
-        parts.append((inputs["input_ids"][0].cpu(), sequences[:, t0:].cpu(), sig, vision_blocks(processor, inputs)))
+        if shared:
+            comp, sig = shared_completions(model, tokenizer, inputs, params), None
+        else:
+            sequences, sig = sample_sequences(model, tokenizer, inputs, params, record_signals=record_signals)
+            comp = sequences[:, t0:]
+        parts.append((inputs["input_ids"][0].cpu(), comp.cpu(), sig, vision_blocks(processor, inputs)))
     P = max(p.numel() for p, _, _, _ in parts)
     C = max(max(c.shape[1] for _, c, _, _ in parts), 1)
     pad = tokenizer.pad_token_id

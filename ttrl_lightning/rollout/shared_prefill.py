@@ -13,6 +13,15 @@ in the same order (``TemperatureLogitsWarper``, ``TopKLogitsWarper``, ``TopPLogi
 ``generate``'s do, so for a fixed seed the tokens are the same up to that step; after it the batch is smaller,
 the RNG is consumed differently and the samples agree in distribution only (tests/rollout/test_hf.py checks
 both).
+
+A vision-language prompt (``model_inputs``: the processor's ``pixel_values``, ``image_grid_thw``,
+``mm_token_type_ids``) is prefilled once with its pixels, so its image is encoded once, not N times
+(``generate`` expands the pixel inputs per sample and runs the vision tower on every copy). Its positions are
+M-RoPE's: the prefill takes the model's own 3-row positions (``get_rope_index``, which also gives the
+prompt's ``rope_deltas``: its largest position minus its length), and every generated token is text, at
+position ``(text position) + rope_delta`` in all three rows, as ``generate`` continues them. The tokens the
+model must never write (``suppress``: the image placeholders) get ``-inf`` before the warpers, as
+``generate``'s ``suppress_tokens``.
 """
 from __future__ import annotations
 
@@ -56,6 +65,27 @@ def supports_prompt_sharing(model) -> bool:
     return {"past_key_values", "position_ids", "logits_to_keep"} <= set(params)
 
 
+def stop_criteria(tokenizer, stop) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """``completions [A, t] -> [A] bool`` (a row has just completed one of ``stop``), or None without stop
+    strings. Stop strings are matched over the completion's tokens only, here and in the shared finishing
+    rule (``finishing.cut_at_stop_strings``). ``generate``'s ``StopStringCriteria`` reads the whole sequence,
+    so a stop string that begins inside the prompt and ends in the completion stops generate but not this
+    sampler; every stop string wholly inside the completion stops both at the same token."""
+    if not stop:
+        return None
+    from transformers import StopStringCriteria
+
+    criteria = StopStringCriteria(tokenizer=tokenizer, stop_strings=list(stop))
+    return lambda ids: criteria(ids, None).to(ids.device)
+
+
+def supports_vision_prompt_sharing(model) -> bool:
+    """Whether ``model`` is a vision-language model whose M-RoPE positions this sampler can continue: its base
+    model computes them with ``get_rope_index`` (Qwen2-VL, Qwen2.5-VL)."""
+    base = getattr(model, "model", None)
+    return hasattr(getattr(model, "config", None), "vision_config") and callable(getattr(base, "get_rope_index", None))
+
+
 def _positions(mask: torch.Tensor) -> torch.Tensor:
     """Position ids from a left-padded attention mask, as ``generate`` computes them."""
     pos = mask.long().cumsum(-1) - 1
@@ -67,12 +97,15 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
                          eos_token_id: int | None, pad_token_id: int,
                          stop: Callable[[torch.Tensor], torch.Tensor] | None = None,
                          on_step: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], None] | None = None,
+                         model_inputs: dict[str, torch.Tensor] | None = None, suppress: list[int] | None = None,
                          ) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Sample ``params.n`` completions of each of the B left-padded prompts ``input_ids`` [B, P].
 
     ``stop(completions [A, t]) -> [A] bool``: whether each active row has just completed a stop string.
     ``on_step(rows [A], tokens [A], raw_logits [A, V], t)``: called once per decode step with the raw
     (unprocessed, float32) logits that predicted the sampled tokens of the rows still active.
+    ``model_inputs``: a vision-language prompt's pixel inputs (module docstring); ``suppress``: token ids
+    never sampled.
 
     Returns ``completion_ids`` [B * n, C] (C: the longest row; prompt-major, padded with ``pad_token_id``),
     ``lengths`` [B * n] (tokens sampled per row, EOS and stop string included) and timings ``{"prefill_s",
@@ -88,8 +121,15 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
     t0 = time.perf_counter()
     cache = DynamicCache(config=model.config)
     positions = _positions(attention_mask)
-    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=positions,
-                past_key_values=cache, use_cache=True, logits_to_keep=1)
+    prefill_positions, delta = positions, None
+    vision = {k: v for k, v in (model_inputs or {}).items() if v is not None}
+    if "pixel_values" in vision:  # M-RoPE: the model's own positions, and where text goes on from there
+        prefill_positions, delta = model.model.get_rope_index(
+            input_ids, mm_token_type_ids=vision["mm_token_type_ids"], image_grid_thw=vision["image_grid_thw"],
+            attention_mask=attention_mask)
+        delta = delta.reshape(-1).repeat_interleave(n, dim=0)
+    out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=prefill_positions,
+                past_key_values=cache, use_cache=True, logits_to_keep=1, **vision)
     cache = out.past_key_values
     logits = out.logits[:, -1].to(dtype=torch.float32).repeat_interleave(n, dim=0)
     del out
@@ -105,8 +145,14 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
     rows = torch.arange(R, device=device)
     row_steps = 0
     t1 = time.perf_counter()
+    suppressed = torch.tensor(sorted(set(suppress or ())), dtype=torch.long, device=device)
     for t in range(C):
-        scores = warpers(completion[rows, :t], logits)
+        if suppressed.numel():
+            logits_in = logits.clone()
+            logits_in[:, suppressed] = float("-inf")
+        else:
+            logits_in = logits
+        scores = warpers(completion[rows, :t], logits_in)
         if greedy:
             tokens = scores.argmax(-1)
         else:
@@ -125,9 +171,12 @@ def prompt_shared_sample(model, input_ids: torch.Tensor, attention_mask: torch.T
             keep = (~done).nonzero().squeeze(1)
             cache.batch_select_indices(keep)
             rows, tokens, mask, last_pos = rows[keep], tokens[keep], mask[keep], last_pos[keep]
+            if delta is not None:
+                delta = delta[keep]
         mask = torch.cat([mask, mask.new_ones(mask.shape[0], 1)], dim=1)
         last_pos = last_pos + 1
-        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=last_pos[:, None],
+        step_pos = last_pos if delta is None else last_pos + delta
+        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=step_pos[:, None],
                     past_key_values=cache, use_cache=True)
         cache = out.past_key_values
         logits = out.logits[:, -1].to(dtype=torch.float32)
