@@ -344,3 +344,35 @@ def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
     os.remove(pools[1] + ".settings.json")
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl")]) == 1
     assert "has no settings file" in capsys.readouterr().err
+
+
+def test_batched_hf_generation_samples_image_questions_with_their_images(scenes, tmp_path):
+    """--batch-size 2 on the HF engine: a batch's image prompts go through the engine's image path (the pool's
+    texts are the engine's on the ImagePrompt s with the batch's seed), and every per-token signal of the pool
+    equals a teacher-forced replay of those rollouts with their images (``Rollouts.forward_inputs``)."""
+    from ttrl_lightning.rollout import HFGenerateEngine
+    from ttrl_lightning.rollout.image_sampling import ImagePrompt
+
+    out = str(tmp_path / "pool.jsonl")
+    assert main(["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", out, "--batch-size", "2",
+                 *SETTINGS]) == 0
+    records = {r["id"]: r for r in _records(out)}
+    tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
+    model = load_model("tiny:qwen2_vl", tok, seed=3).eval()
+    builder = PromptBuilder(tok, proc)
+    questions = read_questions(scenes)[:2]  # the first batch
+    prompts = [ImagePrompt(builder.text(q, "original"), q["images"]) for q in questions]
+    params = SamplingParams(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4,
+                            seed=derive_seed(3, "generate_batch", 0, 2))
+    ro = HFGenerateEngine(tok, record_signals=True, processor=proc).generate(model, prompts, params)
+    assert ro.texts == [r["text"] for q in questions for r in records[q["id"]]["rollouts"]]
+    P = ro.prompt_ids.shape[1]
+    batch = {**ro.forward_inputs(), "completion_mask": torch.cat([torch.zeros_like(ro.prompt_mask),
+                                                                  ro.completion_mask], 1)}
+    replay = score_rollouts(model, batch, tokenizer=tok)
+    rows = [r for q in questions for r in records[q["id"]]["rollouts"]]
+    for name in ("logprob", "entropy", "self_certainty", "visual_engagement", "image_attention"):
+        want = getattr(replay, name)[:, P:]
+        for i, r in enumerate(rows):
+            n = r["num_tokens"]
+            torch.testing.assert_close(torch.tensor(r[name]), want[i, :n], atol=3e-5, rtol=1e-4)

@@ -125,13 +125,14 @@ def add_engine_arguments(p: CommandParser) -> None:
                         "model's max_position_embeddings)")
 
 
-def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False):
+def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False, processor=None):
     """The rollout engine of ``--engine`` with the options it takes (``rollout.build_engine``; its presence
-    was checked with the options)."""
+    was checked with the options); ``processor`` goes to an engine that samples image prompts."""
     from ..rollout import ROLLOUT_ENGINES, build_engine
 
     options = {o: getattr(args, o) for o in ROLLOUT_ENGINES[args.engine].cli_options if getattr(args, o) is not None}
-    return build_engine({"name": args.engine, **options}, tokenizer, record_signals=record_signals)
+    return build_engine({"name": args.engine, **options}, tokenizer, record_signals=record_signals,
+                        processor=processor)
 
 
 def check_engine_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:

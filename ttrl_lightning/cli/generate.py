@@ -217,10 +217,13 @@ def _load(parser, args, questions, max_new, device):
     builder.check(questions)
     batched = args.batch_size > 1 or args.engine != "hf"
     with_images = next((q["id"] for q in questions if q["images"]), None)
-    if batched and with_images is not None:
-        raise UserError(f"{args.data}: question {with_images!r} has an image; --engine vllm and --batch-size "
-                        "above 1 sample text prompts only (use --engine hf --batch-size 1)")
-    engine = build_sampling_engine(args, policy.tokenizer, record_signals=True) if batched else None
+    from ..rollout import ROLLOUT_ENGINES
+
+    if batched and with_images is not None and not ROLLOUT_ENGINES[args.engine].takes_images:
+        raise UserError(f"{args.data}: question {with_images!r} has an image; --engine {args.engine} samples "
+                        "text prompts only (use --engine hf)")
+    engine = build_sampling_engine(args, policy.tokenizer, record_signals=True, processor=processor) \
+        if batched else None
     return policy, max_new, builder, engine, time.perf_counter() - t0
 
 
@@ -251,6 +254,7 @@ def _sample_batches(args, questions, mine, finished, policy, builder, engine, pa
     """Batches of fixed positions in this rank's share: a re-run redoes an unfinished batch whole, with the
     same seed, and keeps the questions it did not have."""
     from ..generate import sample_batch
+    from ..rollout.image_sampling import ImagePrompt
     from ..seeding import derive_seed
 
     for b in range(0, len(mine), args.batch_size):
@@ -258,7 +262,8 @@ def _sample_batches(args, questions, mine, finished, policy, builder, engine, pa
         if all(questions[i]["id"] in finished for i in members):
             continue
         batch = [questions[i] for i in members]
-        prompts = [builder.text(q, view) for q in batch for view in args.views]
+        prompts = [ImagePrompt(builder.text(q, view), q["images"]) if q["images"] else builder.text(q, view)
+                   for q in batch for view in args.views]
         records, count = sample_batch(engine, policy.model, prompts, batch, list(args.views), params,
                                       derive_seed(args.seed, "generate_batch", members[0], args.batch_size),
                                       extract)
