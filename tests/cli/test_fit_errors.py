@@ -135,3 +135,22 @@ def test_ctrl_c_during_fit_exits_130_and_gives_ctrl_c_back(tmp_path, monkeypatch
     rc = main(["fit", *GRPO, f"--trainer.default_root_dir={tmp_path / 'run'}", "--trainer.max_steps=2"])
     assert rc == 130 and "ttrl fit: interrupted" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGINT) is before
+
+
+def test_sigterm_during_fit_exits_143(tmp_path, monkeypatch, capsys):
+    """SIGTERM (SLURM preemption, ``kill``) during ``fit``: the same graceful shutdown as Ctrl-C, then exit 143
+    and one line saying so, as the README's exit-code table says (it exited 130)."""
+    import os
+    import signal
+
+    from lightning.pytorch.loops.fit_loop import _FitLoop
+
+    def terminated(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode, here
+        for _ in range(1000):
+            pass
+
+    monkeypatch.setattr(_FitLoop, "run", terminated)
+    rc = main(["fit", *GRPO, f"--trainer.default_root_dir={tmp_path / 'run'}", "--trainer.max_steps=2"])
+    assert rc == 143 and "ttrl fit: terminated (SIGTERM)" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

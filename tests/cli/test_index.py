@@ -112,3 +112,20 @@ def test_a_list_id_in_the_file_and_a_non_utf8_ids_file_are_one_line(index_file, 
     latin.write_bytes("x3\ncaf\xe9\n".encode("latin-1"))
     assert main(["index", "audit", str(index_file), "--evaluation-ids", str(latin)]) == 1
     assert f"{latin}: not UTF-8 text" in _error_line(capsys)
+
+
+def test_evaluation_ids_with_a_bom_still_match_and_a_nul_byte_is_one_line(index_file, tmp_path, capsys):
+    """An editor's UTF-8 BOM no longer glues itself to the first id (x3 was missed); a NUL byte, raw or escaped
+    in a JSON list, is refused with one line naming its line instead of an id that matches nothing."""
+    ids = tmp_path / "bom.txt"
+    ids.write_bytes("\ufeffx3\nx11\n".encode("utf-8"))
+    assert main(["index", "audit", str(index_file), "--probes", "400", "--evaluation-ids", str(ids)]) \
+        == EXIT_AUDIT_FAILED
+    out = capsys.readouterr().out
+    assert "FAILED - 2 offending id(s)" in out and "\n  x3\tevaluation\t" in out
+    for name, data in (("nul.txt", b"x1\nx3\x00\n"), ("nul.json", b'["x1", "x3\\u0000"]')):
+        path = tmp_path / name
+        path.write_bytes(data)
+        assert main(["index", "audit", str(index_file), "--evaluation-ids", str(path)]) == 1
+        line = _error_line(capsys)
+        assert f"{name}: a NUL byte on line " in line

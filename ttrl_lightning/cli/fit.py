@@ -248,16 +248,18 @@ class TTRLCLI(LightningCLI):
 
     def _run_subcommand(self, subcommand: str) -> None:
         """Lightning turns Ctrl-C during ``fit`` into a graceful shutdown and then ``sys.exit(1)``, leaving
-        SIGINT ignored: give the dispatcher the interrupt back (exit 130, as every command) and Ctrl-C its
-        handler."""
+        SIGINT ignored: give the dispatcher the interrupt back (exit 130, as every command; 143 when it was
+        SIGTERM, ``termination.was_terminated``) and Ctrl-C its handler."""
         import signal
+
+        from .termination import Terminated, was_terminated
 
         handler = signal.getsignal(signal.SIGINT)
         try:
             super()._run_subcommand(subcommand)
         except SystemExit as e:
             if getattr(self, "trainer", None) is not None and self.trainer.interrupted and e.code == 1:
-                raise KeyboardInterrupt from None
+                raise (Terminated() if was_terminated() else KeyboardInterrupt()) from None
             raise
         finally:
             if handler is not None:

@@ -27,12 +27,17 @@ DESCRIPTION = """Exemplar index files (see docs/retrieval.md).
 
 def read_id_list(path: str) -> list[str]:
     """Ids from a file: a JSON list of strings, or one id per line (blank lines and ``#`` comments
-    skipped)."""
+    skipped). A UTF-8 byte-order mark is dropped (an editor's BOM would otherwise glue itself to the first id,
+    which then matches nothing); a NUL byte is refused (one line naming its line), for the same reason."""
     try:
-        with open(path, encoding="utf-8") as fh:
+        with open(path, encoding="utf-8-sig") as fh:
             text = fh.read()
     except UnicodeDecodeError as error:
         raise UserError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+    nul = next((text.index(s) for s in ("\0", "\\u0000") if s in text), None)  # raw, or escaped in JSON
+    if nul is not None:
+        line = text[:nul].count("\n") + 1
+        raise UserError(f"{path}: a NUL byte on line {line}; an id with one would match nothing: remove it")
     if text.lstrip().startswith("["):
         try:
             ids = json.loads(text)

@@ -13,7 +13,8 @@ import signal
 import threading
 from typing import Iterator
 
-__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "Terminated", "interrupt_exit", "sigterm_as_interrupt"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_TERMINATED", "Terminated", "interrupt_exit", "sigterm_as_interrupt",
+           "was_terminated"]
 
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 128 + signal.SIGTERM
@@ -31,8 +32,20 @@ def interrupt_exit(error: KeyboardInterrupt | None) -> tuple[str, int]:
     return "interrupted", EXIT_INTERRUPTED
 
 
+#: set when SIGTERM arrived inside the current ``sigterm_as_interrupt`` block
+_received = threading.Event()
+
+
+def was_terminated() -> bool:
+    """Whether SIGTERM arrived inside the current :func:`sigterm_as_interrupt` block: for code whose
+    interrupt is caught by a library and comes back as another exception (Lightning's graceful shutdown ends
+    in ``sys.exit(1)``), so it can raise :class:`Terminated` again and the command exits 143, not 130."""
+    return _received.is_set()
+
+
 def _raise_terminated(signum, frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not cut the cleanup short
+    _received.set()
     raise Terminated()
 
 
@@ -43,6 +56,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _received.clear()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield
