@@ -242,3 +242,18 @@ def test_fuzzed_comparisons_are_bounded_and_agree_in_main_thread_thread_and_data
                 assert result == main_result, (where, a, b)
         decided += not main_undecided
     assert decided >= len(pairs) // 3  # the fuzz also exercises comparisons that finish
+
+
+def test_numbers_past_pythons_int_digit_limit_compare_and_never_raise():
+    """Python refuses str -> int past 4,300 digits; a model can write such a vote. Plain decimals of any length
+    compare exactly by their canonical digits; a fraction or expression beside one is screened (different)."""
+    from ttrl_lightning.pseudo_labels import pseudo_label
+
+    a = "1" * 5000
+    assert answers_equal(a, a) and answers_equal(a, "000" + a + ".000") and answers_equal("+" + a, a)
+    assert not answers_equal(a, a + "0") and not answers_equal("-" + a, a) and not answers_equal(a, "2/3")
+    assert not answers_equal("\\frac{" + a + "}{3}", "1") and not answers_equal(a + ".5", a)
+    assert answers_equal("-0." + "0" * 5000, "0")
+    label = pseudo_label("majority", [{"text": "x", "answer": a}, {"text": "x", "answer": a + ".0"},
+                                      {"text": "x", "answer": "5"}])
+    assert label.rewards == [1.0, 1.0, 0.0]

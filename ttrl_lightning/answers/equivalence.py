@@ -150,6 +150,35 @@ _PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:/\d*[1-9]\d*)?")
 _PLAIN_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d*[1-9]\d*)\}")
 
 
+#: digits above which a plain number is not converted to an int (Python refuses str -> int past 4,300 digits)
+LONG_NUMBER_DIGITS = 4000
+
+
+def _long_plain_numbers_equal(na: str, nb: str) -> bool | None:
+    """Whether two normalised answers are equal when either holds more digits than can be converted to an
+    int (``LONG_NUMBER_DIGITS``): two plain decimals are equal exactly when their canonical digit strings are
+    (sign, leading zeros of the integer part, trailing zeros of the fraction dropped); any other pair with
+    such a string (a fraction, an expression) is screened and counted as different. None: neither is long."""
+    def digits(s: str) -> int:
+        return sum(c.isdigit() for c in s)
+
+    long = [s for s in (na, nb) if digits(s) > LONG_NUMBER_DIGITS]
+    if not long:
+        return None
+    if not all(_PLAIN_NUMBER.fullmatch(s) and "/" not in s for s in (na, nb)):
+        _STATS["screened"] += 1
+        return False
+
+    def canonical(s: str) -> str:
+        sign = "-" if s.startswith("-") else ""
+        whole, _, frac = s.lstrip("+-").partition(".")
+        whole, frac = whole.lstrip("0") or "0", frac.rstrip("0")
+        body = whole + ("." + frac if frac else "")
+        return ("" if body == "0" else sign) + body
+
+    return canonical(na) == canonical(nb)
+
+
 def _plain_number(norm: str) -> Fraction | None:
     """Exact value of a plain number ("-2", "0.75", ".5", "3/4", "\\frac{3}{4}"; normalised), else None."""
     if _PLAIN_NUMBER.fullmatch(norm):
@@ -178,6 +207,9 @@ def _equal_cached(a: str, b: str) -> bool:
         return bool(na)
     if re.fullmatch(r"[a-z]", na) or re.fullmatch(r"[a-z]", nb):
         return False  # an option letter / lone symbol equals only itself (case aside)
+    long = _long_plain_numbers_equal(na, nb)
+    if long is not None:
+        return long
     fa, fb = _plain_number(na), _plain_number(nb)
     if fa is not None and fb is not None:
         if fa == fb:
