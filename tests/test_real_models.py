@@ -140,3 +140,41 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     assert bench(argv + ["--resume"]) == 0
     assert "keeping 2 runs" in capsys.readouterr().out
     assert json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"] == report["runs"]
+
+
+def test_a_rerun_checks_the_weights_cleans_a_killed_import_and_files_get_the_usual_mode(smollm2, capsys):
+    """The imported files get the umask's mode (model.safetensors was 0600); a rerun verifies the weights'
+    SHA-256 (a truncated model.safetensors gave "nothing to do") and removes the temporary folder of an import
+    killed with SIGKILL (it stayed, 504 MB, forever)."""
+    import stat
+    import subprocess
+
+    umask = os.umask(0)
+    os.umask(umask)
+    for name in os.listdir(smollm2):
+        assert stat.S_IMODE(os.stat(os.path.join(smollm2, name)).st_mode) == 0o666 & ~umask, name
+    parent = os.path.dirname(smollm2)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = os.path.join(parent, ".import-killed")
+    os.makedirs(stale)
+    with open(os.path.join(stale, ".owner_pid"), "w") as fh:
+        fh.write(str(dead.pid))  # a process that no longer exists
+    alive = os.path.join(parent, ".import-running")
+    os.makedirs(alive)
+    with open(os.path.join(alive, ".owner_pid"), "w") as fh:
+        fh.write(str(os.getpid()))
+    weights = os.path.join(smollm2, "model.safetensors")
+    size = os.path.getsize(weights)
+    with open(weights, "r+b") as fh:
+        fh.truncate(size // 2)
+    capsys.readouterr()
+    assert main(["model", "import", "--out", smollm2]) == 0
+    out = capsys.readouterr().out
+    assert "do not match the import record; importing again" in out and "nothing to do" not in out
+    assert os.path.getsize(weights) == size
+    assert not os.path.exists(stale) and os.path.exists(alive)
+    os.remove(os.path.join(alive, ".owner_pid"))
+    os.rmdir(alive)
+    assert main(["model", "import", "--out", smollm2]) == 0
+    assert "nothing to do" in capsys.readouterr().out

@@ -39,6 +39,7 @@ _EXTRA = "pip install 'ttrl_lightning[real-model]'"
 class ImportReport:
     """What ``import_gguf`` did: ``out`` the checkpoint folder, ``gguf`` the source file and its ``sha256``,
     ``parameters``, ``max_logit_diff`` between the GGUF model and the reloaded folder on the probe prompt,
+    ``weights_sha256`` of the written ``model.safetensors`` (a rerun checks it, not only the record),
     ``skipped`` when the folder already held this file's import."""
 
     out: str
@@ -46,6 +47,7 @@ class ImportReport:
     sha256: str
     parameters: int
     max_logit_diff: float
+    weights_sha256: str = ""
     skipped: bool = False
 
 
@@ -80,6 +82,32 @@ def _probe_logits(model, tokenizer):
         return model(ids).logits.float()
 
 
+#: the temporary folder of an import in progress, beside ``--out``, and the file in it naming its process
+IMPORT_PREFIX, OWNER_FILE = ".import-", ".owner_pid"
+#: the weights file of the folder (its SHA-256 is in the import record)
+WEIGHTS = "model.safetensors"
+
+
+def _remove_dead_imports(parent: str) -> None:
+    """Remove the temporary folders of imports into ``parent`` whose process is gone (killed with SIGKILL, so
+    no ``finally`` ran): a folder whose owner file names no living process, or that has no owner file."""
+    try:
+        entries = [e for e in os.scandir(parent) if e.is_dir() and e.name.startswith(IMPORT_PREFIX)]
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            with open(os.path.join(entry.path, OWNER_FILE), encoding="ascii") as fh:
+                pid = int(fh.read().strip())
+            os.kill(pid, 0)
+            continue  # its import is still running
+        except PermissionError:
+            continue  # a living process of another user
+        except (OSError, ValueError):
+            pass  # no owner file, an unreadable one, or its process is gone
+        shutil.rmtree(entry.path, ignore_errors=True)
+
+
 def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportReport:
     """Turn ``gguf`` (default: the packaged SmolLM2, :func:`packaged_gguf`) into the checkpoint folder ``out``
     (module docstring). ``progress``: a ``print``-like callable for the steps (None: silent)."""
@@ -92,6 +120,8 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     _require("gguf", "accelerate")
     sha = file_sha256(path)
     marker = os.path.join(out, MARKER)
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    _remove_dead_imports(parent)
     if os.path.isfile(marker):
         try:
             saved = json.load(open(marker, encoding="utf-8"))
@@ -99,9 +129,14 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
             raise UserError(f"{marker}: not a readable import record; remove {out} to import again") from None
         if saved.get("sha256") != sha:
             raise UserError(f"{out} holds the import of another file ({saved.get('gguf')}); give another --out")
-        if os.path.isfile(os.path.join(out, "config.json")):
+        weights = os.path.join(out, WEIGHTS)
+        if os.path.isfile(os.path.join(out, "config.json")) and os.path.isfile(weights) \
+                and saved.get("weights_sha256") == file_sha256(weights):
             return ImportReport(**{**saved, "skipped": True})
-        shutil.rmtree(out)  # an import of this file that did not finish: done again
+        # an import of this file whose weights are missing, changed or truncated (or an old record without
+        # their hash): done again
+        say(f"{out}: the weights do not match the import record; importing again")
+        shutil.rmtree(out)
     elif os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise UserError(f"--out: {out} exists and is not an import folder; give a new or empty folder")
 
@@ -119,23 +154,29 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.load_state_dict(source.state_dict(), strict=True)
     model.generation_config = source.generation_config
-    parent = os.path.dirname(os.path.abspath(out)) or "."
     os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".import-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=IMPORT_PREFIX, dir=parent)
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # a folder like any other (mkdtemp makes it 0700)
     try:
+        with open(os.path.join(tmp, OWNER_FILE), "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))  # a rerun removes this folder if this process dies (SIGKILL)
         say(f"writing the checkpoint folder {out} ...")
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        for entry in os.scandir(tmp):  # files like any other (safetensors writes its file 0600)
+            if entry.is_file():
+                os.chmod(entry.path, 0o666 & ~umask)
         reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, trust_remote_code=False).eval()
         diff = float((_probe_logits(reloaded, AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)) -
                       _probe_logits(source, tokenizer)).abs().max())
         if diff > 1e-4:
             raise RuntimeError(f"the saved checkpoint does not reproduce {name}: logits differ by {diff:.3g}")
         report = ImportReport(out=os.path.abspath(out), gguf=path, sha256=sha,
-                              parameters=sum(p.numel() for p in model.parameters()), max_logit_diff=diff)
+                              parameters=sum(p.numel() for p in model.parameters()), max_logit_diff=diff,
+                              weights_sha256=file_sha256(os.path.join(tmp, WEIGHTS)))
+        os.remove(os.path.join(tmp, OWNER_FILE))
         with open(os.path.join(tmp, MARKER), "w", encoding="utf-8") as fh:
             json.dump({k: v for k, v in asdict(report).items() if k != "skipped"}, fh, indent=1)
         if os.path.isdir(out):
