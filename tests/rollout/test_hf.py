@@ -165,3 +165,27 @@ def test_a_prompt_past_the_models_context_is_refused_before_sampling(tok, share_
     with pytest.raises(UserError, match="max_new_tokens 100000 exceed"):
         eng.generate(model, ["1+1="], SamplingParams(max_new_tokens=100000))
     assert eng.generate(model, ["7" * 248], SamplingParams(max_new_tokens=8)).completion_ids.shape[0] == 1
+
+
+def test_a_prompt_that_cannot_fit_is_refused_by_its_characters_before_it_is_tokenized(tok, monkeypatch):
+    """Tokenizing a 50 MB prompt took minutes and 19 GB before the context check refused it: a prompt with more
+    characters than the context could hold at the tokenizer's longest vocabulary entry is refused first."""
+    import time
+
+    from ttrl_lightning.errors import UserError
+    from ttrl_lightning.rollout.base import max_token_chars
+
+    model = load_model("tiny:qwen2", tok, seed=0)
+    per_token = max_token_chars(tok)
+    assert per_token == max(len(t) for t in tok.get_vocab())
+    huge = "7" * 5_000_000
+    calls = []
+    original = type(tok).__call__
+    monkeypatch.setattr(type(tok), "__call__", lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    t0 = time.perf_counter()
+    with pytest.raises(UserError, match=r"prompt 0 .*5,000,000 characters, so at least [\d,]+ prompt tokens"):
+        HFGenerateEngine(tok).generate(model, [huge], SamplingParams(max_new_tokens=4))
+    assert not calls and time.perf_counter() - t0 < 5
+    calls.clear()  # a prompt that fits is tokenized and sampled as before
+    HFGenerateEngine(tok).generate(model, ["7" * 100], SamplingParams(max_new_tokens=4))
+    assert calls

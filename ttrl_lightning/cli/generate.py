@@ -21,7 +21,7 @@ import time
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
 from ..errors import UserError
-from ..rollout.base import check_context, context_limit
+from ..rollout.base import check_context, check_context_chars, context_limit
 from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
@@ -323,8 +323,9 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     for i in mine:
         q = questions[i]
         if not q["images"]:
-            lengths = [len(policy.tokenizer(builder.text(q, view), add_special_tokens=False)["input_ids"])
-                       for view in args.views]
+            texts = [builder.text(q, view) for view in args.views]
+            check_context_chars(texts, max_new, limit, policy.tokenizer, _CONTEXT, names=[q["id"]] * len(texts))
+            lengths = [len(policy.tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts]
             check_context(lengths, max_new, limit, _CONTEXT, names=[q["id"]] * len(lengths))
     settings = _settings(args, max_new)
     store = ShardStore(args.out, settings, dp.rank, dp.world_size, args.shard_size)

@@ -143,7 +143,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     """
     from ttrl_lightning.data.questions import few_ids
     from ttrl_lightning.rollout import HFGenerateEngine
-    from ttrl_lightning.rollout.base import check_context, context_limit
+    from ttrl_lightning.rollout.base import check_context, check_context_chars, context_limit
     from ttrl_lightning.rollout.image_sampling import ImagePrompt
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
@@ -166,7 +166,9 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
                         f"does not sample yet (use the hf engine): {few_ids(with_images)}")
     limit = context_limit(engine, model)
     text = [q for q in questions if not q.get("images")]  # an image prompt is checked with its image tokens
-    if limit is not None and text:  # every question, before anything is sampled
+    if limit is not None and text:  # every question, before anything is sampled (by characters, then tokens)
+        check_context_chars([q["prompt"] for q in text], params.max_new_tokens, limit, tokenizer,
+                            "the model's context", names=[str(q["id"]) for q in text])
         check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in text],
                       params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in text])
     params = replace(params, n=k)

@@ -249,6 +249,46 @@ def context_limit(engine, model) -> int | None:
     return (engine.max_model_len if engine is not None else None) or context_length(model)
 
 
+#: characters below which a prompt is tokenized before its context is checked (milliseconds of work)
+CHEAP_TO_TOKENIZE = 65_536
+
+
+def max_token_chars(tokenizer) -> int:
+    """An upper bound on the characters one token of ``tokenizer`` decodes to: the longest vocabulary entry
+    (a byte-level BPE entry has one character per byte, a SentencePiece entry one per character), cached on
+    the tokenizer. So a text of ``c`` characters has at least ``ceil(c / max_token_chars)`` tokens."""
+    cached = getattr(tokenizer, "_ttrl_max_token_chars", None)
+    if cached is None:
+        vocab = tokenizer.get_vocab()
+        cached = max((len(t) for t in vocab), default=1) or 1
+        try:
+            tokenizer._ttrl_max_token_chars = cached
+        except AttributeError:  # a tokenizer that takes no new attributes: computed again next time
+            pass
+    return cached
+
+
+def check_context_chars(texts: Sequence[str], max_new_tokens: int, limit: int | None, tokenizer, what: str,
+                        names: Sequence[str] | None = None) -> None:
+    """Refuse, before tokenizing, a text that cannot fit: one whose fewest possible tokens
+    (``ceil(len / max_token_chars)``) plus ``max_new_tokens`` exceed ``limit`` (the same ``UserError`` as
+    :func:`check_context`, which the caller runs on the real counts afterwards). Tokenizing a 50 MB prompt
+    took minutes and 19 GB before it was refused. Texts up to ``CHEAP_TO_TOKENIZE`` characters are left to
+    the exact count, whose message names the real number of tokens."""
+    if limit is None:
+        return
+    per_token = max_token_chars(tokenizer)
+    for i, text in enumerate(texts):
+        if len(text) <= CHEAP_TO_TOKENIZE:
+            continue
+        fewest = -(-len(text) // per_token)
+        if fewest + max_new_tokens > limit:
+            who = f"question {names[i]!r}" if names is not None else f"prompt {i} ({text[:40]!r}...)"
+            raise UserError(f"{who}: {len(text):,} characters, so at least {fewest:,} prompt tokens (at most "
+                            f"{per_token} characters a token), + max_new_tokens {max_new_tokens} exceed {what} "
+                            f"({limit} tokens); shorten it or lower --max-new-tokens / max_new_tokens")
+
+
 def check_context(prompt_lengths: Sequence[int], max_new_tokens: int, limit: int | None, what: str,
                   names: Sequence[str] | None = None, prompts: Sequence[str] | None = None) -> None:
     """Refuse, before anything is sampled, a prompt whose tokens plus ``max_new_tokens`` exceed ``limit``

@@ -5,8 +5,8 @@ from typing import Sequence
 
 import torch
 
-from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, context_length,
-                                         sampling_mode)
+from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
+                                         check_context_chars, context_length, sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
@@ -80,6 +80,8 @@ class HFGenerateEngine:
                                             share_prompt=self.share_prompt)
         if tok.padding_side != "left":
             tok.padding_side = "left"
+        check_context_chars(list(prompts), params.max_new_tokens, context_length(model), tok,
+                            "the model's context (max_position_embeddings)")
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         check_context(enc["attention_mask"].sum(1).tolist(), params.max_new_tokens, context_length(model),
                       "the model's context (max_position_embeddings)", prompts=list(prompts))

@@ -31,7 +31,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.integrations import RolloutSignals, StepLogitsSignalRecorder
 from ttrl_lightning.integrations.groups import image_token_ids
 from ttrl_lightning.models import VisionBlock
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams, check_context, context_length
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams, check_context, check_context_chars, context_length
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
@@ -188,6 +188,8 @@ def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], pa
     limit = context_length(model)
     shared = share_prompt and not record_signals and supports_vision_prompt_sharing(model)
     parts = []
+    check_context_chars([str(p) for p in prompts], params.max_new_tokens, limit, tokenizer,
+                        "the model's context (max_position_embeddings)")
     for i, prompt in enumerate(prompts):
         inputs = image_inputs(processor, str(prompt), prompt.images if isinstance(prompt, ImagePrompt) else ())
         check_context([int(inputs["input_ids"].shape[1])], params.max_new_tokens, limit,

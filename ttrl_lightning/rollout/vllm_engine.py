@@ -42,7 +42,8 @@ from typing import Any, Sequence
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context, sampling_mode
+from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
+                                         check_context_chars, sampling_mode)
 from ttrl_lightning.rollout.image_sampling import refuse_images
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.signal_recording import REPLAY_SIGNALS, replay_token_signals
@@ -257,6 +258,8 @@ class VLLMEngine:
         tok = self.tokenizer
         if tok.padding_side != "left":
             tok.padding_side = "left"
+        check_context_chars(list(prompts), params.max_new_tokens, self.max_model_len, tok,
+                            "the vllm engine's max_model_len")
         enc = tok(list(prompts), return_tensors="pt", padding=True, add_special_tokens=False)
         rows = [ids[m.bool()].tolist() for ids, m in zip(enc["input_ids"], enc["attention_mask"])]
         self.check_lengths([len(r) for r in rows], params.max_new_tokens, prompts=list(prompts))
