@@ -81,3 +81,32 @@ def test_agent_prompts_keep_their_pixels():
     (out,) = m.model_prompts([prompt])
     assert out is prompt and out.image is prompt.image
     assert m.model_prompts(["2+3="])[0] != "2+3="  # a text prompt gets the template
+
+
+def test_the_three_misreadings_of_pre_templated_text(chat_tok):
+    """A question ending with the assistant header was left unwrapped (sampled without a user turn); a user
+    turn without the generation prompt was wrapped a second time; the reframed view of a templated prompt put
+    its instruction before the system turn. Now: one line each for the partial templates, and the instruction
+    inside the user turn."""
+    from ttrl_lightning.generate.prompts import FUSED_REFRAME_INSTRUCTION
+
+    with pytest.raises(UserError, match=r"holds part of the model's chat template but not a user turn"):
+        format_prompt("2+3=<|im_end|>\n<|im_start|>assistant\n", "auto", chat_tok)
+    user_turn_only = "<|im_start|>user\n2+3=<|im_end|>\n"
+    with pytest.raises(UserError, match=r"but not the generation prompt at its end"):
+        format_prompt(user_turn_only, "auto", chat_tok)
+    # without the default system turn, but whole: given as written
+    no_system = "<|im_start|>user\n2+3=<|im_end|>\n<|im_start|>assistant\n"
+    assert format_prompt(no_system, "auto", chat_tok) == no_system
+    builder = PromptBuilder(chat_tok, None, "auto")
+    reframed = builder.text({"prompt": WRAPPED, "images": [], "reframed_prompt": None}, "reframed")
+    assert reframed == WRAPPED.replace("<|im_start|>user\n", "<|im_start|>user\n" + FUSED_REFRAME_INSTRUCTION)
+    assert reframed.index("<|im_start|>system") < reframed.index("First restate")
+    # the same question as written gives the same reframed input
+    assert builder.text({"prompt": "2+3=", "images": [], "reframed_prompt": None}, "reframed") == reframed
+    # TTRL's fused view of a templated question: the instruction in the user turn, before the assistant header
+    m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"),
+                   voting={"labeler": "self_harmony", "fused_prompt_template": "{prompt} reframe:"})
+    m.tokenizer = chat_tok
+    templated, plain = m.vote_prompts([WRAPPED])[1], m.vote_prompts(["2+3="])[1]
+    assert templated == plain == format_prompt("2+3= reframe:", "chat", chat_tok)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..data.pool import VIEWS
 from ..errors import UserError
-from ..prompt_format import PROMPT_FORMATS, chat_template, format_prompt
+from ..prompt_format import PROMPT_FORMATS, chat_template, format_prompt, with_user_text
 from ..rollout.image_sampling import image_inputs
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt"]
@@ -85,8 +85,13 @@ class PromptBuilder:
     def text(self, question: dict, view: str) -> str:
         """The prompt text of ``view`` after the chat template (``chat``) or as written (``plain``): the
         package's one prompt rule (``prompt_format.format_prompt``), which never wraps a prompt that already
-        holds the template."""
-        prompt = view_prompt(question, view)
+        holds the template. The reframed view's instruction goes inside the user turn of a templated prompt
+        (``prompt_format.with_user_text``), not before its system turn."""
+        if view == VIEWS[1] and not question["reframed_prompt"] and self.format != "plain":
+            prompt = with_user_text(question["prompt"], lambda text: FUSED_REFRAME_INSTRUCTION + text,
+                                    self.tokenizer, self.processor)
+        else:
+            prompt = view_prompt(question, view)
         if self.format == "plain":
             return prompt
         images = len(question["images"]) if self.processor is not None else 0

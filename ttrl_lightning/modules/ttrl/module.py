@@ -59,6 +59,7 @@ from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.modules.specs import AdvantageSpec, EvalSpec, GRPOSpec, SamplingSpec, VotingSpec, spec_of
 from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
+from ttrl_lightning.prompt_format import with_user_text
 from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
@@ -185,11 +186,20 @@ class TTRLModule(GRPOModule):
         the assistant's (Self-Harmony sec. 3: the Reframer and the Solver are one model
         prompted in its own format)."""
         prompts = list(prompts)
-        if self.labeler.fused:  # a question's images go with its fused prompt too
-            template = self.voting.fused_prompt_template
-            prompts = prompts + [p.with_text(template.format(prompt=p)) if isinstance(p, ImagePrompt)
-                                 else template.format(prompt=p) for p in prompts]
+        if self.labeler.fused:  # in the user turn of a templated question; its images go with it too
+            fuse = self.fused_prompt
+            prompts = prompts + [p.with_text(fuse(p)) if isinstance(p, ImagePrompt) else fuse(p) for p in prompts]
         return self.model_prompts(prompts)
+
+    def fused_prompt(self, prompt: str) -> str:
+        """Self-Harmony's fused Reframe-and-Solve prompt of one question: ``voting.fused_prompt_template``
+        around the question's text, inside the user turn when the question already holds the chat template
+        (``prompt_format.with_user_text``; ``prompt_format: plain`` fuses the text as written)."""
+        template = self.voting.fused_prompt_template
+        if self.hparams.get("prompt_format", "auto") == "plain":
+            return template.format(prompt=prompt)
+        return with_user_text(str(prompt), lambda text: template.format(prompt=text), self.tokenizer,
+                              self.processor)
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
         """M samples of every vote prompt of ``prompts`` (``vote_prompts``; a question with images as an
