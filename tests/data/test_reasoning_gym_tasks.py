@@ -42,7 +42,24 @@ def test_the_scorer_and_the_equivalence_side_by_side():
     # the scorer and the equivalence disagree on one sample each way
     check = gold_check([[True, False], [True, True]], [[True, True], [False, True]])
     assert check == {"samples": 4, "project_accuracy": 0.75, "score_answer_accuracy": 0.75, "project_only": 1,
-                     "score_answer_only": 1}
+                     "score_answer_only": 1, "scorer_errors": 0}
+
+
+def test_a_scorer_that_raises_counts_the_answer_wrong_and_is_counted():
+    """reasoning-gym's prime_factorization scorer raises on ``433.0``; that crashed ``ttrl eval --task`` after
+    sampling. Now the answer is wrong by the scorer, the error is recorded, and the gold check counts it."""
+    from ttrl_lightning.data.reasoning_gym_tasks import sampled_gold_check
+
+    task = "reasoning_gym:prime_factorization"
+    qs = questions_from_task(task, 2, 0)
+    errors = []
+    scored = score_answers(task, [q["id"] for q in qs], [[q["gold"], "433.0"] for q in qs], errors=errors)
+    assert [row[0] for row in scored] == [True, True] and [row[1] for row in scored] == [False, False]
+    raised = [e for e in errors if e[1] == "433.0"]
+    assert len(raised) == len(errors) == 2 and all(":" in e[2] for e in raised)
+    check = sampled_gold_check(task, [{"id": q["id"], "gold": q["gold"], "answers": [q["gold"], "433.0"]}
+                                      for q in qs])
+    assert check["scorer_errors"] == 2 and check["score_answer_accuracy"] == 0.5
 
 
 def test_unknown_generators_and_configs_are_one_line():

@@ -296,7 +296,8 @@ def eval_main(argv: list[str]) -> int:
         print(f"gold check ({args.task}'s score_answer beside the answer equivalence): "
               f"{gold['samples']:,} samples, {100 * gold['score_answer_accuracy']:.2f}% right by the scorer vs "
               f"{100 * gold['project_accuracy']:.2f}%; {gold['project_only']} right only by the equivalence, "
-              f"{gold['score_answer_only']} only by the scorer")
+              f"{gold['score_answer_only']} only by the scorer"
+              + (f"; the scorer raised on {gold['scorer_errors']} (counted as wrong)" if gold["scorer_errors"] else ""))
     print(f"\n{metrics.num_questions:,} questions x {args.k} samples in {t_eval:.1f} s "
           f"(model loaded in {t_load:.1f} s)" + (f"; report: {args.out}" if args.out else ""))
     if args.out is not None:

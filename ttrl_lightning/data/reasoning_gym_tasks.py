@@ -82,11 +82,13 @@ def _seed_and_index(task: str, question_id: str) -> tuple[int, int]:
 
 
 def score_answers(task: str, ids: Sequence[str], answers: Sequence[Sequence[str | None]],
-                  **config) -> list[list[bool]]:
+                  errors: list | None = None, **config) -> list[list[bool]]:
     """Per question, per sample: whether the generator's ``score_answer`` gives the answer 1.0 (an
     unextractable answer, None, is wrong), against the question's own entry: its id names the seed and the index,
     and reasoning-gym draws item ``i`` of seed ``s`` from ``Random(s + i)`` whatever the dataset's size, so one
-    dataset per seed, as long as the largest index, holds every entry."""
+    dataset per seed, as long as the largest index, holds every entry. A scorer that raises on an answer (as
+    ``prime_factorization`` does on ``433.0``) counts it as wrong and never stops the caller; ``errors``, when
+    given, receives ``(question id, answer, "<Error>: <message>")`` for each."""
     if len(answers) != len(ids):
         raise ValueError(f"{len(answers)} questions' answers for {len(ids)} question ids")
     where = [_seed_and_index(task, qid) for qid in ids]
@@ -94,20 +96,32 @@ def score_answers(task: str, ids: Sequence[str], answers: Sequence[Sequence[str 
     for seed, index in where:
         last[seed] = max(last.get(seed, 0), index)
     sets = {seed: dataset(task, index + 1, seed, **config) for seed, index in last.items()}
-    return [[a is not None and float(sets[seed].score_answer(a, sets[seed][index])) >= 1.0 for a in row]
-            for (seed, index), row in zip(where, answers)]
+
+    def right(qid: str, seed: int, index: int, answer: str | None) -> bool:
+        if answer is None:
+            return False
+        try:
+            return float(sets[seed].score_answer(answer, sets[seed][index])) >= 1.0
+        except Exception as err:  # noqa: BLE001 - a generator's scorer may raise anything on model output
+            if errors is not None:
+                errors.append((qid, answer, f"{type(err).__name__}: {str(err)[:200]}"))
+            return False
+
+    return [[right(qid, seed, index, a) for a in row] for qid, (seed, index), row in zip(ids, where, answers)]
 
 
-def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[bool]]) -> dict[str, Any]:
-    """The two gold checks side by side: samples, the share each calls right, and the disagreements (the
-    project right, the scorer wrong, and the reverse)."""
+def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[bool]],
+               scorer_errors: int = 0) -> dict[str, Any]:
+    """The two gold checks side by side: samples, the share each calls right, the disagreements (the
+    project right, the scorer wrong, and the reverse) and ``scorer_errors``, the answers on which the scorer
+    raised (counted as wrong by it)."""
     pairs = [(a, b) for pr, ge in zip(project, generator) for a, b in zip(pr, ge)]
     total = len(pairs)
     return {"samples": total,
             "project_accuracy": sum(a for a, _ in pairs) / total if total else None,
             "score_answer_accuracy": sum(b for _, b in pairs) / total if total else None,
             "project_only": sum(a and not b for a, b in pairs),
-            "score_answer_only": sum(b and not a for a, b in pairs)}
+            "score_answer_only": sum(b and not a for a, b in pairs), "scorer_errors": scorer_errors}
 
 
 def sampled_gold_check(task: str, per_question: Sequence[dict], **config) -> dict[str, Any]:
@@ -115,6 +129,8 @@ def sampled_gold_check(task: str, per_question: Sequence[dict], **config) -> dic
     (each with the question's ``id``, ``gold`` and the extracted ``answers``) of questions of ``task`` drawn
     with ``config``; the project's side is answer equivalence with gold, the generator's ``score_answer``."""
     project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]] for pq in per_question]
+    errors: list = []
     scorer = score_answers(task, [pq["id"] for pq in per_question],
-                           [[None if a == NO_ANSWER else a for a in pq["answers"]] for pq in per_question], **config)
-    return gold_check(project, scorer)
+                           [[None if a == NO_ANSWER else a for a in pq["answers"]] for pq in per_question],
+                           errors=errors, **config)
+    return gold_check(project, scorer, scorer_errors=len(errors))
