@@ -160,7 +160,7 @@ def _bad_inputs(tmp_path):
     Image.new("RGB", (2, 2)).save(tmp_path / "i.png")
     tiny = ["--model", "tiny:qwen2"]
     return [
-        (tiny + ["--data", good, "--k", "0"], r"argument --k: must be an integer >= 1, got '0'"),
+        (tiny + ["--data", good, "--k", "0"], r"argument --k: must be an integer in \[1, 4096\], got '0'"),
         (tiny + ["--data", good, "--top-p", "0"], r"argument --top-p: must be a number in \(0, 1\], got '0'"),
         (tiny + ["--data", good, "--temperature", "-1"], r"argument --temperature: must be a finite number >= 0"),
         (tiny + ["--data", good, "--max-new-tokens", "1.5"], r"argument --max-new-tokens: must be an integer >= 1"),
@@ -266,3 +266,13 @@ def test_image_questions_are_sampled_with_their_images(tmp_path, capsys):
     rc, _, err = _run(capsys, "--model", "tiny:qwen2_vl", "--data", data, "--k", "2", "--max-new-tokens", "5",
                       "--prompt-format", "plain")
     assert rc != 0 and "only the chat template places" in err
+
+
+@pytest.mark.parametrize("k", ["100000000000000000000", "4097", "9" * 5000])
+def test_a_sample_count_past_the_bound_is_one_line(k, capsys):
+    """``--k 10^20`` overflowed inside the sampler after the model was loaded (a traceback); 5,000 digits made
+    ``int()`` itself raise. Both are now the argument's one line, as ``ttrl generate --n`` is."""
+    rc, _, err = _run(capsys, "--model", "tiny:qwen2", "--task", "arith", "--n", "2", "--k", k)
+    assert rc != 0 and "argument --k: must be an integer in [1, 4096]" in err and "Traceback" not in err
+    rc = main(["generate", "--model", "tiny:qwen2", "--task", "arith", "--out", "x.jsonl", "--n", k])
+    assert rc != 0 and "argument --n/--rollouts: must be an integer in [1, 4096]" in capsys.readouterr().err

@@ -91,7 +91,7 @@ def integer(text: str) -> int:
 
 
 def _bounded_int(text: str, low: int, what: str, high: int | None = None) -> int:
-    if not _INTEGER.fullmatch(text.strip()):
+    if len(text.strip()) > 40 or not _INTEGER.fullmatch(text.strip()):  # int() refuses 4,300+ digits
         raise _number_error(text, what)
     value = int(text)
     if value < low or (high is not None and value > high):
@@ -102,6 +102,16 @@ def _bounded_int(text: str, low: int, what: str, high: int | None = None) -> int
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     return _bounded_int(text, 1, "an integer >= 1")
+
+
+#: the most samples per question a sampling command takes (TTRL votes 64, pass@k studies go to 1,024): one
+#: prompt's samples are one batch, and a larger count overflowed inside the sampler (``--k 10^20``)
+MAX_SAMPLES = 4096
+
+
+def samples_per_question(text: str) -> int:
+    """Samples per question: an integer in [1, ``MAX_SAMPLES``]."""
+    return _bounded_int(text, 1, f"an integer in [1, {MAX_SAMPLES}]", MAX_SAMPLES)
 
 
 def nonnegative_int(text: str) -> int:

@@ -16,7 +16,7 @@ from ..errors import UserError
 from ..prompt_format import PROMPT_FORMATS
 from ..safe_files import atomic_write, same_file
 from .arguments import (EXIT_CODES, CommandParser, given, nonnegative_float, nonnegative_int, positive_int,
-                        seed, unit_float)
+                        samples_per_question, seed, unit_float)
 
 #: the default generation length of a tiny model (a real checkpoint needs --max-new-tokens)
 TINY_MAX_NEW_TOKENS = 32
@@ -67,7 +67,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--n", type=positive_int, default=64, help="questions of --task (only with --task)")
     p.add_argument("--task-seed", type=seed, default=0,
                    help="seed of the --task questions (only with --task)")
-    p.add_argument("--k", type=positive_int, default=16, help="completions sampled per question")
+    p.add_argument("--k", type=samples_per_question, default=16, help="completions sampled per question")
     p.add_argument("--temperature", type=nonnegative_float, default=0.6,
                    help="sampling temperature (0: greedy, then all k samples are the same)")
     p.add_argument("--top-p", type=top_p, default=0.95, help="nucleus sampling, in (0, 1] (1: off)")

@@ -23,7 +23,7 @@ from ..data.pool import VIEWS
 from ..errors import UserError
 from ..rollout.base import check_context, check_context_chars, context_limit
 from ..safe_files import content_sha256, file_sha256, same_file
-from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, seed
+from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, samples_per_question, seed
 from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
                    metrics_lines, top_p)
 from .termination import interrupt_exit
@@ -58,7 +58,7 @@ def build_parser() -> CommandParser:
     p.add_argument("--data", required=True, metavar="FILE", help="the question file, .jsonl or .parquet")
     p.add_argument("--out", required=True, metavar="POOL",
                    help="the pool to write, .jsonl or .parquet (its shards go to POOL.parts/)")
-    p.add_argument("--n", "--rollouts", dest="n", type=positive_int, default=32,
+    p.add_argument("--n", "--rollouts", dest="n", type=samples_per_question, default=32,
                    help="rollouts per question and view (under torchrun write --rollouts: torchrun's own "
                         "parser refuses --n as an ambiguous abbreviation of its options)")
     p.add_argument("--views", nargs="+", choices=VIEWS, default=[VIEWS[0]], metavar="VIEW",
