@@ -107,3 +107,13 @@ def test_ttrl_questions_writes_one_file_for_fit_eval_and_generate(tmp_path, caps
                                                            for q in want]
     assert main(["questions", "--task", TASK, "--instruction", "  ", "--out", str(told)]) == 1
     assert "instruction" in capsys.readouterr().err
+
+
+def test_a_config_value_of_the_wrong_type_is_one_line():
+    """``min_terms: 2.5`` reached ``random.randrange`` and raised a ValueError traceback; now it is refused
+    with the field's name when the dataset is made."""
+    with pytest.raises(UserError, match=r"reasoning-gym chain_sum: config min_terms must be an integer, got 2.5"):
+        questions_from_task(TASK, 3, 0, min_terms=2.5)
+    with pytest.raises(UserError, match=r"config min_terms must be an integer, got True"):
+        questions_from_task(TASK, 3, 0, min_terms=True, max_terms=3)
+    assert len(questions_from_task(TASK, 3, 0, min_terms=2, max_terms=3)) == 3

@@ -53,9 +53,30 @@ def _dataset(name: str, n: int, seed: int, config_json: str):
     if name not in known:
         raise UserError(f"unknown reasoning-gym generator {name!r}; known: {', '.join(known)}")
     try:
-        return rg.create_dataset(name, size=n, seed=seed, **json.loads(config_json))
+        ds = rg.create_dataset(name, size=n, seed=seed, **json.loads(config_json))
     except (TypeError, ValueError, AssertionError) as err:
         raise UserError(f"reasoning-gym {name}: bad config {config_json} ({err})") from None
+    _check_config_types(name, ds, json.loads(config_json))
+    return ds
+
+
+def _check_config_types(name: str, ds, config: dict) -> None:
+    """Refuse a config value of the wrong type for its field of the generator's config dataclass (an
+    ``int`` field given ``2.5``): reasoning-gym does not check, and the draw failed later with a traceback from
+    ``random.randrange``."""
+    import dataclasses
+
+    cfg = getattr(ds, "config", None)
+    if cfg is None or not dataclasses.is_dataclass(cfg):
+        return
+    kinds = {f.name: f.type for f in dataclasses.fields(cfg)}
+    for key, value in config.items():
+        kind = kinds.get(key)
+        kind = getattr(kind, "__name__", kind)
+        if kind in ("int", int) and (isinstance(value, bool) or not isinstance(value, int)):
+            raise UserError(f"reasoning-gym {name}: config {key} must be an integer, got {value!r}")
+        if kind in ("float", float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UserError(f"reasoning-gym {name}: config {key} must be a number, got {value!r}")
 
 
 def dataset(task: str, n: int, seed: int, **config):
@@ -67,8 +88,13 @@ def reasoning_gym_questions(task: str, n: int, seed: int, **config) -> list[dict
     """``n`` questions of generator ``task`` (``reasoning_gym:<name>``) drawn with ``seed`` and ``config``."""
     ds = dataset(task, n, seed, **config)
     name = reasoning_gym_name(task)
+    try:
+        entries = list(ds)
+    except (TypeError, ValueError, AssertionError, IndexError, KeyError) as err:  # a config it cannot draw with
+        raise UserError(f"reasoning-gym {name}: cannot draw questions with config {json.dumps(config, sort_keys=True)}"
+                        f" ({type(err).__name__}: {err})") from None
     return [{"id": f"rg-{name}-{seed}-{i}", "prompt": str(entry["question"]), "gold": str(entry["answer"]),
-             "choices": None, "images": [], "reframed_prompt": None} for i, entry in enumerate(ds)]
+             "choices": None, "images": [], "reframed_prompt": None} for i, entry in enumerate(entries)]
 
 
 def _seed_and_index(task: str, question_id: str) -> tuple[int, int]:
