@@ -282,6 +282,11 @@ def test_a_checkpoint_replaced_at_the_same_path_is_refused_on_resume(tmp_path, c
     assert err.startswith("ttrl generate: ") and "holds rollouts made with model_sha256=" in err, err
     save(0)  # the same weights again: the same content
     assert main(argv) == 0 and "2 already in" in capsys.readouterr().out
+    # the same folder spelled another way (a trailing slash, relative to another directory): resumed, not
+    # refused (its content decides, as it does for a replaced checkpoint)
+    for spelling in (folder + "/", os.path.relpath(folder)):
+        respelled = [spelling if x == folder else x for x in argv]
+        assert main(respelled) == 0 and "2 already in" in capsys.readouterr().out
 
 
 def test_a_second_run_on_one_out_is_refused_and_duplicate_identical_shards_are_kept_once(tmp_path, capsys):

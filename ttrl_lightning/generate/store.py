@@ -32,6 +32,9 @@ from ..safe_files import atomic_write
 __all__ = ["ShardStore", "parts_dir"]
 
 MANIFEST = "manifest.json"
+#: settings that name a file, and the setting holding its content's SHA-256: a re-run that spells the path
+#: another way (``models/x/``, an absolute path) but has the same content is the same run
+CONTENT_KEYS = {"model": "model_sha256", "data": "data_sha256"}
 _SHARD = re.compile(r"rank(\d+)-of-(\d+)\.(\d{5})\.jsonl$")
 
 
@@ -89,6 +92,10 @@ class ShardStore:
                 raise UserError(f"{path}: not a readable manifest ({e}); remove {self.dir} to start over") \
                     from None
             for key, value in self.settings.items():
+                by_content = CONTENT_KEYS.get(key)
+                if by_content and saved.get(by_content) is not None and \
+                        saved.get(by_content) == self.settings.get(by_content):
+                    continue  # the same file by its content, whatever the spelling of its path
                 if saved.get(key) != value:
                     raise UserError(f"{self.dir} holds rollouts made with {key}={saved.get(key)!r}, but this "
                                     f"run has {key}={value!r}; use another --out, or remove {self.dir} to "
