@@ -322,7 +322,12 @@ def load_processor(name: str):
 
     if not is_vision_config(from_pretrained(AutoConfig, name)):
         return None
-    return from_pretrained(AutoProcessor, name)
+    try:
+        return from_pretrained(AutoProcessor, name)
+    except (OSError, ValueError) as err:  # transformers' multi-line "Can't load image processor ..."
+        first = (str(err).splitlines() or [type(err).__name__])[0][:160]
+        raise UserError(f"{name}: a vision-language model without a loadable processor ({first}); save its "
+                        "processor into the folder (processor.save_pretrained) to show it images") from None
 
 
 def is_tiny(name: str) -> bool:

@@ -134,3 +134,24 @@ def test_image_prompts_sample_reproducibly_from_their_seed(scene_file):
     a, b = (m.engine.generate(m.policy, prompts, params) for _ in range(2))
     assert torch.equal(a.completion_ids, b.completion_ids) and a.texts == b.texts
     assert a.prompt_ids.shape[0] == 6 and a.group.tolist() == [0, 0, 0, 1, 1, 1]
+
+
+def test_a_vision_language_folder_without_its_processor_is_one_line(scene_file, tmp_path, capsys):
+    """A Qwen2-VL folder saved without its processor files: transformers' multi-line OSError became the
+    one line of the folder, in TTRL and in ttrl eval."""
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.models import load_model, load_tokenizer
+
+    tok = load_tokenizer("tiny:qwen2_vl")
+    folder = str(tmp_path / "vl")
+    load_model("tiny:qwen2_vl", tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    m = TTRLModule(policy=PolicySpec(model=folder), voting={"num_votes": 2, "num_trained": 1}, calibrate=False)
+    m.configure_model()
+    with pytest.raises(UserError, match=r"a vision-language model without a loadable processor"):
+        m.rollout(_batch(scene_file))
+    capsys.readouterr()
+    rc = main(["eval", "--model", folder, "--data", scene_file, "--k", "2", "--max-new-tokens", "4", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "without a loadable processor" in err.strip().splitlines()[-1]
