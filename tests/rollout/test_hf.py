@@ -189,3 +189,22 @@ def test_a_prompt_that_cannot_fit_is_refused_by_its_characters_before_it_is_toke
     calls.clear()  # a prompt that fits is tokenized and sampled as before
     HFGenerateEngine(tok).generate(model, ["7" * 100], SamplingParams(max_new_tokens=4))
     assert calls
+
+
+def test_a_model_folders_generation_config_is_ignored_on_every_path(tok):
+    """With ``no_repeat_ngram_size: 1`` in the model's generation_config, ``generate`` at batch size 1 never
+    repeated a token while the other paths did: one model sampled two ways. Now every path samples by
+    SamplingParams alone: plain ``generate`` gives the prompt-shared path's tokens up to the first finished row,
+    and repeats tokens as it does."""
+    model = load_model("tiny:qwen2", tok, seed=0)
+    model.generation_config.no_repeat_ngram_size = 1
+    model.generation_config.repetition_penalty = 3.0
+    prompts = ["12+7=", "3-1="]
+    p = SamplingParams(n=4, temperature=1.0, top_k=0, max_new_tokens=24, seed=3)
+    plain = HFGenerateEngine(tok, share_prompt=False).generate(model, prompts, p)
+    shared = HFGenerateEngine(tok).generate(model, prompts, p)
+    first = int(min(plain.completion_mask.sum(1).min(), shared.completion_mask.sum(1).min()))
+    assert first >= 2 and torch.equal(plain.completion_ids[:, :first], shared.completion_ids[:, :first])
+    repeats = [len(set(row[: int(m.sum())].tolist())) < int(m.sum())
+               for row, m in zip(plain.completion_ids, plain.completion_mask)]
+    assert any(repeats)  # no_repeat_ngram_size 1 would have forbidden every repeat

@@ -37,7 +37,8 @@ import torch
 
 from ttrl_lightning.masking import completion_mask_at_eos
 from ttrl_lightning.models import VISION_TOKENS, VisionBlock, vision_block, vision_inputs
-from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams, context_length, sampling_mode
+from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, context_length,
+                                         plain_generation_config, sampling_mode)
 from ttrl_lightning.rollout.finishing import cut_at_stop_strings
 from ttrl_lightning.tools.agent_format import AgentPrompt, final_answer, format_agent_observation, last_call_text
 from ttrl_lightning.tools.protocol import TOOL_CALL_END
@@ -223,7 +224,8 @@ class AgentEngine:
             kwargs["suppress_tokens"] = self.suppressed
         ids = ids.to(device)
         kwargs.update(vision_inputs([b for row in (images or []) for b in row], ids))
-        out = model.generate(input_ids=ids, attention_mask=attn.to(device), **kwargs)
+        with plain_generation_config(model):
+            out = model.generate(input_ids=ids, attention_mask=attn.to(device), **kwargs)
         new = out[:, width:].cpu()
         if new.shape[1] == 0:
             return [[] for _ in contexts]

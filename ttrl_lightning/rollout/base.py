@@ -214,6 +214,28 @@ def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
 
 
 @contextlib.contextmanager
+def plain_generation_config(model) -> Iterator[None]:
+    """Within the block, ``model.generation_config`` holds the model's special token ids and nothing else, so
+    a model folder's own ``generation_config`` (``no_repeat_ngram_size``, a repetition penalty, its own
+    temperature or top-k) is ignored on every path: HF ``generate`` at any batch size, the image path and the
+    agent's turns (which call ``generate`` inside it), prompt-shared sampling and vLLM alike (which never
+    read it); ``SamplingParams`` alone decide the sampling. (It applied at ``ttrl generate --batch-size 1``
+    only, so one model sampled two ways.) Passing a config to ``generate`` is not enough: transformers fills
+    the fields a passed config leaves at their defaults from the model's own."""
+    from transformers import GenerationConfig
+
+    target = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model's own
+    own = getattr(target, "generation_config", None)
+    ids = {k: getattr(own, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id",
+                                             "decoder_start_token_id")}
+    target.generation_config = GenerationConfig(**{k: v for k, v in ids.items() if v is not None})
+    try:
+        yield
+    finally:
+        target.generation_config = own
+
+
+@contextlib.contextmanager
 def sampling_mode(model, seed: int | None) -> Iterator[None]:
     """``model`` in eval mode and, when ``seed`` is given, the CPU RNG forked and seeded with it (the caller's
     global RNG is untouched); the model's previous train/eval mode is restored on exit. Every engine samples

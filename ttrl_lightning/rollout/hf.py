@@ -6,7 +6,8 @@ from typing import Sequence
 import torch
 
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
-                                         check_context_chars, context_length, sampling_mode)
+                                         check_context_chars, context_length, plain_generation_config,
+                                         sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
@@ -27,10 +28,10 @@ class HFGenerateEngine:
     ``share_prompt`` (default on): prompt-shared sampling (``rollout.shared_prefill``): each prompt is
     prefilled once and its KV cache repeated ``n`` ways, and finished rows leave the batch; the same
     warpers and draws as ``generate`` (the same tokens for a fixed seed until the first row finishes, the
-    same distribution after it). Off, or for a model it does not support (a vision-language model, a model
-    without a row-wise cache), the prompts are repeated and passed to ``model.generate``, which also applies
-    the model's own ``generation_config`` (a repetition penalty, say); the shared path applies only
-    ``SamplingParams``. ``last_timing`` holds the shared path's prefill / decode seconds of the last call.
+    same distribution after it). Off, or for a model it does not support (a model without a row-wise cache),
+    the prompts are repeated and passed to ``model.generate``. Every path samples by ``SamplingParams``
+    alone: the model's own ``generation_config`` (a repetition penalty, say) is ignored
+    (``base.plain_generation_config``). ``last_timing`` holds the shared path's prefill / decode seconds of the last call.
 
     Image prompts (``rollout.image_sampling.ImagePrompt``; ``processor``: the vision-language model's,
     ``models.load_processor``): a call with any of them samples every prompt through
@@ -106,7 +107,7 @@ class HFGenerateEngine:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
         if params.stop:
             kwargs.update(stop_strings=list(params.stop), tokenizer=tok)
-        with sampling_mode(model, params.seed):
+        with sampling_mode(model, params.seed), plain_generation_config(model):
             out = model.generate(input_ids=input_ids, attention_mask=attn, **kwargs)
         P = input_ids.shape[1]
         comp = out.sequences[:, P:]

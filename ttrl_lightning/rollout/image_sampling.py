@@ -31,7 +31,8 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.integrations import RolloutSignals, StepLogitsSignalRecorder
 from ttrl_lightning.integrations.groups import image_token_ids
 from ttrl_lightning.models import VisionBlock
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams, check_context, check_context_chars, context_length
+from ttrl_lightning.rollout.base import (Rollouts, SamplingParams, check_context, check_context_chars, context_length,
+                                         plain_generation_config)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
@@ -149,8 +150,9 @@ def sample_sequences(model, tokenizer, inputs: dict, params: SamplingParams, see
         if seed is not None:
             torch.manual_seed(seed)
         if recorder is None:
-            return model.generate(**inputs, **kwargs), None
-        with recorder:
+            with plain_generation_config(model):
+                return model.generate(**inputs, **kwargs), None
+        with recorder, plain_generation_config(model):
             sequences = model.generate(**inputs, **kwargs)
     return sequences, recorder.signals(sequences)
 
