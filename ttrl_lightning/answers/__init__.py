@@ -18,8 +18,9 @@ Three public functions and one shared label, one module each:
 * :data:`NO_ANSWER` (:mod:`.label`) -- the shared label of an unextractable response.
 
 :mod:`.latex` holds the brace-aware LaTeX scanning both extraction and equivalence use; :mod:`.budget` the
-bounded cost of a comparison (a screen and a time limit in any thread); :mod:`.fused_format` the text format of
-Self-Harmony's fused Reframe-and-Solve generation (read by ``data.tasks`` and ``pseudo_labels``).
+screen and the soft time limit of a comparison; :mod:`.symbolic` math-verify's parse and verify of one pair,
+which :mod:`.symbolic_worker` runs in a worker process that is killed when it overruns; :mod:`.fused_format` the
+text format of Self-Harmony's fused Reframe-and-Solve generation (read by ``data.tasks`` and ``pseudo_labels``).
 """
 from .classes import canonical_answer_classes
 from .equivalence import answers_equal, equivalence_stats

@@ -5,11 +5,14 @@ Model-written answers are arbitrary LaTeX. A few characters can ask sympy for un
 ``10^{10^{10^{10}}}`` (a power tower), ``(x+1)^{100000}`` (a huge expansion), ``1000000!``, or about 25
 nested ``\\frac``. Two defences, both needed:
 
-* :func:`too_costly` reads the string once (linear) and names what it refuses: brace nesting deeper than
-  ``MAX_DEPTH``, a power inside an exponent, an integer exponent above ``MAX_EXPONENT``, a factorial of
-  an integer above ``MAX_FACTORIAL``, more than ``MAX_FRACS`` ``\\frac``. Such a comparison is undecidable
-  here and counts as "not equal" (and in ``equivalence_stats()["screened"]``). The screen matters for work
-  done inside one C call (big-integer powers), which no Python-level limit can interrupt.
+* :func:`too_costly` reads the string (linear, on answers of at most a few hundred characters) and names what
+  it refuses: brace nesting deeper than ``MAX_DEPTH``, a power inside an exponent, an integer exponent above
+  ``MAX_EXPONENT``, a factorial or Gamma of more than ``MAX_FACTORIAL`` (or of a power), a sum or product of
+  more than ``MAX_TERMS`` terms or whose terms times its largest exponent exceed ``MAX_TERM_WORK``, a binomial
+  of more than ``MAX_BINOMIAL`` (or of a power), more than ``MAX_FRACS`` ``\\frac``. Such a comparison is
+  undecidable here and counts as "not equal" (and in ``equivalence_stats()["screened"]``). The screen spares
+  the worker process (``symbolic_worker``) a kill and a restart for work inside one C call (big-integer
+  arithmetic), which no Python-level limit can interrupt; the kill is the bound for what the screen misses.
 * :func:`time_limit` stops the Python-level work (sympy, math-verify, mpmath are Python) after ``seconds``:
   a watchdog thread raises :class:`ComparisonTimeout` in the thread that runs the comparison
   (``PyThreadState_SetAsyncExc``), so it works in the main thread, a ``threading.Thread`` and a DataLoader
@@ -36,10 +39,17 @@ MAX_DEPTH = 12
 MAX_EXPONENT = 10_000
 MAX_FACTORIAL = 1_000
 MAX_FRACS = 16
+MAX_TERMS = 1_000
+MAX_TERM_WORK = 20_000
+MAX_BINOMIAL = 100_000
 REPEAT_S = 0.05
 
 _INT = re.compile(r"\d+")
 _FACTORIAL = re.compile(r"(\d+)\s*!")
+# answers reach the screen normalised (casefolded): ``\Gamma`` reads ``\gamma``
+_BIG_SUM = re.compile(r"\\(?:prod|sum)(?![a-z])", re.IGNORECASE)
+_BINOMIAL = re.compile(r"\\[dt]?binom(?![a-z])", re.IGNORECASE)
+_GAMMA = re.compile(r"\\gamma(?![a-z])", re.IGNORECASE)
 
 
 class ComparisonTimeout(BaseException):
@@ -67,6 +77,74 @@ def _exponent(text: str, i: int) -> tuple[str, int]:
     return text[i:i + 1], i + 1
 
 
+def _group_after(text: str, i: int) -> tuple[str, int]:
+    """The ``{...}`` or ``(...)`` group starting at ``i`` (spaces skipped), or one token; and the index after."""
+    n = len(text)
+    while i < n and text[i].isspace():
+        i += 1
+    if i < n and text[i] == "(":
+        depth = 0
+        for j in range(i, n):
+            depth += {"(": 1, ")": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i + 1:j], j + 1
+        return text[i + 1:], n
+    return _exponent(text, i)
+
+
+def _group_before(text: str, end: int) -> str:
+    """The ``{...}`` or ``(...)`` group ending just before ``end`` (its closing bracket at ``end - 1``)."""
+    close = text[end - 1]
+    opening = {")": "(", "}": "{"}[close]
+    depth = 0
+    for j in range(end - 1, -1, -1):
+        depth += {close: 1, opening: -1}.get(text[j], 0)
+        if depth == 0:
+            return text[j + 1:end - 1]
+    return text[:end - 1]
+
+
+def _largest_int(text: str) -> int:
+    """The largest integer written in ``text`` (digits beyond 7 count as 10**7), 0 when there is none."""
+    return max((10 ** 7 if len(m) > 7 else int(m) for m in _INT.findall(text)), default=0)
+
+
+def _big_operators(text: str) -> str | None:
+    """Sums and products, binomials and Gamma whose arguments ask for unbounded big-integer work."""
+    for m in _BIG_SUM.finditer(text):
+        i, limits = m.end(), ""
+        for _ in range(3):  # ``\limits``, ``_{..}``, ``^{..}`` in any order
+            rest = text[i:].lstrip()
+            i = len(text) - len(rest)
+            if rest.startswith(("\\limits", "\\nolimits")):
+                i += rest.index("limits") + 6
+            elif rest[:1] in ("_", "^"):
+                group, i = _exponent(text, i + 1)
+                limits += " " + group
+        terms = _largest_int(limits)
+        if terms > MAX_TERMS or "^" in limits or "!" in limits:
+            return f"a sum or product over {min(terms, 10 ** 7)}+ terms > {MAX_TERMS}"
+        exponents = [_largest_int(_exponent(text, i + e.end())[0]) for e in re.finditer(r"\^", text[i:])]
+        if terms * max(exponents, default=1) > MAX_TERM_WORK:
+            return f"a sum or product of {terms} terms x exponent {max(exponents)} > {MAX_TERM_WORK}"
+    for m in _BINOMIAL.finditer(text):
+        top, i = _group_after(text, m.end())
+        bottom, _ = _group_after(text, i)
+        if _largest_int(top + " " + bottom) > MAX_BINOMIAL or any(c in top + bottom for c in "^!"):
+            return f"a binomial of more than {MAX_BINOMIAL}"
+    if "\\choose" in text and (_largest_int(text) > MAX_BINOMIAL or "^" in text):
+        return f"a binomial of more than {MAX_BINOMIAL}"
+    for m in _GAMMA.finditer(text):
+        argument, _ = _group_after(text, m.end())
+        if _largest_int(argument) > MAX_FACTORIAL or any(c in argument for c in "^!"):
+            return f"a Gamma of more than {MAX_FACTORIAL}"
+    for m in re.finditer(r"[)}]\s*!", text):
+        argument = _group_before(text, m.start() + 1)
+        if _largest_int(argument) > MAX_FACTORIAL or any(c in argument for c in "^!"):
+            return f"a factorial of more than {MAX_FACTORIAL}"
+    return None
+
+
 def too_costly(text: str) -> str | None:
     """Why comparing ``text`` symbolically could take unbounded work, or None when it cannot."""
     depth = deepest = 0
@@ -88,10 +166,12 @@ def too_costly(text: str) -> str | None:
         after = text[end:].lstrip()
         if "^" in exponent or "**" in exponent or "\\exp" in exponent or after.startswith(("^", "**")):
             return "a power inside an exponent"
+        if "!" in exponent or re.search(r"\\(?:gamma|binom|prod)", exponent, re.IGNORECASE):
+            return "a factorial, Gamma, binomial or product inside an exponent"
         for number in _INT.findall(exponent):
             if len(number) > 6 or int(number) > MAX_EXPONENT:
                 return f"exponent {number[:12]} > {MAX_EXPONENT}"
-    return None
+    return _big_operators(text)
 
 
 class _Watchdog:

@@ -11,45 +11,100 @@ anyway.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+import threading
+import time
+from collections import OrderedDict
 from fractions import Fraction
 from functools import lru_cache
+from typing import Iterator
 
-from .budget import ComparisonTimeout, time_limit, too_costly
+from .budget import ComparisonTimeout, too_costly
 from .label import NO_ANSWER
 from .latex import strip_math_delimiters, unwrap_text_macros
+from .symbolic import compare_pair, far_apart
+from .symbolic_worker import WorkerUnavailable, default_pool
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["answers_equal", "equivalence_stats"]
+__all__ = ["answers_equal", "equivalence_stats", "labelling_budget", "clear_caches"]
 
 _SPACING = re.compile(r"\\[,;:! ]|\\q?quad|~|\\left|\\right|\\displaystyle")
 _LATEX_CMD = re.compile(r"\\[A-Za-z]+")
 _MATH_WORDS = re.compile(r"sin|cos|tan|cot|sec|csc|log|ln|exp|sqrt|pi|inf|infty|deg|mod|frac|dfrac")
 _MAX_MATH_CHARS = 300
 
-def _drop_timeout_notice(record: logging.LogRecord) -> bool:
-    # math-verify warns once that its own timeouts are off; ``budget.time_limit`` bounds every call instead
-    return not record.getMessage().startswith("Timeout is disabled")
-
-
-for _name in ("math_verify.parser", "math_verify.grader"):
-    logging.getLogger(_name).addFilter(_drop_timeout_notice)
-
-#: wall-clock budget of one symbolic comparison (parse, evaluation and verify of both answers), any thread
+#: wall-clock budget of one symbolic comparison (parse, evaluation and verify of both answers), any thread; its
+#: worker is killed ``symbolic_worker.KILL_GRACE_S`` later if it has not answered
 COMPARISON_BUDGET_S = 2.0
+#: wall-clock budget of the symbolic work of one labelling call (``canonical_answer_classes``): past it, the
+#: call's remaining comparisons are decided by the cheap rules alone (counted in ``starved``)
+LABELLING_BUDGET_S = 20.0
 
-_STATS = {"math_verify_calls": 0, "parse_failures": 0, "verify_failures": 0, "screened": 0, "timeouts": 0}
+_STATS = {"math_verify_calls": 0, "parse_failures": 0, "verify_failures": 0, "verify_calls": 0, "screened": 0,
+          "timeouts": 0, "killed": 0, "starved": 0}
+_CACHE_SIZE = 262144
 
 
 def equivalence_stats() -> dict[str, int]:
-    """Counters since import (per process): math-verify calls, caught parse / verify failures, and the
-    undecidable comparisons counted as "not equal": ``screened`` (refused by ``budget.too_costly`` before any
-    symbolic work) and ``timeouts`` (stopped after ``COMPARISON_BUDGET_S``)."""
+    """Counters since import (per process; the worker's symbolic work included): math-verify parses, verify
+    calls, caught parse / verify failures, and the undecidable comparisons counted as "not equal":
+    ``screened`` (refused by ``budget.too_costly`` or by their length before any symbolic work), ``timeouts``
+    (no decision within ``COMPARISON_BUDGET_S``; ``killed`` of them needed the worker killed), ``starved``
+    (left to the cheap rules because the labelling call's ``LABELLING_BUDGET_S`` was spent)."""
     return dict(_STATS)
 
 
+class _BoundedDict(OrderedDict):
+    """A least-recently-set cache of at most ``_CACHE_SIZE`` entries."""
+
+    def put(self, key, value) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > _CACHE_SIZE:
+            self.popitem(last=False)
+
+
+#: symbolic decisions per (sorted) pair of normalised answers: True, False, or None (undecided: counted as
+#: different); and the normalised answers that are undecidable against anything (their own parse ran out)
+_DECISIONS: _BoundedDict = _BoundedDict()
+_UNDECIDABLE: _BoundedDict = _BoundedDict()
+_CACHE_LOCK = threading.Lock()
+_BUDGETS = threading.local()
+
+
+@contextlib.contextmanager
+def labelling_budget(seconds: float) -> Iterator[None]:
+    """Bound the symbolic work of the comparisons made inside the block, in this thread, to ``seconds`` in all
+    (nested blocks keep the tighter bound). Comparisons past it use the cheap rules alone (``starved``)."""
+    stack = getattr(_BUDGETS, "deadlines", None)
+    if stack is None:
+        stack = _BUDGETS.deadlines = []
+    deadline = time.monotonic() + seconds
+    stack.append(min([deadline] + stack[-1:]))
+    try:
+        yield
+    finally:
+        stack.pop()
+
+
+def _budget_left() -> float:
+    stack = getattr(_BUDGETS, "deadlines", None)
+    return max(stack[-1] - time.monotonic(), 0.0) if stack else float("inf")
+
+
+def clear_caches() -> None:
+    """Forget every cached decision of this process (its workers keep their parse caches, which hold values,
+    not decisions)."""
+    with _CACHE_LOCK:
+        _DECISIONS.clear()
+        _UNDECIDABLE.clear()
+    _normalised.cache_clear()
+
+
+@lru_cache(maxsize=65536)
 def _normalised(s: str) -> str:
     """Cheap canonical string: delimiters, text macros, spacing and whitespace removed, casefolded."""
     s = strip_math_delimiters(s)
@@ -76,78 +131,10 @@ def _looks_mathematical(norm: str) -> bool:
     return not (re.search(r"[a-z]{2}", rest) and not re.search(r"[\d\\^_=+\-*/()\[\]{}]", norm))
 
 
-@lru_cache(maxsize=65536)
-def _parse_math(s: str):
-    """``math_verify.parse`` of one answer (wrapped in ``$..$``), or None when nothing symbolic came out.
-
-    Only math-verify's own failures are caught: the LaTeX parser raises plain ``Exception`` on
-    malformed input; it is counted in :func:`equivalence_stats` and logged, and the answer then compares
-    by string only. Time is bounded by the caller (``budget.time_limit``; math-verify's own ``signal.alarm``
-    timeouts are off, as they work in the main thread only).
-    """
-    import sympy
-    from math_verify import parse
-
-    _STATS["math_verify_calls"] += 1
-    body = strip_math_delimiters(s)
-    try:
-        parsed = parse("$" + body + "$", parsing_timeout=None, raise_on_error=True)
-    except Exception as err:  # noqa: BLE001 - latex2sympy raises bare Exception
-        _STATS["parse_failures"] += 1
-        logger.debug("math_verify could not parse %r: %s: %s", s[:80], type(err).__name__, err)
-        return None
-    exprs = [p for p in parsed if isinstance(p, (sympy.Basic, sympy.MatrixBase))]
-    return parsed if exprs else None
-
-
-@lru_cache(maxsize=65536)
-def _finite_value(s: str):
-    """30-digit sympy Float of a finite real constant ("\\sqrt{7}", "2^{100}", "x = 3"), else None."""
-    import sympy
-
-    parsed = _parse_math(s)
-    if parsed is None:
-        return None
-    expr = next(p for p in parsed if isinstance(p, (sympy.Basic, sympy.MatrixBase)))
-    if isinstance(expr, sympy.Eq) and isinstance(expr.lhs, sympy.Symbol):
-        expr = expr.rhs  # "x = 3": math-verify compares the assigned value
-    if not isinstance(expr, sympy.Expr) or expr.free_symbols or not expr.is_number:
-        return None
-    try:
-        value = expr.evalf(30)
-    except (TypeError, ValueError, ArithmeticError) as err:  # sympy's evaluation errors
-        logger.debug("could not evaluate %r: %s: %s", s[:80], type(err).__name__, err)
-        return None
-    return value if value.is_real and value.is_finite else None
-
-
-def _clearly_different_numbers(a: str, b: str) -> bool:
-    """Both are finite real constants that math-verify cannot call equal (a cheap negative fast path).
-
-    math-verify equates numbers only when equal after rounding to 6 decimals or exactly (15 digits), and
-    for percentages (excluded here). Values further apart than max(1e-6, 1e-9 * magnitude) are different,
-    which spares its symbolic comparison (up to a few hundred ms for e.g. sqrt(7) vs 12).
-    """
-    if "%" in a or "%" in b:
-        return False
-    va, vb = _finite_value(a), _finite_value(b)
-    return va is not None and vb is not None and _far_apart(va, vb)
-
-
-def _verify(pa, pb) -> bool:
-    from math_verify import verify
-
-    try:
-        return bool(verify(pa, pb, timeout_seconds=None, raise_on_error=True)
-                    or verify(pb, pa, timeout_seconds=None, raise_on_error=True))
-    except Exception as err:  # noqa: BLE001 - sympy raises a zoo of types here
-        _STATS["verify_failures"] += 1
-        logger.debug("math_verify could not compare: %s: %s", type(err).__name__, err)
-        return False
-
-
-_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:/\d*[1-9]\d*)?")
-_PLAIN_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?\d*[1-9]\d*)\}")
+# linear-time patterns: each digit run can be read one way only (``\d+\.?\d*`` and ``\d*[1-9]\d*`` backtrack
+# quadratically on a long run of digits that fails at its end)
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:/0*[1-9]\d*)?")
+_PLAIN_FRAC = re.compile(r"([+-]?)\\frac\{([+-]?\d+)\}\{([+-]?0*[1-9]\d*)\}")
 
 
 #: digits above which a plain number is not converted to an int (Python refuses str -> int past 4,300 digits)
@@ -190,17 +177,6 @@ def _plain_number(norm: str) -> Fraction | None:
     return None
 
 
-def _far_apart(va, vb) -> bool:
-    """|va - vb| > max(1e-6, 1e-9 * magnitude): math-verify cannot call such numbers equal.
-
-    (It equates numbers only when equal after rounding to 6 decimals, or exactly to 15 digits, or by its
-    percentage rule, which callers exclude.)
-    """
-    gap = abs(va - vb)
-    return bool(gap > 1e-6 and gap > 1e-9 * max(abs(va), abs(vb)))
-
-
-@lru_cache(maxsize=262144)
 def _equal_cached(a: str, b: str) -> bool:
     na, nb = _normalised(a), _normalised(b)
     if na == nb:
@@ -214,27 +190,82 @@ def _equal_cached(a: str, b: str) -> bool:
     if fa is not None and fb is not None:
         if fa == fb:
             return True
-        if (fa.denominator == fb.denominator == 1 and "." not in na + nb) or _far_apart(fa, fb):
+        if (fa.denominator == fb.denominator == 1 and "." not in na + nb) or far_apart(fa, fb):
             return False  # different integers, or clearly different numbers
     if not (_looks_mathematical(na) and _looks_mathematical(nb)):
         return False
-    reason = too_costly(na) or too_costly(nb)
-    if reason is not None:
-        _STATS["screened"] += 1
-        logger.warning("answers %r and %r not compared symbolically (%s): counted as different", a[:60], b[:60],
-                       reason)
-        return False
-    try:
-        with time_limit(COMPARISON_BUDGET_S):
-            pa, pb = _parse_math(a), _parse_math(b)
-            if pa is None or pb is None or _clearly_different_numbers(a, b):
-                return False
-            return _verify(pa, pb)
-    except ComparisonTimeout:
+    return _symbolic_equal(a, b, na, nb)
+
+
+def _symbolic_equal(a: str, b: str, na: str, nb: str) -> bool:
+    """The symbolic rules for two math-looking answers: the screen, then :func:`.symbolic.compare_pair` in a
+    worker process under ``COMPARISON_BUDGET_S`` (and the labelling call's budget); every decision, undecided
+    included, is cached per pair of normalised answers."""
+    key = (na, nb) if na <= nb else (nb, na)
+    with _CACHE_LOCK:
+        if key in _DECISIONS:
+            return bool(_DECISIONS[key])
+        if na in _UNDECIDABLE or nb in _UNDECIDABLE:
+            return False
+    for norm, raw in ((na, a), (nb, b)):
+        reason = too_costly(norm)
+        if reason is not None:  # a property of the answer alone: undecidable against any other
+            _STATS["screened"] += 1
+            logger.warning("answer %r not compared symbolically (%s): counted as different from any other",
+                           raw[:60], reason)
+            with _CACHE_LOCK:
+                _UNDECIDABLE.put(norm, None)
+            return False
+    budget = min(COMPARISON_BUDGET_S, _budget_left())  # read at call time (tests shorten them)
+    if budget <= 0.0:
+        _STATS["starved"] += 1
+        stack = _BUDGETS.deadlines
+        if getattr(_BUDGETS, "warned", None) != stack[-1]:
+            _BUDGETS.warned = stack[-1]
+            logger.warning("this labelling call's symbolic budget is spent: its remaining comparisons (from %r "
+                           "and %r on) use the cheap rules alone, unequal unless equal as strings or numbers",
+                           a[:60], b[:60])
+        return False  # not cached: another call may have the time
+    decision, culprit = _compare_in_worker(a, b, budget)
+    if decision == "timeout":
         _STATS["timeouts"] += 1
-        logger.warning("comparing %r and %r took over %g s: counted as different", a[:60], b[:60],
-                       COMPARISON_BUDGET_S)
-        return False
+        logger.warning("comparing %r and %r took over %g s: counted as different", a[:60], b[:60], budget)
+    if decision == "timeout" and budget < COMPARISON_BUDGET_S:
+        return False  # cut short by the labelling call's budget: not a property of the pair, not cached
+    with _CACHE_LOCK:
+        if culprit is not None:
+            _UNDECIDABLE.put(na if culprit == "a" else nb, None)
+        _DECISIONS.put(key, {"equal": True, "different": False}.get(decision))
+    return decision == "equal"
+
+
+_IN_PROCESS_WARNED = False
+
+
+def _compare_in_worker(a: str, b: str, budget: float) -> tuple[str, str | None]:
+    """``compare_pair`` in the worker pool, killed ``KILL_GRACE_S`` past ``budget``; in this process (soft limit
+    only) when no worker can be started, with one warning."""
+    global _IN_PROCESS_WARNED
+    from .symbolic_worker import KILL_GRACE_S
+
+    try:
+        answered, value = default_pool().call((a, b, budget), budget + KILL_GRACE_S)
+    except WorkerUnavailable as err:
+        if not _IN_PROCESS_WARNED:
+            _IN_PROCESS_WARNED = True
+            logger.warning("%s; comparing answers in this process, where work inside one C call is not bounded", err)
+        try:
+            decision, culprit, stats = compare_pair(a, b, budget)
+        except ComparisonTimeout:  # surfaced as the block was left
+            decision, culprit, stats = "timeout", None, {}
+        answered, value = True, (decision, culprit, stats)
+    if not answered:
+        _STATS["killed"] += 1
+        return "timeout", None
+    decision, culprit, stats = value
+    for name, count in stats.items():
+        _STATS[name] = _STATS.get(name, 0) + count
+    return decision, culprit
 
 
 def answers_equal(a: str, b: str) -> bool:
@@ -256,11 +287,13 @@ def answers_equal(a: str, b: str) -> bool:
       * otherwise ``math_verify.verify`` on ``math_verify.parse`` of both (either direction):
         ``0.5 == \\frac{1}{2} == 1/2``, ``\\dfrac{3}{4} == 0.75``, ``x=3 == 3``, ``10^{2} == 100``,
         ``50\\% == 0.5`` and ``50\\% == 50`` (math-verify's percentage rule), floats rounded to 6 places;
-      * bounded: an answer whose symbolic work could be unbounded (a power tower, a huge exponent or
-        factorial, deep nesting: ``budget.too_costly``) and a comparison still running after
-        ``COMPARISON_BUDGET_S`` seconds (in any thread: ``budget.time_limit``) count as different, and in
-        :func:`equivalence_stats`.
-    Results are memoised on the (unordered) pair; parses are memoised per string.
+      * bounded: an answer whose symbolic work could be unbounded (a power tower, a huge exponent, factorial,
+        product, sum, binomial or Gamma, deep nesting: ``budget.too_costly``) and a comparison with no decision
+        after ``COMPARISON_BUDGET_S`` seconds count as different, and in :func:`equivalence_stats`. The symbolic
+        work runs in a worker process (:mod:`.symbolic_worker`) that is killed when it overruns, so the bound
+        holds for work inside one C call too, in any thread, and Ctrl-C is honoured at once.
+    Symbolic decisions, undecided ones included, are cached per (unordered) pair of normalised answers; an
+    answer whose own parse ran out of time is undecidable against any other.
 
     Raises:
         TypeError: an argument is not a ``str``.
