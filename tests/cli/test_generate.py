@@ -209,14 +209,15 @@ def test_an_error_mid_run_keeps_a_valid_partial_pool(tmp_path, monkeypatch, caps
 
 def test_pool_merge_checks_ids(vl_pool, tmp_path, capsys):
     records = _records(vl_pool)
-    from ttrl_lightning.data.pool import write_records
+    from ttrl_lightning.data.pool import read_settings, write_records
 
+    settings = read_settings(vl_pool)
     a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
-    write_records(records[:2], a)
-    write_records(records[1:], b)
+    write_records(records[:2], a, settings)
+    write_records(records[1:], b, settings)
     assert main(["pool", "merge", a, b, "--out", str(tmp_path / "m.jsonl")]) == 1
     assert f"{b}: question {records[1]['id']!r} is also in {a}" in capsys.readouterr().err
-    write_records(records[2:], b)
+    write_records(records[2:], b, settings)
     data = _jsonl(tmp_path / "q.jsonl", [{"id": r["id"], "prompt": "p"} for r in records])
     assert main(["pool", "merge", b, a, "--out", str(tmp_path / "m.parquet"), "--data", data]) == 0
     assert _records(str(tmp_path / "m.parquet")) == records  # the question file's order
@@ -322,11 +323,10 @@ def test_a_second_run_on_one_out_is_refused_and_duplicate_identical_shards_are_k
 
 
 def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
-    """Rank pools made with another temperature (or model, token limit) were joined silently: the settings
-    written beside each pool by ttrl generate must agree, the merged pool keeps them."""
-    import shutil
-
-    from ttrl_lightning.generate.merge import pool_settings
+    """Rank pools made with another temperature (or model, engine, token limit) were joined silently: the
+    settings inside each pool written by ttrl generate must agree, and the merged pool keeps them. A pool
+    without settings is refused unless --allow-unknown-settings."""
+    from ttrl_lightning.data.pool import read_settings, write_records
 
     data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)} for i in range(2)])
     pools = []
@@ -335,20 +335,27 @@ def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
         assert main(["generate", "--model", "tiny:qwen2", "--data", data, "--out", out, *SETTINGS,
                      "--temperature", temperature]) == 0
         pools.append(out)
-    from ttrl_lightning.data.pool import write_records
-
-    write_records(_records(pools[0])[:1], pools[0])  # disjoint halves of the two runs
-    write_records(_records(pools[1])[1:], pools[1])
+    settings = [read_settings(p) for p in pools]
+    assert settings[0]["temperature"] == 1.0 and settings[1]["temperature"] == 0.7
+    assert settings[0]["engine"] == "hf"
+    write_records(_records(pools[0])[:1], pools[0], settings[0])  # disjoint halves of the two runs
+    write_records(_records(pools[1])[1:], pools[1], settings[1])
     capsys.readouterr()
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 1
     err = capsys.readouterr().err
     assert f"{pools[1]} was made with temperature=0.7, but {pools[0]} with temperature=1.0" in err, err
-    shutil.copy(pools[0] + ".settings.json", pools[1] + ".settings.json")
-    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 0
-    assert pool_settings(str(tmp_path / "m.jsonl"))["temperature"] == 1.0
-    os.remove(pools[1] + ".settings.json")
+    write_records(_records(pools[1]), pools[1], {**settings[0], "engine": "vllm"})
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 1
+    assert "was made with engine='vllm'" in capsys.readouterr().err
+    write_records(_records(pools[1]), pools[1], settings[0])
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.parquet")]) == 0
+    assert read_settings(str(tmp_path / "m.parquet")) == settings[0]
+    write_records(_records(pools[1]), pools[1])  # written by another tool: no settings
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl")]) == 1
-    assert "has no settings file" in capsys.readouterr().err
+    assert f"{pools[1]}: has no settings" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "m2.jsonl")
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl"), "--allow-unknown-settings"]) == 0
+    assert read_settings(str(tmp_path / "m2.jsonl")) is None
 
 
 def test_batched_hf_generation_samples_image_questions_with_their_images(scenes, tmp_path):

@@ -160,3 +160,72 @@ def test_help_documents_every_option_and_exit_codes(capsys, argv):
         assert f"{code} {meaning}" in flat, code
     if len(argv) == 1:
         assert all(name in text for name in ("simulate", "validate", "convert"))
+
+
+# --- settings inside the pool file -----------------------------------------------------------------------------
+
+def test_settings_travel_inside_the_file_through_convert_and_validate(tmp_path, capsys):
+    """``POOL.settings.json`` was a side file that ``pool convert`` dropped (so an hf and a vllm rank pool
+    merged unchecked after a conversion) and that a conversion onto a generated pool left stale. Now the
+    settings are a JSONL header line or Parquet metadata, and convert carries exactly the source's."""
+    from ttrl_lightning.data.pool import read_settings, write_records
+
+    src = str(tmp_path / "pool.jsonl")
+    assert main(["pool", "simulate", "--out", src, "--questions", "3", "--rollouts", "2", "--tokens", "2"]) == 0
+    settings = read_settings(src)
+    assert settings["simulated"]["num_questions"] == 3 and settings["simulated"]["rollouts"] == 2
+    with open(src) as f:
+        assert json.loads(f.readline()) == {"pool_settings": settings}
+    capsys.readouterr()
+    pq, back = str(tmp_path / "pool.parquet"), str(tmp_path / "back.jsonl")
+    assert main(["pool", "convert", src, pq]) == 0 and "with its settings" in capsys.readouterr().out
+    assert main(["pool", "convert", pq, back]) == 0
+    assert read_settings(pq) == read_settings(back) == settings
+    assert list(read_records(back)) == list(read_records(src))
+    assert main(["pool", "validate", back]) == 0
+    assert "settings: a simulated pool (" in capsys.readouterr().out
+    bare = str(tmp_path / "bare.jsonl")
+    write_records(read_records(src), bare)  # another tool's pool, converted onto one with settings
+    assert main(["pool", "convert", bare, pq]) == 0
+    assert read_settings(pq) is None and "no settings" in capsys.readouterr().out
+    assert main(["pool", "validate", pq]) == 0
+    assert "settings: none" in capsys.readouterr().out
+
+
+def test_a_settings_header_is_one_object_on_the_first_line_only(tmp_path, capsys):
+    from ttrl_lightning.data.pool import read_settings
+
+    src = str(tmp_path / "pool.jsonl")
+    assert main(["pool", "simulate", "--out", src, "--questions", "2", "--rollouts", "2", "--tokens", "2"]) == 0
+    header, *rows = open(src).read().splitlines()
+    cases = {"later": [rows[0], header, *rows[1:]],
+             "extra key": [json.dumps({"pool_settings": {}, "id": "x"}), *rows],
+             "not an object": [json.dumps({"pool_settings": [1]}), *rows]}
+    for name, lines in cases.items():
+        path = str(tmp_path / f"{name.replace(' ', '_')}.jsonl")
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        capsys.readouterr()
+        assert main(["pool", "validate", path]) == 1, name
+        err = _one_line_error(capsys)
+        assert "line" in err and "pool_settings" in err, (name, err)
+    with pytest.raises(Exception, match="pool_settings"):
+        read_settings(str(tmp_path / "not_an_object.jsonl"))
+
+
+def test_validate_refuses_records_that_contradict_their_settings(tmp_path, capsys):
+    from ttrl_lightning.data.pool import read_settings, write_records
+
+    src = str(tmp_path / "pool.jsonl")
+    assert main(["pool", "simulate", "--out", src, "--questions", "2", "--rollouts", "2", "--tokens", "2",
+                 "--reframed", "false"]) == 0
+    records = list(read_records(src))
+    write_records(records, src, {"model": "m", "engine": "hf", "n": 3, "views": ["original"]})
+    capsys.readouterr()
+    assert main(["pool", "validate", src]) == 1
+    assert "its settings say n=3 in views ['original'], but its questions have 2 original-view rollouts" in \
+        _one_line_error(capsys)
+    write_records(records, src, {"model": "m", "engine": "hf", "n": 2, "views": ["original"]})
+    assert main(["pool", "validate", src]) == 0
+    assert "settings: model=m, engine=hf, n=2, views=['original']" in capsys.readouterr().out
+    assert read_settings(src)["n"] == 2

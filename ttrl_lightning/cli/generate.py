@@ -278,19 +278,17 @@ def _write_pools(args, questions, mine, finished, store_dir, settings, dp, speed
     """The pool at ``--out`` (one rank), or this rank's pool and, under a process group, rank 0's merge."""
     from ..data.pool import read_records, write_records
     from ..generate import merge_pool_files, merge_records
-    from ..generate.merge import write_pool_settings
 
     ids = [q["id"] for q in questions]
     if dp.world_size == 1:
         records = merge_records([(store_dir, finished.values())], ids)
-        write_records(records, args.out)
-        write_pool_settings(args.out, settings)
+        write_records(records, args.out, settings)
         print(f"wrote {len(records)} questions to {args.out}; {speed}")
         _print_metrics(records, args.views, args.answer_extractor)
         return 0
     rank_path = rank_out_path(args.out, dp.rank, dp.world_size)
-    write_records([finished[questions[i]["id"]] for i in mine], rank_path)
-    write_pool_settings(rank_path, {**settings, "rank": dp.rank, "world_size": dp.world_size})
+    write_records([finished[questions[i]["id"]] for i in mine], rank_path,
+                  {**settings, "rank": dp.rank, "world_size": dp.world_size})
     print(f"rank {dp.rank}: wrote {len(mine)} questions to {rank_path}; {speed}")
     dp.barrier()
     paths = [rank_out_path(args.out, r, dp.world_size) for r in range(dp.world_size)]

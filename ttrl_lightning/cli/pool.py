@@ -138,6 +138,10 @@ def build_parser() -> tuple[CommandParser, dict[str, CommandParser]]:
                    help="the merged pool, .jsonl or .parquet")
     m.add_argument("--data", default=None, metavar="QUESTIONS",
                    help="the question file the pools were sampled from: check that they cover it exactly")
+    m.add_argument("--allow-unknown-settings", action="store_true",
+                   help="merge pools that carry no settings (written by other tools) too; the merged pool "
+                        "then has none. Without it such a pool is refused: nothing could say it was made "
+                        "with the same model, engine and sampling as the others")
     subs["merge"] = m
     return parser, subs
 
@@ -146,32 +150,49 @@ def pool_main(argv: list[str]) -> int:
     parser, subs = build_parser()
     args = parser.parse_args(argv)
 
-    from ..data.pool import load_pool, pool_to_records, read_records, write_records
+    from ..data.pool import (check_settings_match, load_pool, pool_to_records, read_records, read_settings,
+                             write_records)
     from ..data.simulate import simulate_pool
 
     if args.cmd == "simulate":
         cfg = _simulation_config(subs["simulate"], args)
         pool = simulate_pool(cfg)
-        write_records(pool_to_records(pool), args.out)
+        write_records(pool_to_records(pool), args.out, {"simulated": dataclasses.asdict(cfg)})
         print(f"wrote a synthetic pool of {pool.num_questions} questions x {cfg.rollouts} rollouts"
               f"{' x 2 views' if cfg.reframed else ''} to {args.out}")
     elif args.cmd == "validate":
         pool = load_pool(args.path)
+        settings = read_settings(args.path)
+        check_settings_match(pool, settings, args.path)
         r0, r1 = pool.num_rollouts_in_view(0), pool.num_rollouts_in_view(1)
         correct = pool.class_correct.gather(1, pool.answer_class[:, 0].clamp_min(0)).float().mean()
         print(f"{args.path}: OK - {pool.num_questions} questions, {r0} original / {r1} reframed rollouts "
               f"each, "
               f"per-token signals: {sorted(pool.signals) or 'none'}, "
               f"share of correct original-view rollouts: {100 * float(correct):.1f}%")
+        print(f"settings: {_settings_line(settings)}")
     elif args.cmd == "merge":
         _merge(subs["merge"], args)
     else:
         if same_file(args.src, args.dst):  # before anything is opened for writing
             subs["convert"].error(f"{args.src!r} and {args.dst!r} are the same file; converting a file onto "
                                   "itself would destroy it")
-        write_records(read_records(args.src), args.dst)
-        print(f"converted {args.src} -> {args.dst}")
+        settings = read_settings(args.src)
+        write_records(read_records(args.src), args.dst, settings)
+        print(f"converted {args.src} -> {args.dst} ({'with its settings' if settings else 'no settings'})")
     return 0
+
+
+def _settings_line(settings: dict | None) -> str:
+    """The settings a pool carries, in one line (the ones that decide its rollouts first)."""
+    if settings is None:
+        return "none (written by another tool: `ttrl pool merge` needs --allow-unknown-settings for it)"
+    if "simulated" in settings:
+        return "a simulated pool (" + ", ".join(f"{k}={v}" for k, v in sorted(settings["simulated"].items())) + ")"
+    first = ("model", "engine", "n", "views", "temperature", "top_p", "top_k", "max_new_tokens", "seed")
+    keys = [k for k in first if k in settings] + sorted(k for k in settings if k not in first and
+                                                        not k.endswith("sha256"))
+    return ", ".join(f"{k}={settings[k]}" for k in keys)
 
 
 def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
@@ -194,5 +215,5 @@ def _merge(parser: CommandParser, args: argparse.Namespace) -> None:
             parser.error(f"argument --out: {args.out!r} is the question file --data; merging into it would "
                          "destroy it")
         expected = [q["id"] for q in read_questions(args.data)]
-    count = merge_pool_files(args.pools, args.out, expected)
+    count = merge_pool_files(args.pools, args.out, expected, allow_unknown_settings=args.allow_unknown_settings)
     print(f"merged {len(args.pools)} pools ({count} questions) into {args.out}")

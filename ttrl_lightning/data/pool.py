@@ -17,13 +17,14 @@ import torch
 from torch import Tensor
 
 from ..answers import NO_ANSWER, answers_equal, canonical_answer_classes, extract_answer
-from .pool_files import parse_records, read_records, write_records
+from .pool_files import parse_records, read_records, read_settings, write_records
 from .pool_schema import (FLOAT32_OVERFLOW, MAX_TOKENS_PER_ROLLOUT, RECORD_FIELDS, ROLLOUT_FIELDS, TOKEN_FIELDS,
                           UNIT_INTERVAL_FIELDS, VIEWS, PoolError, checked_records, validate_record)
 
 __all__ = ["PoolError", "RolloutPool", "RECORD_FIELDS", "ROLLOUT_FIELDS", "TOKEN_FIELDS", "VIEWS",
            "FLOAT32_OVERFLOW", "MAX_TOKENS_PER_ROLLOUT", "UNIT_INTERVAL_FIELDS", "validate_record",
-           "read_records", "write_records", "records_to_pool", "pool_to_records", "load_pool"]
+           "read_records", "read_settings", "write_records", "records_to_pool", "pool_to_records", "load_pool",
+           "check_settings_match"]
 
 
 @dataclass
@@ -184,3 +185,18 @@ def load_pool(path: str) -> RolloutPool:
     """Read and validate a pool file (``.jsonl`` / ``.parquet``) into its columnar form: the one loader of
     ``ttrl pool validate`` and ``ttrl bon``, so both refuse the same files (:class:`PoolError`)."""
     return _build_pool(checked_records(parse_records(path), path), path)
+
+
+def check_settings_match(pool: RolloutPool, settings: dict | None, path: str) -> None:
+    """Refuse (:class:`PoolError`) a pool whose records contradict its own settings: ``ttrl generate``'s
+    ``views`` and ``n`` (every question has ``n`` rollouts in each of those views and none in another)."""
+    if not settings or "n" not in settings or "views" not in settings:
+        return
+    n, views = settings["n"], list(settings["views"])
+    for view, name in enumerate(VIEWS):
+        expected = n if name in views else 0
+        got = pool.num_rollouts_in_view(view)
+        if got != expected:
+            raise PoolError(f"{path}: its settings say n={n} in views {views}, but its questions have {got} "
+                            f"{name}-view rollouts each")
+

@@ -1,7 +1,17 @@
 """Rollout-pool files: JSONL and Parquet readers and the atomic writer, each record checked against the schema
 (:mod:`.pool_schema`) while reading; a key given twice in one JSON object, undecodable bytes, unparsable JSON
 and a Parquet file named ``.jsonl`` (or the reverse) are a :class:`~.pool_schema.PoolError` naming the file
-and the record."""
+and the record.
+
+**Settings inside the file.** The settings that decided a pool's rollouts (``ttrl generate``'s model and its
+content hash, question file, engine, sampling, seed, ...; ``ttrl pool simulate``'s configuration) travel in the
+pool file itself, so that no copy, conversion or merge can separate them from the records:
+
+* JSONL: a header line first, ``{"pool_settings": {...}}`` (a line with that one key; records never have it);
+* Parquet: the schema's key-value metadata, key ``ttrl_lightning.pool_settings`` (JSON).
+
+:func:`read_settings` reads them (None for a pool written by other tools), :func:`write_records` writes them.
+"""
 from __future__ import annotations
 
 import json
@@ -12,7 +22,11 @@ from ..safe_files import atomic_write, atomic_write_path
 from .pool_schema import PoolError, checked_records
 
 __all__ = ["read_records", "write_records", "parse_records", "PARQUET_MAGIC", "looks_like", "parse_jsonl",
-           "parse_parquet"]
+           "parse_parquet", "read_settings", "SETTINGS_KEY"]
+
+#: the JSONL header's one key, and the Parquet metadata key (as bytes), that hold a pool's settings
+SETTINGS_KEY = "pool_settings"
+_PARQUET_SETTINGS_KEY = b"ttrl_lightning.pool_settings"
 
 
 class _DuplicateKey(Exception):
@@ -62,7 +76,30 @@ def parse_parquet(path: str) -> Iterator[tuple[str, object]]:
         yield f"{path}, row {i}", rec
 
 
+def _settings_header(obj, loc: str) -> dict | None:
+    """The settings of a JSONL header line, None for any other line."""
+    if not (isinstance(obj, dict) and SETTINGS_KEY in obj):
+        return None
+    if len(obj) != 1 or not isinstance(obj[SETTINGS_KEY], dict):
+        raise PoolError(f"{loc}: a {SETTINGS_KEY!r} header line holds that one key, whose value is a JSON object")
+    return obj[SETTINGS_KEY]
+
+
+def _parse_pool_jsonl(path: str) -> Iterator[tuple[str, object]]:
+    """``(location, object)`` of every line of a JSONL pool but its settings header (only the first line may be
+    one)."""
+    first = True
+    for loc, obj in parse_jsonl(path):
+        if _settings_header(obj, loc) is not None:
+            if not first:
+                raise PoolError(f"{loc}: a {SETTINGS_KEY!r} header is only allowed on the first line")
+        else:
+            yield loc, obj
+        first = False
+
+
 def parse_jsonl(path: str) -> Iterator[tuple[str, object]]:
+    """``(location, object)`` of every non-empty line of a JSONL file, strictly parsed."""
     with open(path, "rb") as fh:
         for n, raw in enumerate(fh, 1):
             loc = f"{path}, line {n}"
@@ -98,7 +135,43 @@ def parse_records(path: str) -> Iterator[tuple[str, object]]:
         return parse_parquet(path)
     if head.startswith(PARQUET_MAGIC) or head.startswith(b"\x1f\x8b"):
         raise PoolError(f"{path}: not a JSONL file: {looks_like(head)}")
-    return parse_jsonl(path)
+    return _parse_pool_jsonl(path)
+
+
+def _checked_settings(settings, where: str) -> dict:
+    if not isinstance(settings, dict):
+        raise PoolError(f"{where}: pool settings must be a JSON object, got {type(settings).__name__}")
+    try:
+        json.dumps(settings, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise PoolError(f"{where}: pool settings are not plain JSON ({e})") from None
+    return settings
+
+
+def read_settings(path: str) -> dict | None:
+    """The settings inside the pool file ``path`` (module docstring), or None when it has none."""
+    parse_records(path)  # the file's existence and kind, with the readers' messages
+    if path.endswith(".parquet"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_schema(path).metadata or {}
+        except (pa.ArrowException, OSError, ValueError) as e:
+            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise PoolError(f"{path}: not a readable Parquet file ({first_line})") from None
+        raw = metadata.get(_PARQUET_SETTINGS_KEY)
+        if raw is None:
+            return None
+        try:
+            settings = json.loads(raw)
+        except ValueError as e:
+            raise PoolError(f"{path}: its pool settings metadata is not JSON ({e})") from None
+        return _checked_settings(settings, path)
+    for loc, obj in parse_jsonl(path):
+        header = _settings_header(obj, loc)
+        return None if header is None else _checked_settings(header, loc)
+    return None
 
 
 def read_records(path: str) -> Iterator[dict]:
@@ -108,8 +181,9 @@ def read_records(path: str) -> Iterator[dict]:
         yield rec
 
 
-def write_records(records: Iterable[dict], path: str) -> None:
-    """Write records as ``.jsonl`` or ``.parquet`` (chosen by the extension), validated and normalised.
+def write_records(records: Iterable[dict], path: str, settings: dict | None = None) -> None:
+    """Write records as ``.jsonl`` or ``.parquet`` (chosen by the extension), validated and normalised, with
+    ``settings`` inside the file when given (module docstring).
 
     The file is written through :func:`~ttrl_lightning.safe_files.atomic_write`: a record that fails
     validation (or any other error, or an interrupt) leaves a previous file at ``path`` byte-identical, and
@@ -118,6 +192,8 @@ def write_records(records: Iterable[dict], path: str) -> None:
     record would read back the others' letters as null.
     """
     checked = (rec for _, rec in checked_records(((f"record {i}", r) for i, r in enumerate(records)), None))
+    if settings is not None:
+        settings = _checked_settings(settings, f"{path}: the settings to write")
     if path.endswith(".parquet"):
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -129,10 +205,15 @@ def write_records(records: Iterable[dict], path: str) -> None:
             choices = pa.array([rec.get("choices") for rec in records],
                                type=pa.map_(pa.string(), pa.string()))
             table = table.set_column(col, "choices", choices)
+        if settings is not None:
+            table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                                   _PARQUET_SETTINGS_KEY: json.dumps(settings, sort_keys=True)})
         with atomic_write_path(path) as tmp:
             pq.write_table(table, tmp)
         return
     with atomic_write(path) as fh:
+        if settings is not None:
+            fh.write(json.dumps({SETTINGS_KEY: settings}, sort_keys=True) + "\n")
         for rec in checked:
             fh.write(json.dumps(rec, allow_nan=False) + "\n")
 

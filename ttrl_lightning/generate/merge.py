@@ -6,67 +6,43 @@ the merged pool follows that order. Every record and the pool-level rules are ch
 reader and writer (:mod:`ttrl_lightning.data.pool`); the output is written atomically.
 
 ``ttrl generate`` writes the settings that decide a pool's rollouts (model and its content hash, question
-file, sampling, seed, ...) beside it as ``POOL.settings.json`` (:func:`write_pool_settings`). Pools that have
-them merge only when they agree (a rank pool made with another model, temperature or token limit is refused,
-naming the setting), and the merged pool gets them too; pools without them (written by other tools) merge
-unchecked, but not together with pools that have them.
+file, engine, sampling, seed, ...) inside the pool file (``data.pool_files``: a JSONL header line, Parquet
+metadata), so a copy or a conversion keeps them. Pools merge only when their settings agree (a rank pool made
+with another model, engine, temperature or token limit is refused, naming the setting), and the merged pool
+gets them too. A pool without settings (written by other tools) is refused unless ``allow_unknown_settings``
+(``ttrl pool merge --allow-unknown-settings``); the merged pool then has no settings.
 """
 from __future__ import annotations
 
-import json
-import os
 from typing import Iterable, Sequence
 
-from ..data.pool import PoolError, read_records, write_records
+from ..data.pool import PoolError, read_records, read_settings, write_records
 from ..data.questions import few_ids
-from ..safe_files import atomic_write
 
-__all__ = ["merge_records", "merge_pool_files", "pool_settings", "write_pool_settings"]
+__all__ = ["merge_records", "merge_pool_files", "common_settings", "UNKNOWN_SETTINGS_FLAG"]
+
+#: the ``ttrl pool merge`` flag that lets pools without settings merge
+UNKNOWN_SETTINGS_FLAG = "--allow-unknown-settings"
 
 #: settings that may differ between the rank pools of one run (they say which share a pool holds)
 _PER_RANK = ("rank", "world_size")
 
 
-def settings_path(pool: str) -> str:
-    return os.fspath(pool) + ".settings.json"
-
-
-def write_pool_settings(pool: str, settings: dict) -> None:
-    """Write ``settings`` beside ``pool`` (``POOL.settings.json``, atomically)."""
-    with atomic_write(settings_path(pool)) as fh:
-        json.dump(settings, fh, indent=1, sort_keys=True)
-        fh.write("\n")
-
-
-def pool_settings(pool: str) -> dict | None:
-    """The settings written beside ``pool``, or None when it has none."""
-    path = settings_path(pool)
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path, encoding="utf-8") as fh:
-            settings = json.load(fh)
-    except (OSError, ValueError) as e:
-        raise PoolError(f"{path}: not readable pool settings ({e})") from None
-    if not isinstance(settings, dict):
-        raise PoolError(f"{path}: pool settings must be a JSON object")
-    return settings
-
-
-def common_settings(paths: Sequence[str]) -> dict | None:
-    """The settings all ``paths`` share (per-rank fields dropped), None when none has any; a pool whose
-    settings differ from the first's, or that has none while others have, is refused naming the setting."""
-    found = [(p, pool_settings(p)) for p in paths]
-    with_settings = [(p, s) for p, s in found if s is not None]
-    if not with_settings:
-        return None
+def common_settings(paths: Sequence[str], allow_unknown: bool = False) -> dict | None:
+    """The settings all ``paths`` share (per-rank fields dropped). A pool whose settings differ from the first's
+    is refused naming the setting; a pool without settings is refused unless ``allow_unknown``, and then the
+    result is None (the merged pool's settings are unknown)."""
+    found = [(p, read_settings(p)) for p in paths]
     bare = [p for p, s in found if s is None]
+    if bare and not allow_unknown:
+        raise PoolError(f"{bare[0]}: has no settings (the model, engine and sampling that made it are unknown), "
+                        f"so it cannot be checked against the others; give {UNKNOWN_SETTINGS_FLAG} to merge "
+                        "it anyway")
     if bare:
-        raise PoolError(f"{bare[0]}: has no settings file ({os.path.basename(settings_path(bare[0]))}), but "
-                        f"{with_settings[0][0]} has; pools from ttrl generate merge only with each other")
-    first_path, first = with_settings[0]
+        return None
+    first_path, first = found[0]
     common = {k: v for k, v in first.items() if k not in _PER_RANK}
-    for path, settings in with_settings[1:]:
+    for path, settings in found[1:]:
         for key in sorted(set(common) | set(settings) - set(_PER_RANK)):
             if settings.get(key) != common.get(key):
                 raise PoolError(f"{path} was made with {key}={settings.get(key)!r}, but {first_path} with "
@@ -103,12 +79,11 @@ def merge_records(sources: Iterable[tuple[str, Iterable[dict]]],
     return [merged[i] for i in expected]
 
 
-def merge_pool_files(paths: Sequence[str], out: str, expected_ids: Sequence[str] | None = None) -> int:
+def merge_pool_files(paths: Sequence[str], out: str, expected_ids: Sequence[str] | None = None,
+                     allow_unknown_settings: bool = False) -> int:
     """Merge the pool files ``paths`` into ``out`` (.jsonl or .parquet), their settings checked and kept
-    (module docstring); returns the number of questions."""
-    settings = common_settings(paths)
+    inside it (module docstring); returns the number of questions."""
+    settings = common_settings(paths, allow_unknown_settings)
     records = merge_records(((p, read_records(p)) for p in paths), expected_ids)
-    write_records(records, out)
-    if settings is not None:
-        write_pool_settings(out, settings)
+    write_records(records, out, settings)
     return len(records)
