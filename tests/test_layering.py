@@ -19,7 +19,7 @@ ALLOWED = {
     "tools": {"registry"},
     "answers": {"registry", "tools"},
     "consensus": {"answers", "errors", "registry"},
-    "data": {"answers", "errors", "masking", "models", "registry", "safe_files", "seeding", "tools"},
+    "data": {"answers", "errors", "masking", "models", "prompt_format", "registry", "safe_files", "seeding", "tools"},
     "pseudo_labels": {"answers", "consensus", "signals", "registry", "errors", "data"},
     "rollout": {"data", "errors", "integrations", "masking", "models", "registry", "safe_files", "signals",
                 "tools"},

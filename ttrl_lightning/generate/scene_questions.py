@@ -14,14 +14,13 @@ import argparse
 import json
 import os
 
+from ..data.scene_qa import scene_qa_splits
 from ..safe_files import atomic_write, atomic_write_path
 
 __all__ = ["IMAGE_TASKS", "write_scene_questions"]
 
 #: the scene tasks with one image (``data.scenes.SCENE_TASKS`` minus the clip tasks)
 IMAGE_TASKS = ("count", "colour", "shape", "read", "read_small")
-#: how the prompt asks for the answer
-ANSWER_FORMAT = " Finish with 'The answer is X.'"
 
 
 def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS, exclude=()) -> str:
@@ -29,20 +28,11 @@ def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS,
     question files in ``exclude`` (same prompt and pixels: ``data.splits``); returns the question file's path."""
     from PIL import Image
 
-    from ..data.questions import read_questions
-    from ..data.scenes import scene_source
-    from ..data.splits import QuestionSource, SplitSpec, draw_splits, keys_of
-
     kinds = list(kinds)
     bad = [k for k in kinds if k not in IMAGE_TASKS]
     if bad or not kinds:
         raise ValueError(f"scene kinds must be among {IMAGE_TASKS}, got {kinds}")
-    scenes = scene_source(seed, kinds)
-    # the questions as the file words them, so that a file's questions are excluded by what they say
-    source = QuestionSource(scenes.name, lambda m: [dict(it, prompt=it["prompt"] + ANSWER_FORMAT)
-                                                    for it in scenes.draw(m)], identity=scenes.identity)
-    taken = set().union(*(keys_of(read_questions(p)) for p in exclude))
-    items = draw_splits([SplitSpec("questions", n, source)], exclude=taken)["questions"]
+    items = scene_qa_splits(seed, {"questions": n}, kinds, exclude)["questions"]
     os.makedirs(os.path.join(folder, "images"), exist_ok=True)
     rows = []
     for item in items:
@@ -51,7 +41,7 @@ def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS,
         image = os.path.join("images", f"{qid}.png")
         with atomic_write_path(os.path.join(folder, image)) as tmp:
             Image.fromarray(task.image).save(tmp, format="PNG")
-        rows.append({"id": qid, "prompt": task.question + ANSWER_FORMAT, "gold": task.answer, "image": image})
+        rows.append({"id": qid, "prompt": item["prompt"], "gold": task.answer, "image": image})
     path = os.path.join(folder, "questions.jsonl")
     with atomic_write(path) as fh:
         for row in rows:

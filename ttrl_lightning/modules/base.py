@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import torch
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
-from ttrl_lightning.models import check_tiny_name, load_model, load_tokenizer
+from ttrl_lightning.models import check_tiny_name, load_model, load_processor, load_tokenizer
 from ttrl_lightning.modules.fsdp import shard_policy
 
 
@@ -158,6 +158,14 @@ class PolicyModule(pl.LightningModule):
         self.save_hyperparameters({"policy": asdict(self.policy_spec)})
         self.tokenizer = load_tokenizer(self.policy_spec.model)
         self.policy: torch.nn.Module | None = None
+
+    @property
+    def processor(self):
+        """The policy's processor (``models.load_processor``: a vision-language model's), None for a text-only
+        model; loaded on first use."""
+        if "_processor" not in self.__dict__:
+            self.__dict__["_processor"] = load_processor(self.policy_spec.model)
+        return self.__dict__["_processor"]
 
     def configure_model(self) -> None:
         if self.policy is not None:

@@ -52,7 +52,6 @@ from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
-from ttrl_lightning.models import load_processor
 from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
@@ -198,14 +197,6 @@ class GRPOModule(PolicyModule):
         """Seed of this step's sampling: ``derive_seed(seed, "rollout", global_step, global_rank)``, so
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
-
-    @property
-    def processor(self):
-        """The policy's processor (``models.load_processor``: a vision-language model's), None for a text-only
-        model; loaded on first use."""
-        if "_processor" not in self.__dict__:
-            self.__dict__["_processor"] = load_processor(self.policy_spec.model)
-        return self.__dict__["_processor"]
 
     def batch_prompts(self, batch: dict[str, list]) -> list:
         """The prompts of ``batch`` as written: a question with images (``batch["images"]``, its paths) as an
