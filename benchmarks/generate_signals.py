@@ -15,7 +15,7 @@ sample is forced to ``--new-tokens`` tokens (``min_new_tokens``) so the three do
 candidates run in turns for ``--repeats`` rounds; the verdict uses the paired ratio (median over rounds of
 candidate / plain in the same round), and a pass or a fail is printed only when every round is on the same
 side of the target (``_verdict.py``). Throughput = generated tokens / s. Targets: ours at most 1.10x plain
-on CPU, and well below eager (VisConf reports +18% at N = 32 on GPU for its way). Usage::
+on CPU (and at most 1.15x, the bound for recording visual engagement while sampling), and well below eager (VisConf reports +18% at N = 32 on GPU for its way). Usage::
 
     nice -n 10 python benchmarks/generate_signals.py
     python benchmarks/generate_signals.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32
@@ -190,10 +190,14 @@ def main(argv=None) -> int:
     result["verdicts"] = {
         "ours_within_1.10x_plain": paired_verdict(paired_ratios(rounds["ours"], rounds["plain"]), 1.10,
                                                   at_least=False),
+        "ours_within_1.15x_plain": paired_verdict(paired_ratios(rounds["ours"], rounds["plain"]), 1.15,
+                                                  at_least=False),
         "ours_below_eager": paired_verdict(paired_ratios(rounds["ours"], rounds["eager"]), 1.0, at_least=False)}
     print(f"signal overhead: ours {100 * (ours - 1):+.1f}%, eager {100 * (eager - 1):+.1f}% of plain "
           f"generate (paired medians)")
     print(f"target ours <= 1.10x plain (CPU): {result['verdicts']['ours_within_1.10x_plain']}")
+    print(f"target ours <= 1.15x plain (visual engagement while sampling): "
+          f"{result['verdicts']['ours_within_1.15x_plain']}")
     print(f"target ours below eager: {result['verdicts']['ours_below_eager']}")
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     from ttrl_lightning.safe_files import atomic_write
