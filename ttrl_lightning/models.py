@@ -251,6 +251,21 @@ def vision_block(processor, image) -> VisionBlock:
     return VisionBlock(tuple(enc["input_ids"][0].tolist()), enc["pixel_values"], enc["image_grid_thw"], token_id)
 
 
+def image_settings(processor) -> dict:
+    """How ``processor`` turns an image into vision tokens: its pixel bounds (``min_pixels`` / ``max_pixels``, or
+    transformers' ``size`` edges), patch, merge and temporal patch sizes; what a resumed run must keep."""
+    ip = getattr(processor, "image_processor", processor)
+    size = getattr(ip, "size", None)
+
+    def field(name):
+        value = getattr(ip, name, None)
+        if value is None and size is not None:
+            value = size.get(name) if isinstance(size, dict) else getattr(size, name, None)
+        return value
+    return {name: field(name) for name in ("min_pixels", "max_pixels", "shortest_edge", "longest_edge",
+                                           "patch_size", "merge_size", "temporal_patch_size")}
+
+
 #: the pixel inputs of a vision-language batch (``vision_inputs``), passed to the model beside the ids
 VISION_INPUTS = ("pixel_values", "image_grid_thw", "mm_token_type_ids")
 

@@ -155,3 +155,26 @@ def test_a_vision_language_folder_without_its_processor_is_one_line(scene_file, 
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err
     assert "without a loadable processor" in err.strip().splitlines()[-1]
+
+
+def test_a_resume_whose_processor_shows_images_otherwise_is_refused():
+    """A resumed VLM run with other pixel bounds would train on image tokens it never sampled with: the run's
+    image settings are in its checkpoint, and a resume with others is one UserError naming each setting."""
+    m = _module()
+    checkpoint = {}
+    m.on_save_checkpoint(checkpoint)
+    saved = checkpoint["image_settings"]
+    assert saved["longest_edge"] == m.processor.image_processor.size.longest_edge and saved["patch_size"] == 14
+    resumed = _module()
+    resumed.on_load_checkpoint(dict(checkpoint))  # the same processor: fine
+    import copy
+
+    resumed.__dict__["_processor"] = copy.deepcopy(resumed.processor)  # others may share the loaded one
+    resumed.processor.image_processor.size.longest_edge = 2 * saved["longest_edge"]
+    with pytest.raises(UserError, match=r"longest_edge: checkpoint \d+, this run \d+"):
+        resumed.on_load_checkpoint(dict(checkpoint))
+    text = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), calibrate=False)
+    text.configure_model()
+    plain = {}
+    text.on_save_checkpoint(plain)
+    assert "image_settings" not in plain and "_processor" not in text.__dict__  # no processor loaded for text

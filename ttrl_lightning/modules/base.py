@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import torch
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
-from ttrl_lightning.models import check_tiny_name, load_model, load_processor, load_tokenizer
+from ttrl_lightning.models import check_tiny_name, image_settings, load_model, load_processor, load_tokenizer
 from ttrl_lightning.modules.fsdp import shard_policy
 
 
@@ -166,6 +166,31 @@ class PolicyModule(pl.LightningModule):
         if "_processor" not in self.__dict__:
             self.__dict__["_processor"] = load_processor(self.policy_spec.model)
         return self.__dict__["_processor"]
+
+    def image_settings(self) -> dict[str, Any] | None:
+        """How the processor shows an image to the policy (``models.image_settings``); None for a text model (no
+        vision config: its processor is never loaded here)."""
+        config = getattr(self.policy, "config", None)
+        if not hasattr(config, "vision_config") or self.processor is None:
+            return None
+        return image_settings(self.processor)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """A vision-language run's image settings go into its checkpoint, to be compared on resume."""
+        settings = self.image_settings()
+        if settings is not None:
+            checkpoint["image_settings"] = settings
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Refuse (``UserError``) a resume whose processor shows images otherwise than the run did (other pixel
+        bounds, patch or merge size): the policy would be trained on image tokens it was never sampled with."""
+        saved, now = checkpoint.get("image_settings"), self.image_settings()
+        if saved is None or now is None or saved == now:
+            return
+        changed = ", ".join(f"{k}: checkpoint {saved.get(k)!r}, this run {now.get(k)!r}"
+                            for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k))
+        raise UserError(f"the checkpoint's run showed images with other settings than {self.policy_spec.model}'s "
+                        f"processor does now ({changed}); resume with the processor the run had")
 
     def configure_model(self) -> None:
         if self.policy is not None:

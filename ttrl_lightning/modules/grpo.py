@@ -160,6 +160,7 @@ class GRPOModule(PolicyModule):
             self.set_reference_model(frozen)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
+        super().on_save_checkpoint(checkpoint)
         checkpoint["grpo"] = {"kl_coef": self.kl_coef}
         ref = self.reference_model
         if self.grpo.reference == "initial" and ref is not None:
@@ -169,6 +170,7 @@ class GRPOModule(PolicyModule):
                 checkpoint["grpo"]["reference_state"] = ref.state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
         state = checkpoint.get("grpo", {})
         self.kl_coef = float(state.get("kl_coef", self.kl_coef))
         copies = pop_copy_entries(checkpoint.get("state_dict", {}))  # present in consolidated checkpoints
