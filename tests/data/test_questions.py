@@ -45,7 +45,7 @@ def test_reads_every_column_into_the_question_shape(tmp_path):
     qs = read_questions(path)
     assert [tuple(q) for q in qs] == [QUESTION_KEYS] * 3
     assert qs[0] == {"id": "7", "prompt": "What is 2+2?", "gold": "4", "choices": None, "images": [],
-                     "reframed_prompt": None}
+                     "reframed_prompt": None, "generator": None}
     assert qs[1]["choices"] == {"A": "cat", "B": "dog"} and qs[1]["reframed_prompt"] == "Choose an option"
     assert qs[1]["images"] == [str(tmp_path / "img" / "a.png")]  # resolved against the file's folder
     assert qs[2]["images"] == [str(tmp_path / "img" / "a.png"), str(tmp_path / "b.png")]
@@ -59,7 +59,8 @@ def test_parquet_reads_like_jsonl_and_names_rows_from_zero(tmp_path):
     pq.write_table(table, path)
     qs = read_questions(path)
     assert [q["id"] for q in qs] == ["a", "b"] and qs[1]["choices"] == {"A": "x", "B": "y"}
-    assert qs[0] == {"id": "a", "prompt": "1+1=", "gold": "2", "choices": None, "images": [], "reframed_prompt": None}
+    assert qs[0] == {"id": "a", "prompt": "1+1=", "gold": "2", "choices": None, "images": [], "reframed_prompt": None,
+                     "generator": None}
     bad = str(tmp_path / "bad.parquet")
     pq.write_table(pa.table({"id": ["a", "b"], "prompt": ["x", ""]}), bad)
     _refused(bad, r"bad\.parquet, row 1 \(id='b'\): field 'prompt' is empty")

@@ -117,3 +117,31 @@ def test_a_config_value_of_the_wrong_type_is_one_line():
     with pytest.raises(UserError, match=r"config min_terms must be an integer, got True"):
         questions_from_task(TASK, 3, 0, min_terms=True, max_terms=3)
     assert len(questions_from_task(TASK, 3, 0, min_terms=2, max_terms=3)) == 3
+
+
+def test_eval_on_a_question_file_runs_the_generators_gold_check_as_the_task_does(tmp_path, capsys):
+    """``ttrl eval --data`` on a reasoning-gym question file ran no scorer check, so nobody saw where the scorer
+    and the equivalence disagree. The file records each question's generator (task, config, seed, index), so
+    the check runs from it, even for a question whose id was renamed, and a malformed record is one line."""
+    from ttrl_lightning.data.questions import QuestionError, read_questions
+
+    path = tmp_path / "q.jsonl"
+    assert main(["questions", "--task", TASK, "--n", "3", "--seed", "0", "--out", str(path)]) == 0
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert rows[0]["generator"] == {"task": TASK, "config": {}, "seed": 0, "index": 0}
+    rows[0]["id"] = "renamed"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    args = ["--model", "tiny:qwen2", "--k", "2", "--no-progress", "--answer-extractor", "last_number"]
+    by_file, by_task = tmp_path / "file.json", tmp_path / "task.json"
+    assert main(["eval", "--data", str(path), *args, "--out", str(by_file)]) == 0
+    assert f"gold check ({TASK} (recorded in {path})'s score_answer" in capsys.readouterr().out
+    assert main(["eval", "--task", TASK, "--n", "3", "--task-seed", "0", *args, "--out", str(by_task)]) == 0
+    file_check = json.loads(by_file.read_text())["gold_check"]
+    task_check = json.loads(by_task.read_text())["gold_check"]
+    assert file_check["samples"] == task_check["samples"] == 6
+    assert {k: file_check[k] for k in task_check} == task_check  # the same questions and seed: the same check
+    rows[1]["generator"] = {"task": TASK, "config": {}, "seed": -1, "index": 0}
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(QuestionError, match="line 2 .*generator.*seed must be an integer >= 0"):
+        read_questions(path)

@@ -220,14 +220,16 @@ def metrics_lines(metrics) -> list[str]:
     return [f"{name:<{width}}  {100 * value:6.2f}%   {what}" for name, value, what in rows]
 
 
-def _generator_gold_check(args, metrics) -> dict | None:
-    """For a reasoning-gym ``--task``: the generator's ``score_answer`` on every sample beside the project's
-    answer equivalence (``reasoning_gym_tasks.gold_check``); None for other questions."""
-    from ..data.reasoning_gym_tasks import is_reasoning_gym, sampled_gold_check
+def _generator_gold_check(args, metrics, questions) -> dict | None:
+    """For a reasoning-gym ``--task``, or a ``--data`` file whose questions record a reasoning-gym generator
+    (``ttrl questions`` writes it): the generator's ``score_answer`` on every sample beside the project's answer
+    equivalence (``reasoning_gym_tasks.gold_check``); None for other questions."""
+    from ..data.reasoning_gym_tasks import generator_gold_check, is_reasoning_gym, sampled_gold_check
 
-    if not is_reasoning_gym(args.task):
-        return None
-    return sampled_gold_check(args.task, metrics.per_question)
+    if is_reasoning_gym(args.task):
+        return sampled_gold_check(args.task, metrics.per_question)
+    by_id = {q["id"]: q.get("generator") for q in questions}
+    return generator_gold_check(metrics.per_question, [by_id.get(pq["id"]) for pq in metrics.per_question])
 
 
 def eval_main(argv: list[str]) -> int:
@@ -291,9 +293,10 @@ def eval_main(argv: list[str]) -> int:
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):
         print(line)
-    gold = _generator_gold_check(args, metrics)
+    gold = _generator_gold_check(args, metrics, questions)
     if gold is not None:
-        print(f"gold check ({args.task}'s score_answer beside the answer equivalence): "
+        source = args.task or ", ".join(gold["generators"]) + f" (recorded in {args.data})"
+        print(f"gold check ({source}'s score_answer beside the answer equivalence): "
               f"{gold['samples']:,} samples, {100 * gold['score_answer_accuracy']:.2f}% right by the scorer vs "
               f"{100 * gold['project_accuracy']:.2f}%; {gold['project_only']} right only by the equivalence, "
               f"{gold['score_answer_only']} only by the scorer"

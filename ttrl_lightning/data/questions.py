@@ -7,11 +7,14 @@ Question schema (one row per question, a JSONL line or a Parquet row)::
      "gold": str | int | null,         # optional; monitoring and evaluation only, never a training signal
      "choices": {letter: text} | null, # optional, multiple-choice options (answers.extract_answer)
      "image": str | [str] | null,      # optional image path(s), relative paths against the file's folder
-     "reframed_prompt": str | null}    # optional, Self-Harmony's reframed view of the question
+     "reframed_prompt": str | null,    # optional, Self-Harmony's reframed view of the question
+     "generator": {"task": str, "config": {...}, "seed": int, "index": int} | null}
+                                       # optional, the generator that drew it (ttrl questions writes it), so a
+                                       # command that reads the file knows its scorer (ttrl eval's gold check)
 
 :func:`read_questions` returns dicts with the keys :data:`QUESTION_KEYS`: ``id``, ``prompt``, ``gold`` (None
 when absent), ``choices`` (None), ``images`` (a list of absolute paths, ``[]`` when none) and
-``reframed_prompt`` (None). It is strict as the rollout-pool reader is (:mod:`.pool`): the format follows
+``reframed_prompt`` (None) and ``generator`` (None). It is strict as the rollout-pool reader is (:mod:`.pool`): the format follows
 the file's content and name (``.parquet`` must be Parquet; any other name is JSONL and must not be Parquet
 or gzip), and every bad row raises :class:`QuestionError` (a :class:`~ttrl_lightning.errors.UserError`:
 one line, exit 1) naming the file, the row (``line N`` of a JSONL file counted from 1, ``row N`` of a
@@ -45,9 +48,9 @@ __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "
            "collate_questions", "QuestionDataModule", "few_ids"]
 
 #: The columns a question file may have (any other column is refused).
-QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt")
+QUESTION_COLUMNS = ("id", "prompt", "question", "gold", "choices", "image", "reframed_prompt", "generator")
 #: The keys of every question dict (:func:`read_questions`, :func:`questions_from_task`).
-QUESTION_KEYS = ("id", "prompt", "gold", "choices", "images", "reframed_prompt")
+QUESTION_KEYS = ("id", "prompt", "gold", "choices", "images", "reframed_prompt", "generator")
 #: The keys of a :class:`QuestionDataModule` batch (each a list over the batch's questions).
 BATCH_KEYS = ("id", "prompt", "gold", "choices", "images", "reframed_prompt")
 #: Columns users write for the gold answer under another name: the message suggests ``gold``.
@@ -129,6 +132,23 @@ def _gold(row: dict, where: str) -> str | None:
     return _unicode(gold, "gold", where)
 
 
+def _generator(row: dict, where: str) -> dict | None:
+    """The ``generator`` field: None, or ``{"task": str, "config": {...}, "seed": int >= 0, "index": int >= 0}``."""
+    gen = row.get("generator")
+    if gen is None:
+        return None
+    shape = ("field 'generator' must be an object {\"task\": str, \"config\": {...}, \"seed\": int, \"index\": "
+             "int}")
+    if not isinstance(gen, dict) or set(gen) != {"task", "config", "seed", "index"}:
+        raise QuestionError(f"{where}: {shape}, got {value_kind(gen) if not isinstance(gen, dict) else sorted(gen)}")
+    if not isinstance(gen["task"], str) or not gen["task"] or not isinstance(gen["config"], dict):
+        raise QuestionError(f"{where}: {shape}")
+    for key in ("seed", "index"):
+        if isinstance(gen[key], bool) or not isinstance(gen[key], int) or gen[key] < 0:
+            raise QuestionError(f"{where}: field 'generator': {key} must be an integer >= 0, got {gen[key]!r}")
+    return dict(gen)
+
+
 def _choices(row: dict, where: str) -> dict[str, str] | None:
     choices = row.get("choices")
     if choices is None:
@@ -201,7 +221,7 @@ def question_from_row(row: Any, where: str, folder: str) -> dict:
     prompt = _text(row, "prompt" if has_prompt else "question", where, required=True)
     return {"id": qid, "prompt": prompt, "gold": _gold(row, where), "choices": _choices(row, where),
             "images": _images(row, where, folder),
-            "reframed_prompt": _text(row, "reframed_prompt", where)}
+            "reframed_prompt": _text(row, "reframed_prompt", where), "generator": _generator(row, where)}
 
 
 def _checked_questions(located: Iterable[tuple[str, Any]], source: str, folder: str) -> list[dict]:
@@ -238,7 +258,8 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
     if is_reasoning_gym(task):
         return reasoning_gym_questions(task, n, seed, **task_kwargs)
     return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["gold"], "choices": None,
-             "images": [], "reframed_prompt": None}
+             "images": [], "reframed_prompt": None,
+             "generator": {"task": task, "config": dict(task_kwargs), "seed": int(seed), "index": i}}
             for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
 
 
@@ -276,9 +297,9 @@ def with_instruction(questions: list[dict], instruction: str | None) -> list[dic
 
 
 def write_questions(path: str | os.PathLike, questions: list[dict]) -> None:
-    """Write ``questions`` as a JSONL question file (``id``, ``prompt``, ``gold`` per line), atomically (a
-    temporary file renamed into place), and read it back: a file that does not read back as written is a
-    ``RuntimeError``."""
+    """Write ``questions`` as a JSONL question file (``id``, ``prompt``, ``gold`` per line, and ``generator``
+    when known), atomically (a temporary file renamed into place), and read it back: a file that does not read
+    back as written is a ``RuntimeError``."""
     import json
 
     from ..safe_files import atomic_write
@@ -286,9 +307,13 @@ def write_questions(path: str | os.PathLike, questions: list[dict]) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with atomic_write(path) as fh:
         for q in questions:
-            fh.write(json.dumps({"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}, ensure_ascii=False) + "\n")
+            row = {"id": q["id"], "prompt": q["prompt"], "gold": q["gold"]}
+            if q.get("generator") is not None:
+                row["generator"] = q["generator"]
+            fh.write(json.dumps(row, ensure_ascii=False) + "\n")
     back = read_questions(path)
-    if [(q["id"], q["prompt"], q["gold"]) for q in back] != [(q["id"], q["prompt"], q["gold"]) for q in questions]:
+    kept = ("id", "prompt", "gold", "generator")
+    if [tuple(q.get(k) for k in kept) for q in back] != [tuple(q.get(k) for k in kept) for q in questions]:
         raise RuntimeError(f"{path}: the file does not read back as written")
 
 

@@ -94,7 +94,9 @@ def reasoning_gym_questions(task: str, n: int, seed: int, **config) -> list[dict
         raise UserError(f"reasoning-gym {name}: cannot draw questions with config {json.dumps(config, sort_keys=True)}"
                         f" ({type(err).__name__}: {err})") from None
     return [{"id": f"rg-{name}-{seed}-{i}", "prompt": str(entry["question"]), "gold": str(entry["answer"]),
-             "choices": None, "images": [], "reframed_prompt": None} for i, entry in enumerate(entries)]
+             "choices": None, "images": [], "reframed_prompt": None,
+             "generator": {"task": task, "config": dict(config), "seed": int(seed), "index": i}}
+            for i, entry in enumerate(entries)]
 
 
 def _seed_and_index(task: str, question_id: str) -> tuple[int, int]:
@@ -108,16 +110,18 @@ def _seed_and_index(task: str, question_id: str) -> tuple[int, int]:
 
 
 def score_answers(task: str, ids: Sequence[str], answers: Sequence[Sequence[str | None]],
-                  errors: list | None = None, **config) -> list[list[bool]]:
+                  errors: list | None = None, entries: Sequence[tuple[int, int]] | None = None,
+                  **config) -> list[list[bool]]:
     """Per question, per sample: whether the generator's ``score_answer`` gives the answer 1.0 (an
     unextractable answer, None, is wrong), against the question's own entry: its id names the seed and the index,
     and reasoning-gym draws item ``i`` of seed ``s`` from ``Random(s + i)`` whatever the dataset's size, so one
     dataset per seed, as long as the largest index, holds every entry. A scorer that raises on an answer (as
     ``prime_factorization`` does on ``433.0``) counts it as wrong and never stops the caller; ``errors``, when
-    given, receives ``(question id, answer, "<Error>: <message>")`` for each."""
+    given, receives ``(question id, answer, "<Error>: <message>")`` for each. ``entries``: each question's
+    ``(seed, index)`` (a question file's ``generator``), instead of reading them from the ids."""
     if len(answers) != len(ids):
         raise ValueError(f"{len(answers)} questions' answers for {len(ids)} question ids")
-    where = [_seed_and_index(task, qid) for qid in ids]
+    where = list(entries) if entries is not None else [_seed_and_index(task, qid) for qid in ids]
     last: dict[int, int] = {}
     for seed, index in where:
         last[seed] = max(last.get(seed, 0), index)
@@ -150,13 +154,44 @@ def gold_check(project: Sequence[Sequence[bool]], generator: Sequence[Sequence[b
             "score_answer_only": sum(b and not a for a, b in pairs), "scorer_errors": scorer_errors}
 
 
+def _project_and_scorer(task: str, per_question: Sequence[dict], errors: list,
+                        entries: Sequence[tuple[int, int]] | None = None, **config):
+    project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]] for pq in per_question]
+    scorer = score_answers(task, [pq["id"] for pq in per_question],
+                           [[None if a == NO_ANSWER else a for a in pq["answers"]] for pq in per_question],
+                           errors=errors, entries=entries, **config)
+    return project, scorer
+
+
 def sampled_gold_check(task: str, per_question: Sequence[dict], **config) -> dict[str, Any]:
     """:func:`gold_check` of sampled answers: ``per_question`` is ``eval.sampled.SampledMetrics.per_question``
     (each with the question's ``id``, ``gold`` and the extracted ``answers``) of questions of ``task`` drawn
     with ``config``; the project's side is answer equivalence with gold, the generator's ``score_answer``."""
-    project = [[a != NO_ANSWER and answers_equal(a, pq["gold"]) for a in pq["answers"]] for pq in per_question]
     errors: list = []
-    scorer = score_answers(task, [pq["id"] for pq in per_question],
-                           [[None if a == NO_ANSWER else a for a in pq["answers"]] for pq in per_question],
-                           errors=errors, **config)
+    project, scorer = _project_and_scorer(task, per_question, errors, **config)
     return gold_check(project, scorer, scorer_errors=len(errors))
+
+
+def generator_gold_check(per_question: Sequence[dict], generators: Sequence[dict | None]) -> dict[str, Any] | None:
+    """:func:`gold_check` of the sampled answers of the questions whose ``generator`` (a question file's field)
+    is a reasoning-gym generator, each scored against its own entry (task, config, seed and index); None when
+    no question has one. ``generators[q]`` belongs to ``per_question[q]``."""
+    groups: dict[tuple[str, str], list[int]] = {}
+    for q, gen in enumerate(generators):
+        if gen is not None and is_reasoning_gym(gen["task"]):
+            groups.setdefault((gen["task"], json.dumps(gen["config"], sort_keys=True)), []).append(q)
+    if not groups:
+        return None
+    project: list = []
+    scorer: list = []
+    errors: list = []
+    for (task, config), members in groups.items():
+        p, s = _project_and_scorer(task, [per_question[q] for q in members], errors,
+                                   entries=[(generators[q]["seed"], generators[q]["index"]) for q in members],
+                                   **json.loads(config))
+        project += p
+        scorer += s
+    out = gold_check(project, scorer, scorer_errors=len(errors))
+    out["generators"] = sorted(task for task, _ in groups)
+    out["questions"] = sum(len(m) for m in groups.values())
+    return out
