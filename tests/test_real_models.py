@@ -54,10 +54,19 @@ def test_the_import_loads_as_a_local_checkpoint_and_generates(smollm2, capsys):
 
 
 def test_another_file_into_the_same_folder_and_bad_inputs_are_refused(smollm2, tmp_path):
-    other = tmp_path / "other.gguf"
-    other.write_bytes(b"GGUF not really")
+    import gguf
+
+    other = tmp_path / "other.gguf"  # a readable GGUF file (no tensors) that is not the imported one
+    writer = gguf.GGUFWriter(str(other), "llama")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
     with pytest.raises(UserError, match="holds the import of another file"):
         import_gguf(smollm2, str(other))
+    (tmp_path / "fake.gguf").write_bytes(b"GGUF not really")
+    with pytest.raises(UserError, match="fake.gguf is not a readable GGUF file"):
+        import_gguf(smollm2, str(tmp_path / "fake.gguf"))
     with pytest.raises(UserError, match="is not a file"):
         import_gguf(str(tmp_path / "x"), str(tmp_path / "missing.gguf"))
     (tmp_path / "busy").mkdir()

@@ -16,6 +16,7 @@ LoRA (PEFT) is optional: ``lora={"r": 8, "lora_alpha": 16, "target_modules": ["q
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import string
@@ -315,13 +316,47 @@ def from_pretrained(cls, name: str, **kwargs):
             if mapped:
                 raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
                                 "ttrl never runs a model folder's code (trust_remote_code=False)")
+    with _held_load_report():
+        try:
+            return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
+        except ValueError as err:
+            if "trust_remote_code" not in str(err):
+                raise
+            raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
+                            "folder's code (trust_remote_code=False)") from None
+
+
+@contextlib.contextmanager
+def _held_load_report():
+    """Hold back transformers' loading report (a table of every mismatched weight) while loading: shown as it
+    was when the load succeeds, dropped when it fails, where the one-line error says what went wrong."""
+    import logging
+
+    # the report goes to the logger its caller passes (modeling_utils'), else to loading_report's own
+    loggers = [logging.getLogger(n) for n in ("transformers.modeling_utils", "transformers.utils.loading_report")]
+    held: list[tuple[logging.Logger, logging.LogRecord]] = []
+
+    def holder(logger):
+        def hold(record: logging.LogRecord) -> bool:
+            if "LOAD REPORT" not in str(record.msg):
+                return True
+            held.append((logger, record))
+            return False
+        return hold
+
+    filters = [(logger, holder(logger)) for logger in loggers]
+    for logger, f in filters:
+        logger.addFilter(f)
     try:
-        return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
-    except ValueError as err:
-        if "trust_remote_code" not in str(err):
-            raise
-        raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
-                        "folder's code (trust_remote_code=False)") from None
+        yield
+    except BaseException:
+        for logger, f in filters:
+            logger.removeFilter(f)
+        raise
+    for logger, f in filters:
+        logger.removeFilter(f)
+    for logger, record in held:
+        logger.handle(record)
 
 
 def load_processor(name: str):
@@ -379,6 +414,19 @@ def load_tokenizer(name: str):
     return tok
 
 
+def _weights_error(error: BaseException) -> str | None:
+    """What a model folder's weights did wrong, from the loader's error, or None for any other error: a truncated
+    or corrupt safetensors file (safetensors' ``SafetensorError``), weights of another size than the config says
+    (transformers' size-mismatch report)."""
+    text = str(error)
+    if type(error).__name__ == "SafetensorError":
+        return f"a safetensors file is truncated or corrupt: {text.splitlines()[0][:200] if text else ''}"
+    if isinstance(error, RuntimeError) and ("size mismatch" in text or "ignore_mismatched_sizes" in text):
+        sizes = [ln.strip() for ln in text.splitlines() if "shape" in ln and ("checkpoint" in ln or "model" in ln)]
+        return "the weights' shapes do not match the config" + (f": {sizes[0][:200]}" if sizes else "")
+    return None
+
+
 def load_model(
     name: str,
     tokenizer=None,
@@ -419,6 +467,11 @@ def load_model(
             blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
             raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "
                             f"({blocked})") from None
+        except Exception as e:  # noqa: BLE001 - what a folder's weights do to the loader, named in one line
+            reason = _weights_error(e)
+            if reason is None:
+                raise
+            raise UserError(f"{name}: the weights cannot be loaded ({reason})") from None
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id

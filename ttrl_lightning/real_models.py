@@ -18,6 +18,7 @@ import importlib.util
 import json
 import os
 import shutil
+import struct
 import tempfile
 from dataclasses import asdict, dataclass
 
@@ -108,6 +109,25 @@ def _remove_dead_imports(parent: str) -> None:
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
+
+
+def check_gguf(path: str) -> None:
+    """Refuse (``UserError``) a file the GGUF reader cannot parse (empty, truncated, not GGUF, a corrupt header or
+    tensor table), naming it, before transformers reads it."""
+    from gguf import GGUFReader
+
+    if os.path.getsize(path) == 0:
+        raise UserError(f"--gguf: {path} is empty")
+    try:
+        GGUFReader(path)
+    except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error, UnicodeDecodeError,
+            OverflowError, MemoryError) as err:
+        raise UserError(f"--gguf: {path} is not a readable GGUF file ({type(err).__name__}: {_first_line(err)})") \
+            from None
+
+
 def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportReport:
     """Turn ``gguf`` (default: the packaged SmolLM2, :func:`packaged_gguf`) into the checkpoint folder ``out``
     (module docstring). ``progress``: a ``print``-like callable for the steps (None: silent)."""
@@ -118,9 +138,11 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     if not path.endswith(".gguf"):
         raise UserError(f"--gguf: {gguf} is not a .gguf file")
     _require("gguf", "accelerate")
+    check_gguf(path)
     sha = file_sha256(path)
     marker = os.path.join(out, MARKER)
     parent = os.path.dirname(os.path.abspath(out)) or "."
+    os.makedirs(parent, exist_ok=True)  # a path blocked by a file is refused before the file is read
     _remove_dead_imports(parent)
     if os.path.isfile(marker):
         try:
@@ -145,9 +167,13 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
 
     folder, name = os.path.split(path)
     say(f"reading {name} (dequantised to float32) ...")
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
-    source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                  trust_remote_code=False).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+        source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                      trust_remote_code=False).eval()
+    except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error) as err:  # what the file holds
+        raise UserError(f"--gguf: transformers cannot build a model from {gguf or path} "
+                        f"({type(err).__name__}: {_first_line(err)})") from None
     config = copy.deepcopy(source.config)
     if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is a plain float32 one
         del config.quantization_config

@@ -39,6 +39,7 @@ Errors and exit codes, the same for every command (:func:`main`):
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -82,7 +83,11 @@ def _usage() -> str:
 EXIT_USER_ERROR = 1
 
 #: Errors printed as one line (exit 1): the user's input, and paths the user gave that cannot be used.
-USER_ERRORS = (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+USER_ERRORS = (UserError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError,
+               FileExistsError)
+#: errno values of an ``OSError`` that a user's path causes (besides the subclasses above): a symlink loop, a
+#: name too long, a read-only file system
+PATH_ERRNOS = (errno.ELOOP, errno.ENAMETOOLONG, errno.EROFS)
 
 DEBUG_FLAG, DEBUG_ENV = "--debug", "TTRL_DEBUG"
 
@@ -115,9 +120,17 @@ def _debug_environment(flag: bool):
 
 
 def _one_line(error: BaseException) -> str:
-    """The message of a user error on one line; an ``OSError`` as ``path: reason``."""
+    """The message of a user error on one line; an ``OSError`` as ``path: reason`` (with what the reason means
+    when a folder could not be made: a file in the way, a symlink loop)."""
     if isinstance(error, OSError) and error.filename is not None:
-        text = f"{error.filename}: {error.strerror or error}"
+        reason = error.strerror or str(error)
+        if isinstance(error, FileExistsError):
+            blocker = "a broken or looping symlink" if os.path.islink(error.filename) and not \
+                os.path.exists(error.filename) else "a file"
+            reason += f" and is not a folder (a folder was to be made there: {blocker} is in the way)"
+        elif error.errno == errno.ELOOP:
+            reason += " (a symlink loop)"
+        text = f"{error.filename}: {reason}"
     else:
         text = str(error) or type(error).__name__
     return " ".join(text.split())
@@ -142,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
         with _debug_environment(flag), sigterm_as_interrupt():
             fn = getattr(importlib.import_module(module_name), fn_name)
             rc = fn(rest)
+    except OSError as e:
+        if debug or not (isinstance(e, USER_ERRORS) or e.errno in PATH_ERRNOS):
+            raise
+        print(f"ttrl {name}: {_one_line(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except USER_ERRORS as e:
         if debug:
             raise

@@ -45,6 +45,10 @@ def check_training_state(path: str, checkpoint: Mapping) -> None:
     if missing:
         raise UserError(f"checkpoint {path} has no training state to resume from (no {', '.join(missing)}); "
                         "to start from its weights, give it as --model.init_args.policy.model instead")
+    if "optimizer_states" not in checkpoint:
+        raise UserError(f"checkpoint {path} has no optimizer state to resume from (saved with weights only, "
+                        "ModelCheckpoint(save_weights_only=True)); to start from its weights, give it as "
+                        "--model.init_args.policy.model instead")
 
 
 def saved_model_config(checkpoint: Mapping) -> dict[str, Any]:
