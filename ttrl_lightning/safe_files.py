@@ -62,14 +62,64 @@ def atomic_write_path(path: str | os.PathLike) -> "contextlib.AbstractContextMan
     return _atomic_path(os.fspath(path))
 
 
+def _owner() -> str:
+    """``host-pid`` of this process, in its temporary files' names (safe in a file name)."""
+    import socket
+
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:64] or "host"
+    return f"{host}-{os.getpid()}"
+
+
+_OWNER = _owner()
+
+
+def _reset_owner_after_fork() -> None:
+    global _OWNER
+    _OWNER = _owner()
+
+
+os.register_at_fork(after_in_child=_reset_owner_after_fork)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
+
+
+def _remove_dead_temporaries(directory: str, base: str, ext: str) -> None:
+    """Remove the temporary files of earlier writes of ``base + ext`` whose process was killed (SIGKILL, a power
+    cut: no ``finally`` ran): those named for this host and a process id that is no longer running. Files of
+    another host (a shared file system) or of a running process are left alone."""
+    import re
+
+    host = _OWNER.rsplit("-", 1)[0]
+    pattern = re.compile(rf"\.{re.escape(base)}\.{re.escape(host)}-(\d+)\..*\.tmp{re.escape(ext)}")
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(directory, name))
+
+
 @contextlib.contextmanager
 def _atomic_path(path: str) -> Iterator[str]:
-    """A unique temporary file beside ``path`` (created by ``mkstemp``), given the target's mode and renamed
-    over ``path`` on a clean exit, removed on any exception: the one mechanism of both atomic writers."""
+    """A unique temporary file beside ``path`` (created by ``mkstemp``, named for this host and process), given
+    the target's mode and renamed over ``path`` on a clean exit, removed on any exception: the one mechanism of
+    both atomic writers. Temporaries of earlier writes of ``path`` by killed processes are removed first."""
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     base, ext = os.path.splitext(os.path.basename(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.", suffix=f".tmp{ext}")
+    _remove_dead_temporaries(directory, base, ext)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{base}.{_OWNER}.", suffix=f".tmp{ext}")
     os.close(fd)
     try:
         yield tmp
