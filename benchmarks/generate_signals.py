@@ -36,14 +36,13 @@ from _verdict import paired_ratios, paired_verdict  # noqa: E402
 CANDIDATES = ("plain", "ours", "eager")
 
 
-def build(args):
+def random_qwen2_vl(args):
+    """A Qwen2-VL of ``args``' size (hidden, layers, heads, kv heads, vocab; a 2-block vision tower of width
+    128) with random weights from seed 0, on ``args.device`` in ``args.dtype``, and its tokenizer."""
     import torch
     from transformers import AutoModelForImageTextToText
 
-    from ttrl_lightning.data.questions import read_questions
-    from ttrl_lightning.generate import PromptBuilder
-    from ttrl_lightning.generate.scene_questions import write_scene_questions
-    from ttrl_lightning.models import TINY_CONFIGS, TinyVLProcessor, build_tiny_vl_tokenizer
+    from ttrl_lightning.models import TINY_CONFIGS, build_tiny_vl_tokenizer
 
     tok = build_tiny_vl_tokenizer()
     cfg = TINY_CONFIGS["qwen2_vl"](tok, hidden=args.hidden, layers=args.layers, heads=args.heads,
@@ -51,8 +50,20 @@ def build(args):
                                    intermediate=4 * args.hidden, vision_depth=2, vision_width=128,
                                    vision_heads=4)
     torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(cfg).to(args.device, getattr(torch, args.dtype)).eval()
+    return model, tok
+
+
+def build(args):
+    import torch
+
+    from ttrl_lightning.data.questions import read_questions
+    from ttrl_lightning.generate import PromptBuilder
+    from ttrl_lightning.generate.scene_questions import write_scene_questions
+    from ttrl_lightning.models import TinyVLProcessor
+
+    model, tok = random_qwen2_vl(args)
     dtype = getattr(torch, args.dtype)
-    model = AutoModelForImageTextToText.from_config(cfg).to(args.device, dtype).eval()
     folder = os.path.join(args.workdir, "scenes")
     questions = read_questions(write_scene_questions(folder, args.prompts, seed=0))
     builder = PromptBuilder(tok, TinyVLProcessor(tok, max_pixels=args.pixels, min_pixels=56 * 56))

@@ -38,21 +38,15 @@ ENGINES = ("generate", "shared")
 
 def build(args):
     """The model, its tokenizer and processor, and one image question as the engine takes it."""
-    import torch
-    from transformers import AutoModelForImageTextToText
+    from generate_signals import random_qwen2_vl
 
     from ttrl_lightning.data.questions import read_questions
     from ttrl_lightning.generate.scene_questions import write_scene_questions
-    from ttrl_lightning.models import TINY_CONFIGS, TinyVLProcessor, build_tiny_vl_tokenizer
+    from ttrl_lightning.models import TinyVLProcessor
     from ttrl_lightning.prompt_format import format_prompt
     from ttrl_lightning.rollout.image_sampling import ImagePrompt
 
-    tok = build_tiny_vl_tokenizer()
-    cfg = TINY_CONFIGS["qwen2_vl"](tok, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                                   kv_heads=args.kv_heads, max_pos=4096, vocab=args.vocab,
-                                   intermediate=4 * args.hidden, vision_depth=2, vision_width=128, vision_heads=4)
-    torch.manual_seed(0)
-    model = AutoModelForImageTextToText.from_config(cfg).to(args.device, getattr(torch, args.dtype)).eval()
+    model, tok = random_qwen2_vl(args)
     processor = TinyVLProcessor(tok, min_pixels=args.pixels, max_pixels=args.pixels)
     q = read_questions(write_scene_questions(os.path.join(args.workdir, "scenes"), 1, seed=0))[0]
     prompt = ImagePrompt(format_prompt(q["prompt"], "chat", tok, processor, images=1), q["images"])
