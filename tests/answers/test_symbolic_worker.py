@@ -73,6 +73,7 @@ def test_a_worker_that_cannot_start_leaves_comparison_in_this_process(monkeypatc
     assert answers_equal(r"\frac{3}{6}", r"\sqrt{0.25}")
     assert not answers_equal(r"\frac{3}{7}", r"\sqrt{0.25}")
     assert sum("comparing answers in this process" in r.getMessage() for r in caplog.records) == 1
+    assert symbolic_worker._POOL.unavailable and symbolic_worker._POOL.started == 0  # not tried per comparison
 
 
 @pytest.mark.parametrize("text", [r"\prod_{k=1}^{4000} k^{4000}", r"\prod_{k=1}^{9999} k^{9999}",

@@ -133,9 +133,16 @@ class SymbolicWorkerPool:
         self._lock = threading.Lock()
         self.kills = 0
         self.started = 0
+        self.unavailable: str | None = None  # why no worker can be started here (then none is tried again)
 
     def _new(self) -> _Worker:
-        worker = _Worker()
+        if self.unavailable is not None:
+            raise WorkerUnavailable(self.unavailable)
+        try:
+            worker = _Worker()
+        except WorkerUnavailable as err:
+            self.unavailable = str(err)
+            raise
         self.started += 1
         return worker
 
@@ -162,7 +169,11 @@ class SymbolicWorkerPool:
         """
         worker = self._take()
         try:
-            worker.wait_ready()
+            try:
+                worker.wait_ready()
+            except WorkerUnavailable as err:
+                self.unavailable = str(err)
+                raise
             reply = worker.call(target or self.target, args, seconds)
         except _Overran:
             worker.kill()
@@ -195,6 +206,7 @@ class SymbolicWorkerPool:
         """In a forked child: drop the parent's workers without touching them (they serve the parent)."""
         self._idle = []
         self._lock = threading.Lock()
+        self.unavailable = None
 
 
 _POOL: SymbolicWorkerPool | None = None
