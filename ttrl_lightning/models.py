@@ -319,11 +319,40 @@ def from_pretrained(cls, name: str, **kwargs):
     with _held_load_report():
         try:
             return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
-        except ValueError as err:
-            if "trust_remote_code" not in str(err):
+        except Exception as err:  # noqa: BLE001 - sorted below: the folder's own code, its config, or re-raised
+            if isinstance(err, ValueError) and "trust_remote_code" in str(err):
+                raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
+                                "folder's code (trust_remote_code=False)") from None
+            cause = None if isinstance(err, (UserError, OSError)) else _config_error(cls, name, err)
+            if cause is None:
                 raise
-            raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
-                            "folder's code (trust_remote_code=False)") from None
+            raise _bad_config(name, cause) from None
+
+
+def _config_error(cls, name: str, err: BaseException) -> BaseException | None:
+    """The error of the folder's own config when it is what failed (a field of the wrong type, an unknown model
+    type, not an object): ``err`` itself when ``cls`` is ``AutoConfig``, else what ``AutoConfig`` raises on the
+    folder; None when the config reads."""
+    if getattr(cls, "__name__", "") == "AutoConfig":
+        content = isinstance(err, (TypeError, ValueError, KeyError, AttributeError)) or \
+            "Validation" in type(err).__name__
+        return err if content else None
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(name, trust_remote_code=False)
+    except OSError:
+        return None
+    except Exception as config_err:  # noqa: BLE001 - the config itself cannot be read
+        return config_err
+    return None
+
+
+def _bad_config(name: str, err: BaseException) -> UserError:
+    """A folder's ``config.json`` that transformers cannot read as a model config, in one line."""
+    lines = [ln.strip() for ln in str(err).strip().splitlines() if ln.strip()] or [type(err).__name__]
+    text = " ".join(lines[:2])[:240]
+    return UserError(f"{os.path.join(name, 'config.json')}: not a usable model config ({type(err).__name__}: {text})")
 
 
 @contextlib.contextmanager
@@ -421,6 +450,8 @@ def _weights_error(error: BaseException) -> str | None:
     text = str(error)
     if type(error).__name__ == "SafetensorError":
         return f"a safetensors file is truncated or corrupt: {text.splitlines()[0][:200] if text else ''}"
+    if isinstance(error, RuntimeError) and "negative dimension" in text:
+        return f"the config's sizes do not make a model: {text.splitlines()[0][:200]}"
     if isinstance(error, RuntimeError) and ("size mismatch" in text or "ignore_mismatched_sizes" in text):
         sizes = [ln.strip() for ln in text.splitlines() if "shape" in ln and ("checkpoint" in ln or "model" in ln)]
         return "the weights' shapes do not match the config" + (f": {sizes[0][:200]}" if sizes else "")

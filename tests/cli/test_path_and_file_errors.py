@@ -55,7 +55,9 @@ def test_corrupt_gguf_files_are_one_line(tmp_path, capsys):
         assert not (tmp_path / "m").exists()
 
 
-def test_model_folders_with_truncated_or_mis_sized_weights_are_one_line(tmp_path, capsys):
+def test_model_folders_with_bad_weights_or_configs_are_one_line(tmp_path, capsys):
+    """Truncated safetensors, weights of another size, a config field of the wrong type, a config that is not an
+    object, and sizes that make no model: each a traceback before, now one line naming the folder."""
     from ttrl_lightning.models import load_model, load_tokenizer
 
     tok = load_tokenizer("tiny:qwen2")
@@ -73,8 +75,19 @@ def test_model_folders_with_truncated_or_mis_sized_weights_are_one_line(tmp_path
     config = json.loads((sized / "config.json").read_text())
     config["hidden_size"] *= 2
     (sized / "config.json").write_text(json.dumps(config))
+    configs = {"typed": lambda c: {**c, "hidden_size": "64"}, "notanobject": lambda c: [1, 2],
+               "negative": lambda c: {**c, "num_attention_heads": -4}}
+    bad = {}
+    for name, change in configs.items():
+        bad[name] = tmp_path / name
+        os.system(f"cp -r {good} {bad[name]}")
+        config = json.loads((bad[name] / "config.json").read_text())
+        (bad[name] / "config.json").write_text(json.dumps(change(config)))
     capsys.readouterr()  # save_pretrained's progress bar
-    for folder, reason in ((trunc, "truncated or corrupt"), (sized, "shapes do not match the config")):
+    for folder, reason in ((trunc, "truncated or corrupt"), (sized, "shapes do not match the config"),
+                           (bad["typed"], "config.json: not a usable model config (StrictDataclass"),
+                           (bad["notanobject"], "config.json: not a usable model config"),
+                           (bad["negative"], "the config's sizes do not make a model")):
         for command in (["eval", "--data", str(q), "--k", "1"], ["generate", "--data", str(q), "--n", "1",
                                                                 "--out", str(tmp_path / "p.jsonl")]):
             assert main([*command, "--model", str(folder), "--max-new-tokens", "4", "--no-progress"]) == 1
