@@ -20,6 +20,13 @@ class UserError(ValueError):
     """
 
 
+def first_line(error: BaseException, limit: int | None = 200) -> str:
+    """The first line of ``error``'s message (its type's name when it has none), cut at ``limit`` characters
+    (None: uncut): how a library's multi-line error is quoted inside one line."""
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return line if limit is None else line[:limit]
+
+
 def checked_list(values, name: str, item_type: type | tuple[type, ...], item_name: str, *,
                  error: type[Exception] | None = None, empty_hint: str = "") -> list:
     """``values`` as a non-empty list whose every item is an ``item_type`` (``item_name`` in messages): a

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from ttrl_lightning.checkpoints import is_checkpoint_path, policy_state_from_checkpoint
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import UserError, first_line
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import TOOL_TOKENS
 
@@ -404,9 +404,8 @@ def load_processor(name: str):
     try:
         return from_pretrained(AutoProcessor, name)
     except (OSError, ValueError) as err:  # transformers' multi-line "Can't load image processor ..."
-        first = (str(err).splitlines() or [type(err).__name__])[0][:160]
-        raise UserError(f"{name}: a vision-language model without a loadable processor ({first}); save its "
-                        "processor into the folder (processor.save_pretrained) to show it images") from None
+        raise UserError(f"{name}: a vision-language model without a loadable processor ({first_line(err, 160)}); "
+                        "save its processor into the folder (processor.save_pretrained) to show it images") from None
 
 
 def is_tiny(name: str) -> bool:
@@ -449,9 +448,9 @@ def _weights_error(error: BaseException) -> str | None:
     (transformers' size-mismatch report)."""
     text = str(error)
     if type(error).__name__ == "SafetensorError":
-        return f"a safetensors file is truncated or corrupt: {text.splitlines()[0][:200] if text else ''}"
+        return f"a safetensors file is truncated or corrupt: {first_line(error)}"
     if isinstance(error, RuntimeError) and "negative dimension" in text:
-        return f"the config's sizes do not make a model: {text.splitlines()[0][:200]}"
+        return f"the config's sizes do not make a model: {first_line(error)}"
     if isinstance(error, RuntimeError) and ("size mismatch" in text or "ignore_mismatched_sizes" in text):
         sizes = [ln.strip() for ln in text.splitlines() if "shape" in ln and ("checkpoint" in ln or "model" in ln)]
         return "the weights' shapes do not match the config" + (f": {sizes[0][:200]}" if sizes else "")
@@ -517,9 +516,6 @@ def load_model(
     return model
 
 
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-
 
 def load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) -> tuple[nn.Module, dict]:
     """``(policy, saved spec fields)`` of a ``ttrl fit`` checkpoint: the policy is rebuilt from the checkpoint's
@@ -537,13 +533,13 @@ def load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) 
                            dtype=spec.get("dtype"), seed=int(spec.get("seed", 0)))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise UserError(f"checkpoint {path}: its policy's base model {inner!r} cannot be loaded "
-                        f"({_first_line(e)})") from None
+                        f"({first_line(e)})") from None
     try:
         missing, unexpected = model.load_state_dict(state, strict=False)
     except RuntimeError as e:  # a tensor whose shape differs from the model's
         reason = next((ln.strip() for ln in str(e).splitlines() if "size mismatch" in ln), "")
         raise UserError(f"checkpoint {path}: the policy weights do not fit the model its spec builds "
-                        f"({reason[:200] or _first_line(e)})") from None
+                        f"({reason[:200] or first_line(e)})") from None
     if missing or unexpected:
         what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
                 if missing else f"unexpected {unexpected[0]!r}")

@@ -22,7 +22,7 @@ import struct
 import tempfile
 from dataclasses import asdict, dataclass
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import UserError, first_line
 from ttrl_lightning.safe_files import file_sha256
 
 __all__ = ["PACKAGED_GGUF", "ImportReport", "packaged_gguf", "import_gguf", "MARKER"]
@@ -109,10 +109,6 @@ def _remove_dead_imports(parent: str) -> None:
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _first_line(err: BaseException) -> str:
-    return (str(err).strip().splitlines() or [type(err).__name__])[0][:300]
-
-
 def check_gguf(path: str) -> None:
     """Refuse (``UserError``) a file the GGUF reader cannot parse (empty, truncated, not GGUF, a corrupt header or
     tensor table), naming it, before transformers reads it."""
@@ -124,7 +120,7 @@ def check_gguf(path: str) -> None:
         GGUFReader(path)
     except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error, UnicodeDecodeError,
             OverflowError, MemoryError) as err:
-        raise UserError(f"--gguf: {path} is not a readable GGUF file ({type(err).__name__}: {_first_line(err)})") \
+        raise UserError(f"--gguf: {path} is not a readable GGUF file ({type(err).__name__}: {first_line(err, 300)})") \
             from None
 
 
@@ -173,7 +169,7 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
                                                       trust_remote_code=False).eval()
     except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error) as err:  # what the file holds
         raise UserError(f"--gguf: transformers cannot build a model from {gguf or path} "
-                        f"({type(err).__name__}: {_first_line(err)})") from None
+                        f"({type(err).__name__}: {first_line(err, 300)})") from None
     config = copy.deepcopy(source.config)
     if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is a plain float32 one
         del config.quantization_config

@@ -20,7 +20,7 @@ import time
 
 from ..answers.extractors import ANSWER_EXTRACTORS
 from ..data.pool import VIEWS
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..rollout.base import check_context, check_context_chars, context_limit
 from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, samples_per_question, seed
@@ -199,7 +199,7 @@ def _load(parser, args, questions, max_new, device):
     for the one-question-at-a-time HF path)."""
     from ..generate import PromptBuilder
     from ..models import load_processor
-    from .policy_source import _from_pretrained_error, load_policy
+    from .policy_source import load_policy
 
     t0 = time.perf_counter()
     policy = load_policy(args.model, dtype=args.dtype, device=device, seed=args.seed)
@@ -212,7 +212,7 @@ def _load(parser, args, questions, max_new, device):
         processor = load_processor(base)
     except (OSError, ValueError, KeyError, ImportError) as e:
         raise UserError(f"argument --model: the processor of {base} cannot be loaded "
-                        f"({_from_pretrained_error(e)})") from None
+                        f"({first_line(e)})") from None
     builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data)
     builder.check(questions)
     batched = args.batch_size > 1 or args.engine != "hf"

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from ..models import check_tiny_name, is_tiny, load_checkpoint_policy, load_model, load_tokenizer
 
 __all__ = ["LoadedPolicy", "load_policy", "policy_kind"]
@@ -64,10 +64,6 @@ def policy_kind(name: str, flag: str = "--model") -> str:
                     "folder or a .ckpt written by `ttrl fit`")
 
 
-def _from_pretrained_error(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
-
-
 def _load_ckpt(path: str, flag: str, dtype: str | None) -> LoadedPolicy:
     """The policy of a ``ttrl fit`` checkpoint (``models.load_checkpoint_policy``); its errors name the flag."""
     try:
@@ -91,7 +87,7 @@ def load_policy(name: str, *, dtype: str | None = None, device: str = "cpu", see
             model = load_model(name, tokenizer, dtype=dtype, seed=seed)
         except (OSError, ValueError, KeyError) as e:
             raise UserError(f"argument {flag}: {name} cannot be loaded "
-                            f"({_from_pretrained_error(e)})") from None
+                            f"({first_line(e)})") from None
         loaded = LoadedPolicy(model, tokenizer, kind)
     loaded.model.to(device).eval()
     return loaded

@@ -18,6 +18,7 @@ import json
 import os
 from typing import Iterable, Iterator
 
+from ..errors import first_line
 from ..safe_files import atomic_write, atomic_write_path
 from .pool_schema import PoolError, checked_records
 
@@ -61,6 +62,10 @@ def looks_like(head: bytes) -> str:
     return f"it starts with {head[:8]!r}"
 
 
+def _unreadable_parquet(path: str, error: BaseException) -> PoolError:
+    return PoolError(f"{path}: not a readable Parquet file ({first_line(error, None)})")
+
+
 def parse_parquet(path: str) -> Iterator[tuple[str, object]]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -68,8 +73,7 @@ def parse_parquet(path: str) -> Iterator[tuple[str, object]]:
     try:
         rows = pq.read_table(path).to_pylist()
     except (pa.ArrowException, OSError, ValueError) as e:
-        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        raise PoolError(f"{path}: not a readable Parquet file ({first_line})") from None
+        raise _unreadable_parquet(path, e) from None
     for i, rec in enumerate(rows):
         if isinstance(rec, dict) and isinstance(rec.get("choices"), list):
             rec["choices"] = dict(rec["choices"])  # a Parquet map reads back as (key, value) pairs
@@ -158,8 +162,7 @@ def read_settings(path: str) -> dict | None:
         try:
             metadata = pq.read_schema(path).metadata or {}
         except (pa.ArrowException, OSError, ValueError) as e:
-            first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise PoolError(f"{path}: not a readable Parquet file ({first_line})") from None
+            raise _unreadable_parquet(path, e) from None
         raw = metadata.get(_PARQUET_SETTINGS_KEY)
         if raw is None:
             return None

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Iterator
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from ..errors import UserError
+from ..errors import UserError, first_line
 from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompts
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
@@ -189,7 +189,7 @@ def _images(row: dict, where: str, folder: str) -> list[str]:
                                 f"the limit is PIL.Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS:,} pixels)") \
                 from None
         except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-            reason = (str(e).splitlines() or [type(e).__name__])[0]
+            reason = first_line(e, None)
             raise QuestionError(f"{where}: field {name!r}: image {full} is not readable ({reason})") from None
         out.append(full)
     return out
