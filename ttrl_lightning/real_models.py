@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 
 from ttrl_lightning.errors import UserError, first_line
-from ttrl_lightning.safe_files import file_sha256
+from ttrl_lightning.safe_files import file_sha256, pid_alive
 
 __all__ = ["PACKAGED_GGUF", "ImportReport", "packaged_gguf", "import_gguf", "MARKER"]
 
@@ -100,12 +100,10 @@ def _remove_dead_imports(parent: str) -> None:
         try:
             with open(os.path.join(entry.path, OWNER_FILE), encoding="ascii") as fh:
                 pid = int(fh.read().strip())
-            os.kill(pid, 0)
-            continue  # its import is still running
-        except PermissionError:
-            continue  # a living process of another user
         except (OSError, ValueError):
-            pass  # no owner file, an unreadable one, or its process is gone
+            pid = None  # no owner file, or an unreadable one
+        if pid is not None and pid_alive(pid):
+            continue  # its import is still running
         shutil.rmtree(entry.path, ignore_errors=True)
 
 

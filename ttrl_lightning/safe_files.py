@@ -81,7 +81,8 @@ def _reset_owner_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_owner_after_fork)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` runs on this machine (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -105,7 +106,7 @@ def _remove_dead_temporaries(directory: str, base: str, ext: str) -> None:
         return
     for name in names:
         m = pattern.fullmatch(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+        if m and int(m.group(1)) != os.getpid() and not pid_alive(int(m.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(directory, name))
 
