@@ -27,7 +27,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
-from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, encode_trace
+from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, ProcessorFromModule, encode_trace
 from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks, scene_source
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
@@ -156,12 +156,12 @@ def agent_prompt_splits(seed: int, sizes: dict[str, int], kinds: Sequence[str] |
             for name, items in splits.items()}
 
 
-class CoTADataModule(SFTDataModule):
+class CoTADataModule(ProcessorFromModule, SFTDataModule):
     """SFT on CoTA traces of the generated visual tasks: ``n_train`` traces from ``seed``, ``n_val`` from
     ``seed + 1`` (other scenes), task ``kinds`` (all by default); batches as ``SFTDataModule``'s.
     ``processor``: a vision-language model's (the traces then show the task image and the ZOOM crops as
     vision tokens and the batches carry their pixel inputs); None: the trained module's policy's
-    (``models.load_processor`` of its ``policy_spec.model``), which is None for a text model."""
+    (``PolicyModule.processor``: ``models.load_processor`` of its policy), which is None for a text model."""
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 280, n_val: int = 28,
                  batch_size: int = 16, max_length: int | None = 1024, seed: int = 0, num_workers: int = 0,
@@ -170,17 +170,6 @@ class CoTADataModule(SFTDataModule):
                          max_length=max_length, seed=seed, num_workers=num_workers, tokenizer=tokenizer)
         self.kinds = list(kinds) if kinds else None
         self.processor = processor
-
-    def _get_processor(self):
-        if self.processor is not None:
-            return self.processor
-        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
-        spec = getattr(module, "policy_spec", None)
-        if spec is None:
-            return None
-        from ttrl_lightning.models import load_processor
-
-        return load_processor(spec.model)
 
     def setup(self, stage: str | None = None) -> None:
         tok = self._get_tokenizer()

@@ -200,6 +200,19 @@ class _TokenizerFromModule:
         return tok
 
 
+class ProcessorFromModule:
+    """A datamodule's vision-language processor: the one it was given, else its trained module's."""
+
+    processor: Any
+
+    def _get_processor(self):
+        """The given processor, else the trained module's (``PolicyModule.processor``: None for a text model)."""
+        if self.processor is not None:
+            return self.processor
+        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
+        return getattr(module, "processor", None)
+
+
 class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
     """SFT traces of a generated task (``data.tasks.TASKS``), tokenised with the module's tokenizer.
 

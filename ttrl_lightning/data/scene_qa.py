@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ttrl_lightning.data.datamodules import SFTDataModule, encode_trace
+from ttrl_lightning.data.datamodules import SFTDataModule, ProcessorFromModule, encode_trace
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
 from ttrl_lightning.prompt_format import format_prompt
@@ -52,7 +53,7 @@ def scene_qa_splits(seed: int, sizes: dict[str, int], kinds: Sequence[str],
     return draw_splits([SplitSpec(name, n, source) for name, n in sizes.items()], exclude=taken)
 
 
-class SceneQADataModule(SFTDataModule):
+class SceneQADataModule(ProcessorFromModule, SFTDataModule):
     """SFT traces that answer generated scene questions directly (module docstring): ``n_train`` and ``n_val``
     distinct tasks of ``kinds`` from ``seed``, none in the ``exclude`` question files. ``processor``: the
     vision-language model's; None: the trained module's (``models.load_processor`` of its policy)."""
@@ -66,21 +67,12 @@ class SceneQADataModule(SFTDataModule):
         self.exclude = list(exclude)
         self.processor = processor
 
-    def _get_processor(self):
-        if self.processor is not None:
-            return self.processor
-        module = getattr(getattr(self, "trainer", None), "lightning_module", None)
-        processor = getattr(module, "processor", None)
-        if processor is None:
-            from ttrl_lightning.errors import UserError
-
-            raise UserError(f"{type(self).__name__}: the trained model has no processor; scene questions need a "
-                            "vision-language model")
-        return processor
-
     def setup(self, stage: str | None = None) -> None:
         tok = self._get_tokenizer()
         proc = self._get_processor()
+        if proc is None:
+            raise UserError(f"{type(self).__name__}: the trained model has no processor; scene questions need a "
+                            "vision-language model")
         h = self.hparams
         splits = scene_qa_splits(h.seed, {"train": h.n_train, "validation": h.n_val}, self.kinds, self.exclude)
 
