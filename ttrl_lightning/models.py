@@ -378,13 +378,10 @@ def _held_load_report():
         logger.addFilter(f)
     try:
         yield
-    except BaseException:
+    finally:
         for logger, f in filters:
             logger.removeFilter(f)
-        raise
-    for logger, f in filters:
-        logger.removeFilter(f)
-    for logger, record in held:
+    for logger, record in held:  # reached only when the load succeeded
         logger.handle(record)
 
 

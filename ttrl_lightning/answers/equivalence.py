@@ -25,7 +25,7 @@ from .budget import ComparisonTimeout, too_costly
 from .label import NO_ANSWER
 from .latex import strip_math_delimiters, unwrap_text_macros
 from .symbolic import compare_pair, far_apart
-from .symbolic_worker import WorkerUnavailable, default_pool
+from .symbolic_worker import KILL_GRACE_S, WorkerUnavailable, default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -246,8 +246,6 @@ def _compare_in_worker(a: str, b: str, budget: float) -> tuple[str, str | None]:
     """``compare_pair`` in the worker pool, killed ``KILL_GRACE_S`` past ``budget``; in this process (soft limit
     only) when no worker can be started, with one warning."""
     global _IN_PROCESS_WARNED
-    from .symbolic_worker import KILL_GRACE_S
-
     try:
         answered, value = default_pool().call((a, b, budget), budget + KILL_GRACE_S)
     except WorkerUnavailable as err:

@@ -103,11 +103,12 @@ class _Worker:
         self.ready = True
 
     def call(self, target: str, args: tuple, seconds: float):
-        self.wait_ready()
+        """Send one request to a ready worker; its reply within ``seconds`` (``_reply``)."""
         self._send.send((target, args))
         return self._reply(seconds)
 
     def kill(self) -> None:
+        """Close the pipes, kill the worker and reap it."""
         for conn in (self._send, self._recv):
             try:
                 conn.close()
@@ -118,10 +119,6 @@ class _Worker:
             self.proc.wait(timeout=5)
         except (OSError, subprocess.TimeoutExpired):
             pass
-
-    def close(self) -> None:
-        """Close the pipes (the worker exits on end of file) and reap it."""
-        self.kill()
 
 
 class SymbolicWorkerPool:
@@ -157,7 +154,7 @@ class SymbolicWorkerPool:
             if len(self._idle) < MAX_IDLE:
                 self._idle.append(worker)
                 return
-        worker.close()
+        worker.kill()
 
     def call(self, args: tuple, seconds: float, target: str | None = None):
         """``target(*args)`` in a worker. Returns ``(True, value)``, or ``(False, None)`` when no reply came
@@ -200,7 +197,7 @@ class SymbolicWorkerPool:
         with self._lock:
             idle, self._idle = self._idle, []
         for worker in idle:
-            worker.close()
+            worker.kill()
 
     def forget_after_fork(self) -> None:
         """In a forked child: drop the parent's workers without touching them (they serve the parent)."""

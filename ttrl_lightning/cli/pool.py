@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import re
 
+from ..data.pool_files import UNKNOWN_SETTINGS_FLAG
 from ..data.simulate import SimulationConfig
 from ..errors import UserError
 from ..safe_files import same_file
@@ -138,7 +139,7 @@ def build_parser() -> tuple[CommandParser, dict[str, CommandParser]]:
                    help="the merged pool, .jsonl or .parquet")
     m.add_argument("--data", default=None, metavar="QUESTIONS",
                    help="the question file the pools were sampled from: check that they cover it exactly")
-    m.add_argument("--allow-unknown-settings", action="store_true",
+    m.add_argument(UNKNOWN_SETTINGS_FLAG, action="store_true",
                    help="merge pools that carry no settings (written by other tools) too; the merged pool "
                         "then has none. Without it such a pool is refused: nothing could say it was made "
                         "with the same model, engine and sampling as the others")
@@ -186,7 +187,7 @@ def pool_main(argv: list[str]) -> int:
 def _settings_line(settings: dict | None) -> str:
     """The settings a pool carries, in one line (the ones that decide its rollouts first)."""
     if settings is None:
-        return "none (written by another tool: `ttrl pool merge` needs --allow-unknown-settings for it)"
+        return f"none (written by another tool: `ttrl pool merge` needs {UNKNOWN_SETTINGS_FLAG} for it)"
     if "simulated" in settings:
         return "a simulated pool (" + ", ".join(f"{k}={v}" for k, v in sorted(settings["simulated"].items())) + ")"
     first = ("model", "engine", "n", "views", "temperature", "top_p", "top_k", "max_new_tokens", "seed")

@@ -23,11 +23,13 @@ from ..safe_files import atomic_write, atomic_write_path
 from .pool_schema import PoolError, checked_records
 
 __all__ = ["read_records", "write_records", "parse_records", "PARQUET_MAGIC", "looks_like", "parse_jsonl",
-           "parse_parquet", "read_settings", "SETTINGS_KEY"]
+           "parse_parquet", "read_settings", "SETTINGS_KEY", "UNKNOWN_SETTINGS_FLAG"]
 
 #: the JSONL header's one key, and the Parquet metadata key (as bytes), that hold a pool's settings
 SETTINGS_KEY = "pool_settings"
 _PARQUET_SETTINGS_KEY = b"ttrl_lightning.pool_settings"
+#: the ``ttrl pool merge`` flag that lets pools without settings merge (named in the refusals)
+UNKNOWN_SETTINGS_FLAG = "--allow-unknown-settings"
 
 
 class _DuplicateKey(Exception):

@@ -17,12 +17,10 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from ..data.pool import PoolError, read_records, read_settings, write_records
+from ..data.pool_files import UNKNOWN_SETTINGS_FLAG
 from ..data.questions import few_ids
 
-__all__ = ["merge_records", "merge_pool_files", "common_settings", "UNKNOWN_SETTINGS_FLAG"]
-
-#: the ``ttrl pool merge`` flag that lets pools without settings merge
-UNKNOWN_SETTINGS_FLAG = "--allow-unknown-settings"
+__all__ = ["merge_records", "merge_pool_files", "common_settings"]
 
 #: settings that may differ between the rank pools of one run (they say which share a pool holds)
 _PER_RANK = ("rank", "world_size")
