@@ -104,8 +104,10 @@ def mib(n: int) -> float:
 
 
 def write_json(path: str, payload: dict) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as fh:
+    """Write a benchmark's JSON report through a temporary file renamed into place (never half-written)."""
+    from ttrl_lightning.safe_files import atomic_write
+
+    with atomic_write(path) as fh:
         json.dump(payload, fh, indent=2)
     print(f"wrote {path}")
 

@@ -23,7 +23,6 @@ on CPU (and at most 1.15x, the bound for recording visual engagement while sampl
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import write_json  # noqa: E402
 from _verdict import paired_ratios, paired_verdict  # noqa: E402
 
 CANDIDATES = ("plain", "ours", "eager")
@@ -210,11 +210,7 @@ def main(argv=None) -> int:
     print(f"target ours <= 1.15x plain (visual engagement while sampling): "
           f"{result['verdicts']['ours_within_1.15x_plain']}")
     print(f"target ours below eager: {result['verdicts']['ours_below_eager']}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    from ttrl_lightning.safe_files import atomic_write
-
-    with atomic_write(args.out) as fh:
-        json.dump(result, fh, indent=1)
+    write_json(args.out, result)
     return 0
 
 

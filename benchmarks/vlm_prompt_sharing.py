@@ -23,7 +23,6 @@ generated scene (``generate.scene_questions``) shown at ``--pixels`` (448 x 448:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _memory import write_json  # noqa: E402
 from _verdict import paired_ratios, paired_verdict  # noqa: E402
 
 ENGINES = ("generate", "shared")
@@ -143,11 +143,7 @@ def main(argv=None) -> int:
     print(f"target: prompt-shared time at n {big} <= {args.growth:g}x its time at n 1 (O(prompt)): "
           f"{result['verdicts']['shared_O_prompt']}")
     print(f"target: one image encoded per question prompt-shared: {result['verdicts']['one_image_encoding_per_question']}")
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    from ttrl_lightning.safe_files import atomic_write
-
-    with atomic_write(args.out) as fh:
-        json.dump(result, fh, indent=1)
+    write_json(args.out, result)
     return 0
 
 
