@@ -230,8 +230,8 @@ def _symbolic_equal(a: str, b: str, na: str, nb: str) -> bool:
     if decision == "timeout":
         _STATS["timeouts"] += 1
         logger.warning("comparing %r and %r took over %g s: counted as different", a[:60], b[:60], budget)
-    if decision == "timeout" and budget < COMPARISON_BUDGET_S:
-        return False  # cut short by the labelling call's budget: not a property of the pair, not cached
+        if budget < COMPARISON_BUDGET_S:
+            return False  # cut short by the labelling call's budget: not a property of the pair, not cached
     with _CACHE_LOCK:
         if culprit is not None:
             _UNDECIDABLE.put(na if culprit == "a" else nb, None)
