@@ -84,3 +84,69 @@ def test_the_reference_chain_answers_the_question(kind):
         "when": lambda: f"{art['segments'][0]['start']}-{art['segments'][0]['end']}",
     }[kind]()
     assert answer == task.answer
+
+
+# --- glance tasks ------------------------------------------------------------------------------------------
+
+
+def _fill(scene):
+    obj = scene.objects[0]
+    colours = {tuple(int(v) for v in px) for px in scene.image[obj.mask]}
+    assert len(colours) == 1  # one flat fill, no anti-aliasing
+    return np.array(colours.pop(), dtype=float)
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_a_glance_scene_is_one_large_object_of_its_named_colour(index):
+    from ttrl_lightning.data.scenes import GLANCE_RADII, GLANCE_SIZE, make_glance
+
+    scene = make_glance(2, index)
+    assert scene.image.shape == (GLANCE_SIZE, GLANCE_SIZE, 3) and not scene.words and len(scene.objects) == 1
+    obj = scene.objects[0]
+    assert (_fill(scene) == COLOURS[obj.colour]).all()
+    assert (scene.image[~obj.mask] == BACKGROUND).all()
+    x0, y0, x1, y1 = obj.box
+    assert max(x1 - x0, y1 - y0) >= 2 * GLANCE_RADII[0]  # at least 48 of the 112 pixels across
+
+
+@pytest.mark.parametrize("index", range(24))
+def test_a_tinted_object_is_mixed_toward_one_other_colour_and_stays_nearest_its_own(index):
+    from ttrl_lightning.data.scenes import GLANCE_COLOUR_QUESTIONS, GLANCE_TASKS, TINT, make_glance
+
+    plain, tinted = make_glance(5, index), make_glance(5, index, TINT)
+    obj = tinted.objects[0]
+    assert obj.label == plain.objects[0].label and (obj.mask == plain.objects[0].mask).all()
+    fill, own = _fill(tinted), np.array(COLOURS[obj.colour], dtype=float)
+    distances = {c: float(np.linalg.norm(fill - np.array(rgb, dtype=float))) for c, rgb in COLOURS.items()}
+    assert min(distances, key=distances.get) == obj.colour and distances[obj.colour] > 0
+    # fill = (1 - f) * own + f * other for exactly one other palette colour, f in TINT (up to rounding)
+    fits = []
+    for name, rgb in COLOURS.items():
+        d = np.array(rgb, dtype=float) - own
+        if name == obj.colour:
+            continue
+        f = float((fill - own) @ d / (d @ d))
+        if np.abs(own + f * d - fill).max() <= 1.0:  # rounding to integers moves each channel <= 0.5
+            fits.append((name, f))
+    assert len(fits) == 1 and TINT[0] - 0.01 <= fits[0][1] <= TINT[1] + 0.01, fits
+    task = GLANCE_TASKS["tinted_object_colour"](5, index)
+    assert task.answer == obj.colour and task.question in GLANCE_COLOUR_QUESTIONS
+    # the wordings differ in length, so the answer starts at another position (scenes.GLANCE_COLOUR_QUESTIONS)
+    assert len({len(q) for q in GLANCE_COLOUR_QUESTIONS}) == len(GLANCE_COLOUR_QUESTIONS)
+    assert task.image.tobytes() == tinted.image.tobytes()
+
+
+def test_glance_kinds_are_found_by_name_but_stay_out_of_the_tool_tasks():
+    from ttrl_lightning.data.scenes import GLANCE_TASKS, scene_source, scene_task
+
+    assert set(GLANCE_TASKS.names()) == {"object_colour", "tinted_object_colour"}
+    assert not set(GLANCE_TASKS.names()) & set(SCENE_TASKS.names())  # the agent's defaults are unchanged
+    assert {t.kind for t in make_tasks(0, 14)} == set(SCENE_TASKS.names())
+    assert [t.kind for t in make_tasks(0, 2, ["object_colour", "colour"])] == ["object_colour", "colour"]
+    assert scene_task("tinted_object_colour") is GLANCE_TASKS["tinted_object_colour"]
+    with pytest.raises(KeyError, match="known: .*count.*object_colour"):
+        scene_source(0, ["object_color"])
+    with pytest.raises(ValueError, match="tint must satisfy"):
+        from ttrl_lightning.data.scenes import make_glance
+
+        make_glance(0, 0, (0.3, 0.6))  # past one half the mixing colour would be the nearer one

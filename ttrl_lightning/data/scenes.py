@@ -24,6 +24,12 @@ downloaded) from a ``random.Random`` seeded with ``seed * 1_000_003 + index`` (t
   ``when``       In which frames is the green square visible?            TEMP
   =============  ======================================================  ==========================
 
+* :data:`GLANCE_TASKS`: questions answered at a glance, without tools, for direct-answer SFT and test-time RL
+  of a small vision-language model (``ttrl demo --part vlm``): one large object alone on a small canvas
+  (:func:`make_glance`), asked its colour (``object_colour``, in one of :data:`GLANCE_COLOUR_QUESTIONS`), and its
+  shifted twin ``tinted_object_colour``, whose object is tinted toward another palette colour (:data:`TINT`).
+  :func:`scene_task` finds a kind in either registry.
+
 Boxes are pixel boxes ``(x0, y0, x1, y1)`` with ``x1, y1`` exclusive (the tools' artifacts normalise them).
 """
 
@@ -436,11 +442,103 @@ def when_task(seed: int, index: int) -> SceneTask:
     )
 
 
+# --- glance tasks: one object, no tools -------------------------------------------------------------------
+
+#: side of a glance scene's square canvas: the largest image the tiny vision-language processor encodes
+#: unresized (``models`` tiny processor, ``max_pixels`` 112 * 112), i.e. 4 x 4 merged vision tokens
+GLANCE_SIZE = 112
+#: radius range of a glance scene's object, in pixels: it spans 43-79% of the canvas side
+GLANCE_RADII = (24, 44)
+#: range of the tint fraction ``f`` of ``tinted_object_colour``: the object's pixels are
+#: ``(1 - f) * its colour + f * another palette colour``
+TINT = (0.15, 0.40)
+
+#: task kind -> ``(seed, index) -> SceneTask``: the glance tasks (module docstring)
+GLANCE_TASKS: Registry[Callable[[int, int], SceneTask]] = Registry("glance task")
+
+
+def _nearest_colour(rgb: np.ndarray) -> str:
+    return min(COLOURS, key=lambda c: float(((rgb - np.asarray(COLOURS[c], dtype=float)) ** 2).sum()))
+
+
+def make_glance(seed: int, index: int, tint: tuple[float, float] | None = None) -> Scene:
+    """Glance scene ``index`` of ``seed``: one object of a random shape and palette colour, radius drawn from
+    :data:`GLANCE_RADII`, alone on a :data:`GLANCE_SIZE` square canvas, no words.
+
+    ``tint = (lo, hi)``: its pixels become ``(1 - f) * COLOURS[colour] + f * COLOURS[other]``, ``f ~ U(lo, hi)``,
+    ``other`` another palette colour, redrawn until the tinted colour's nearest palette colour (Euclidean RGB)
+    is still its own, so the object's ``colour`` stays the true answer."""
+    rng = scene_rng(seed, index)
+    shape, colour = rng.choice(sorted(SHAPES)), rng.choice(sorted(COLOURS))
+    r = rng.randint(*GLANCE_RADII)
+    cx = rng.randint(r + MARGIN, GLANCE_SIZE - r - MARGIN - 1)
+    cy = rng.randint(r + MARGIN, GLANCE_SIZE - r - MARGIN - 1)
+    rgb = np.asarray(COLOURS[colour], dtype=float)
+    if tint is not None:
+        lo, hi = tint
+        if not 0 <= lo <= hi < 0.5:
+            raise ValueError(f"tint must satisfy 0 <= lo <= hi < 0.5, got {tint}")
+        for _ in range(100):
+            other = rng.choice(sorted(c for c in COLOURS if c != colour))
+            f = rng.uniform(lo, hi)
+            mixed = (1 - f) * rgb + f * np.asarray(COLOURS[other], dtype=float)
+            if _nearest_colour(mixed) == colour:
+                rgb = mixed
+                break
+        else:
+            raise ValueError(f"glance scene {index}: no tint of {colour} in {tint} stays nearest {colour}")
+    img = Image.new("RGB", (GLANCE_SIZE, GLANCE_SIZE), BACKGROUND)
+    fill = tuple(int(v) for v in np.rint(rgb))
+    _draw_shape(ImageDraw.Draw(img), shape, cx, cy, r, fill)
+    mask = _shape_mask(shape, cx, cy, r, GLANCE_SIZE, GLANCE_SIZE)
+    obj = SceneObject(shape, colour, size_name(mask.sum() / GLANCE_SIZE**2), _box_of(mask), mask)
+    return Scene(np.asarray(img, dtype=np.uint8).copy(), (obj,), ())
+
+
+#: the wordings of a glance colour question, one drawn per item. Their lengths differ, so the answer starts at
+#: another position from question to question: with one wording a small model can learn to spell each answer
+#: letter from its position and the image instead of from the letters before it, and on an image between two
+#: colours it then spells a mixture of both ("plrple"; measured on ``configs/sft/tiny_vlm.yaml``)
+GLANCE_COLOUR_QUESTIONS = (
+    "What colour is the object?",
+    "What colour is it?",
+    "Which colour does the object in the picture have?",
+    "Name the colour of the shape.",
+    "What is the colour of the one object in this image?",
+)
+
+
+def _glance_colour_task(kind: str, seed: int, index: int, tint: tuple[float, float] | None) -> SceneTask:
+    scene = make_glance(seed, index, tint)
+    obj = scene.objects[0]
+    question = scene_rng(seed, index + 7_919).choice(GLANCE_COLOUR_QUESTIONS)
+    return SceneTask(kind, "PROP", question, obj.colour, (("PROP", {"query": "object"}),),
+                     image=scene.image, truth={"colour": obj.colour, "shape": obj.shape, "box": obj.box})
+
+
+@GLANCE_TASKS.register("object_colour")
+def object_colour_task(seed: int, index: int) -> SceneTask:
+    return _glance_colour_task("object_colour", seed, index, None)
+
+
+@GLANCE_TASKS.register("tinted_object_colour")
+def tinted_object_colour_task(seed: int, index: int) -> SceneTask:
+    return _glance_colour_task("tinted_object_colour", seed, index, TINT)
+
+
+def scene_task(kind: str) -> Callable[[int, int], SceneTask]:
+    """The maker of task ``kind``: a tool task (:data:`SCENE_TASKS`) or a glance task (:data:`GLANCE_TASKS`)."""
+    for registry in (SCENE_TASKS, GLANCE_TASKS):
+        if kind in registry:
+            return registry[kind]
+    raise KeyError(f"unknown scene task {kind!r}; known: {', '.join(SCENE_TASKS.names() + GLANCE_TASKS.names())}")
+
+
 def make_tasks(seed: int, n: int, kinds: list[str] | None = None) -> list[SceneTask]:
-    """``n`` tasks cycling through ``kinds`` (all of :data:`SCENE_TASKS` by default), item ``i`` drawn
-    from ``(seed, i)``."""
+    """``n`` tasks cycling through ``kinds`` (all of :data:`SCENE_TASKS` by default; glance kinds too), item
+    ``i`` drawn from ``(seed, i)``."""
     kinds = kinds or SCENE_TASKS.names()
-    return [SCENE_TASKS[kinds[i % len(kinds)]](seed, i) for i in range(n)]
+    return [scene_task(kinds[i % len(kinds)])(seed, i) for i in range(n)]
 
 
 def scene_source(seed: int, kinds: list[str] | None = None):
@@ -451,11 +549,12 @@ def scene_source(seed: int, kinds: list[str] | None = None):
     from .splits import QuestionSource
 
     kinds = list(kinds or SCENE_TASKS.names())
+    makers = [scene_task(k) for k in kinds]  # an unknown kind fails here, naming the known ones
     drawn: list[dict] = []
 
     def draw(n: int) -> list[dict]:
         for i in range(len(drawn), n):  # memoised: a longer draw renders only the new scenes
-            task = SCENE_TASKS[kinds[i % len(kinds)]](seed, i)
+            task = makers[i % len(kinds)](seed, i)
             pixels = [task.image] if task.image is not None else list(task.frames or ())
             drawn.append({"index": i, "task": task, "prompt": task.question, "images": pixels})
         return drawn[:n]

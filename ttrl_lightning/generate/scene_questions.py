@@ -15,15 +15,18 @@ import json
 import os
 
 from ..data.scene_qa import scene_qa_splits
+from ..data.scenes import GLANCE_TASKS
 from ..safe_files import atomic_write, atomic_write_path
 
-__all__ = ["IMAGE_TASKS", "write_scene_questions"]
+__all__ = ["IMAGE_TASKS", "TOOL_IMAGE_TASKS", "write_scene_questions"]
 
-#: the scene tasks with one image (``data.scenes.SCENE_TASKS`` minus the clip tasks)
-IMAGE_TASKS = ("count", "colour", "shape", "read", "read_small")
+#: the tool tasks with one image (``data.scenes.SCENE_TASKS`` minus the clip tasks): the default kinds
+TOOL_IMAGE_TASKS = ("count", "colour", "shape", "read", "read_small")
+#: every kind a question file can hold: those and the glance tasks (``data.scenes.GLANCE_TASKS``)
+IMAGE_TASKS = (*TOOL_IMAGE_TASKS, *GLANCE_TASKS.names())
 
 
-def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=IMAGE_TASKS, exclude=()) -> str:
+def write_scene_questions(folder: str, n: int, seed: int = 0, kinds=TOOL_IMAGE_TASKS, exclude=()) -> str:
     """Write ``n`` distinct scene questions (module docstring) under ``folder``, none of them a question of the
     question files in ``exclude`` (same prompt and pixels: ``data.splits``); returns the question file's path."""
     from PIL import Image
@@ -55,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("folder")
     p.add_argument("--n", type=int, default=24)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--kinds", nargs="+", default=list(IMAGE_TASKS), choices=IMAGE_TASKS)
+    p.add_argument("--kinds", nargs="+", default=list(TOOL_IMAGE_TASKS), choices=IMAGE_TASKS)
     p.add_argument("--exclude", nargs="+", default=[], metavar="FILE", help="question files to share no question with")
     args = p.parse_args(argv)
     print(write_scene_questions(args.folder, args.n, args.seed, args.kinds, args.exclude))
