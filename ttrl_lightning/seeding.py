@@ -26,6 +26,7 @@ STREAM_STRIDES: dict[str, int] = {
     "generate": 2,             # ttrl generate: question `step` (its row in the file), view `rank` (0 / 1)
     "generate_batch": 1009,    # ttrl generate --batch-size B > 1: the batch whose first question is row `step`,
                                # `rank` = B (the batch's questions and views share one engine call)
+    "label_noise": 1,          # SceneQADataModule: which training answers are made wrong (step 0)
 }
 
 

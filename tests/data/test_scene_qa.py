@@ -51,3 +51,48 @@ def test_the_datamodule_batches_traces_with_their_pixels():
     assert batch["input_ids"].shape[0] == 4 and batch["image_grid_thw"].shape == (4, 3)
     assert int((batch["input_ids"] == proc.image_token_id).sum()) == int(
         (batch["image_grid_thw"].prod(-1) // 4).sum())
+
+
+def test_label_noise_makes_the_given_share_of_training_answers_wrong_among_the_kinds_answers():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from ttrl_lightning.data.scene_qa import noisy_answers
+    from ttrl_lightning.errors import UserError
+
+    colours, shapes = ["red", "green", "blue", "yellow"], ["circle", "square"]
+    tasks = [SimpleNamespace(kind="colour", answer=colours[i % 4]) for i in range(3000)]
+    tasks += [SimpleNamespace(kind="shape", answer=shapes[i % 2]) for i in range(1000)]
+    assert noisy_answers(tasks, 0.0, 3) == [t.answer for t in tasks]
+    noisy = noisy_answers(tasks, 0.25, 3)
+    assert noisy == noisy_answers(tasks, 0.25, 3) and noisy != noisy_answers(tasks, 0.25, 4)
+    wrong = [(t, a) for t, a in zip(tasks, noisy) if a != t.answer]
+    assert 0.23 < len(wrong) / len(tasks) < 0.27  # binomial sd 0.007 at n = 4000
+    assert all(a in (colours if t.kind == "colour" else shapes) for t, a in wrong)  # never across kinds
+    # uniform among the kind's other answers: each other colour about a third of the flips of a colour
+    from collections import Counter
+
+    flips_of_red = Counter(a for t, a in wrong if t.answer == "red")
+    assert set(flips_of_red) == {"green", "blue", "yellow"}
+    assert min(flips_of_red.values()) > 0.2 * sum(flips_of_red.values())
+    for bad in (-0.1, 1.0):
+        with pytest.raises(UserError, match=r"label_noise must be"):
+            noisy_answers(tasks, bad, 0)
+        with pytest.raises(UserError, match=r"SceneQADataModule argument label_noise must be"):
+            SceneQADataModule(label_noise=bad)
+
+
+def test_label_noise_changes_training_answers_only():
+    tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
+    kw = dict(kinds=["object_colour"], n_train=24, n_val=8, batch_size=4, seed=2, tokenizer=tok, processor=proc)
+    clean, noisy = SceneQADataModule(**kw), SceneQADataModule(label_noise=0.5, **kw)
+    clean.setup(), noisy.setup()
+
+    def answers(traces):
+        return [tok.decode([t for t, label in zip(tr["input_ids"], tr["labels"]) if label != IGNORE_INDEX])
+                for tr in traces]
+
+    assert answers(clean._val) == answers(noisy._val)
+    changed = [(a, b) for a, b in zip(answers(clean._train), answers(noisy._train)) if a != b]
+    assert 4 <= len(changed) <= 20 and all(b.startswith("The answer is ") for _, b in changed)
