@@ -454,6 +454,17 @@ def _weights_error(error: BaseException) -> str | None:
     return None
 
 
+def _check_all_weights_loaded(name: str, config, info: dict) -> None:
+    """Refuse a folder whose weight files lack weights of the model its ``config.json`` describes: transformers
+    would initialise them at random and load the rest (a ``model_type`` over another architecture's weights
+    loads with every weight random), a model that samples without an error and answers nothing."""
+    missing = list(info.get("missing_keys") or [])
+    if missing:
+        raise UserError(f"{name}: {len(missing)} weights of the {getattr(config, 'model_type', '?')} model that "
+                        f"config.json describes are not in its weight files (first: {sorted(missing)[0]!r}); "
+                        "they would be random: the config does not match the weights")
+
+
 def load_model(
     name: str,
     tokenizer=None,
@@ -489,7 +500,8 @@ def load_model(
         from transformers import AutoConfig
 
         try:
-            model = from_pretrained(_auto_model_class(from_pretrained(AutoConfig, name)), name, **kwargs)
+            config = from_pretrained(AutoConfig, name)
+            model, info = from_pretrained(_auto_model_class(config), name, output_loading_info=True, **kwargs)
         except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
             blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
             raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "
@@ -499,6 +511,7 @@ def load_model(
             if reason is None:
                 raise
             raise UserError(f"{name}: the weights cannot be loaded ({reason})") from None
+        _check_all_weights_loaded(name, config, info)
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id

@@ -57,7 +57,8 @@ def test_corrupt_gguf_files_are_one_line(tmp_path, capsys):
 
 def test_model_folders_with_bad_weights_or_configs_are_one_line(tmp_path, capsys):
     """Truncated safetensors, weights of another size, a config field of the wrong type, a config that is not an
-    object, and sizes that make no model: each a traceback before, now one line naming the folder."""
+    object, and sizes that make no model: each a traceback before, now one line naming the folder. A config of
+    another model type over the weights loaded before with every weight random, and sampled without an error."""
     from ttrl_lightning.models import load_model, load_tokenizer
 
     tok = load_tokenizer("tiny:qwen2")
@@ -76,7 +77,8 @@ def test_model_folders_with_bad_weights_or_configs_are_one_line(tmp_path, capsys
     config["hidden_size"] *= 2
     (sized / "config.json").write_text(json.dumps(config))
     configs = {"typed": lambda c: {**c, "hidden_size": "64"}, "notanobject": lambda c: [1, 2],
-               "negative": lambda c: {**c, "num_attention_heads": -4}}
+               "negative": lambda c: {**c, "num_attention_heads": -4},
+               "othertype": lambda c: {**c, "model_type": "bert", "architectures": ["BertLMHeadModel"]}}
     bad = {}
     for name, change in configs.items():
         bad[name] = tmp_path / name
@@ -87,7 +89,9 @@ def test_model_folders_with_bad_weights_or_configs_are_one_line(tmp_path, capsys
     for folder, reason in ((trunc, "truncated or corrupt"), (sized, "shapes do not match the config"),
                            (bad["typed"], "config.json: not a usable model config (StrictDataclass"),
                            (bad["notanobject"], "config.json: not a usable model config"),
-                           (bad["negative"], "the config's sizes do not make a model")):
+                           (bad["negative"], "the config's sizes do not make a model"),
+                           (bad["othertype"], "weights of the bert model that config.json describes are not in "
+                                              "its weight files")):
         for command in (["eval", "--data", str(q), "--k", "1"], ["generate", "--data", str(q), "--n", "1",
                                                                 "--out", str(tmp_path / "p.jsonl")]):
             assert main([*command, "--model", str(folder), "--max-new-tokens", "4", "--no-progress"]) == 1
