@@ -27,11 +27,15 @@ $(STAMP): setup.py pyproject.toml requirements.txt requirements-dev.txt requirem
 	$(PY) -c "import ttrl_lightning, torch, lightning, transformers; print('ttrl_lightning', ttrl_lightning.__version__, '| torch', torch.__version__, '| transformers', transformers.__version__)"
 	touch $(STAMP)
 
-.PHONY: install demo test test-all real-model
+.PHONY: install demo demo-vlm test test-all real-model
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/ttrl demo --out outputs/demo
+
+# the vision-language demo: a tiny Qwen2-VL SFT'd on glance questions, then test-time RL with its images
+demo-vlm: $(STAMP)
+	$(VENV)/bin/ttrl demo --part vlm --out outputs/demo_vlm
 
 test: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q -m "not slow" tests

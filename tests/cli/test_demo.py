@@ -61,3 +61,41 @@ def test_demo_best_of_n_part(tmp_path, capfd):
     assert report["num_questions"] == 20 and set(report["accuracy"]["visconf_rwc"]) == {"8", "16", "32"}
     printed = capfd.readouterr().out
     assert "best-of-N on a synthetic pool" in printed and "visconf_rwc" in printed
+
+
+def test_vlm_demo_configs_are_packaged():
+    from ttrl_lightning.cli.demo_vlm import VLM_SFT_CONFIG, VLM_TTRL_CONFIG
+
+    for name in (VLM_SFT_CONFIG, VLM_TTRL_CONFIG):
+        assert Path(config_path(name)).read_bytes() == (ROOT / "configs" / name).read_bytes()
+
+
+# ~45 s on 2 cores: 3 SFT steps, then 1 TTRL step per arm and seed on 8 questions per split, in this process
+def test_vlm_demo_runs_every_step_and_reports_both_controls(tmp_path):
+    from ttrl_lightning.cli.demo import VLM_CONTROLS
+    from ttrl_lightning.cli.demo_vlm import plot_vlm_curves, run_vlm_demo, vlm_table
+    from ttrl_lightning.data.questions import read_questions
+
+    sizes = {"train": 8, "validation": 8, "calibration": 8}
+    arms = ["majority", "visconf", *VLM_CONTROLS]
+    report = run_vlm_demo(str(tmp_path), arms, 0, [0, 1], sft_steps=3, ttrl_steps=1, sizes=sizes)
+    files = {name: read_questions(str(tmp_path / "questions" / name / "questions.jsonl")) for name in sizes}
+    assert all(len(q) == 8 and all(len(x["images"]) == 1 for x in q) for q in files.values())
+    ids = [x["id"] for q in files.values() for x in q]
+    assert len(set(ids)) == 24 and all(i.startswith("tinted_object_colour-") for i in ids)
+    assert list(report["arms"]) == arms
+    for arm, entry in report["arms"].items():
+        assert [r["seed"] for r in entry["runs"]] == [0, 1] and all(r["steps"] == 1 for r in entry["runs"])
+        for r in entry["runs"]:
+            assert r["curve"][0] == (0, report["before"]["validation"]["avg"])  # step 0: the SFT model
+            for split in ("train", "validation"):
+                assert abs(r["after"][split]["avg"] * 64 - round(r["after"][split]["avg"] * 64)) < 1e-9
+        values = [r["after"]["validation"]["avg"] for r in entry["runs"]]
+        assert entry["validation_avg_spread"] == pytest.approx(max(values) - min(values))
+        assert entry["validation_avg_gain"] == pytest.approx(sum(values) / 2 - report["before"]["validation"]["avg"])
+        if arm in VLM_CONTROLS:
+            assert entry["label_accuracy"] is None and entry["coverage"] is None  # a coin or gold is no label
+    table = vlm_table(report)
+    assert all(arm in table for arm in arms) and "SFT model" in table
+    plot_vlm_curves(report, str(tmp_path / "vlm_accuracy.png"))
+    assert (tmp_path / "vlm_accuracy.png").stat().st_size > 0

@@ -24,8 +24,11 @@ holds yet others. The demo runs under portable numerics by default (``cli.numeri
 ``MKL_CBWR=AVX2``, 2 threads, in a child process), so its table is the same on every x86-64 CPU with AVX2;
 ``--numerics native`` keeps the machine's own kernels.
 
-``ttrl demo --part bon`` runs the earlier best-of-N part instead: a synthetic rollout pool evaluated with
-VisConf's Table-1 protocol (its numbers describe the selection rules, not a model).
+``ttrl demo --part vlm`` runs the vision-language demo instead (``cli.demo_vlm``): a tiny Qwen2-VL, SFT'd on
+generated scene questions, trains on unlabeled scene questions with ``majority``, ``visconf``, ``pixel`` and the
+``random_reward`` / ``gold_reward`` controls over 3 seeds. ``ttrl demo --part bon`` runs the earlier best-of-N
+part: a synthetic rollout pool evaluated with VisConf's Table-1 protocol (its numbers describe the selection
+rules, not a model).
 """
 from __future__ import annotations
 
@@ -40,6 +43,11 @@ from ..safe_files import atomic_write
 from . import main as ttrl_main
 from .arguments import positive_int, seed
 from .configs import config_path
+
+#: the controls of ``--part vlm``: a coin per vote, and the gold answers (RLVR's upper bound)
+VLM_CONTROLS = ("random_reward", "gold_reward")
+#: the arms of ``--part vlm``: three pseudo-labelers and the two controls
+VLM_ARMS = ("majority", "visconf", "pixel", *VLM_CONTROLS)
 
 SFT_CONFIG = "sft/tiny_ttrl.yaml"
 TTRL_CONFIG = "ttrl/tiny_demo.yaml"
@@ -256,11 +264,16 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
 def demo_main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="ttrl demo", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", default="outputs/demo", help="output folder")
-    p.add_argument("--part", choices=("ttrl", "bon"), default="ttrl",
-                   help="ttrl: the test-time RL demo (default); bon: best-of-N on a synthetic pool")
+    p.add_argument("--out", default=None, help="output folder (default: outputs/demo; --part vlm: outputs/demo_vlm)")
+    p.add_argument("--part", choices=("ttrl", "vlm", "bon"), default="ttrl",
+                   help="ttrl: the test-time RL demo (default); vlm: the vision-language one (a tiny Qwen2-VL on "
+                        "scene questions); bon: best-of-N on a synthetic pool")
     p.add_argument("--labelers", nargs="+", choices=sorted(DEMO_LABELERS), default=list(DEMO_LABELERS),
                    help="pseudo-labelers to train with (default: all)")
+    p.add_argument("--arms", nargs="+", choices=VLM_ARMS, default=list(VLM_ARMS),
+                   help="--part vlm: the arms (labelers and controls) to train with (default: all)")
+    p.add_argument("--seeds", nargs="+", type=seed, default=[0, 1, 2],
+                   help="--part vlm: the TTRL runs' seeds, one run per arm and seed (default: 0 1 2)")
     p.add_argument("--seed", type=seed, default=0, help="seed of the SFT, the questions and the sampling")
     p.add_argument("--sft-steps", type=positive_int, default=None, help="SFT steps (default: the config's)")
     p.add_argument("--ttrl-steps", type=positive_int, default=None, help="TTRL steps (default: the config's)")
@@ -276,6 +289,8 @@ def demo_main(argv: list[str]) -> int:
                         "AVX2 (cli.numerics: PyTorch's AVX2 kernels, MKL_CBWR=AVX2, 2 threads); native: this "
                         "machine's own kernels")
     args = p.parse_args(argv)
+    if args.out is None:
+        args.out = "outputs/demo_vlm" if args.part == "vlm" else "outputs/demo"
     from .numerics import is_portable, numerics_report, run_portable
 
     if args.numerics == "portable" and not is_portable():
@@ -283,6 +298,8 @@ def demo_main(argv: list[str]) -> int:
     os.makedirs(args.out, exist_ok=True)
     if args.part == "bon":
         return _bon_part(args.out, args.pool_questions)
+    if args.part == "vlm":
+        return _vlm_part(args)
     numerics = numerics_report()
     if args.numerics == "portable" and numerics["cpu_capability"] != "AVX2":
         print(f"note: this CPU runs PyTorch's {numerics['cpu_capability']} kernels, not AVX2: the figures may differ "
@@ -298,6 +315,25 @@ def demo_main(argv: list[str]) -> int:
     print("\n" + _table(report))
     print(f"\nreport: {path}; plots: {os.path.join(args.out, 'ttrl_accuracy.png')}, "
           f"{os.path.join(args.out, 'ttrl_kl.png')} ({report['seconds']['total']:.0f} s)")
+    return 0
+
+
+def _vlm_part(args: argparse.Namespace) -> int:
+    from .demo_vlm import plot_vlm_curves, run_vlm_demo, vlm_table
+    from .numerics import numerics_report
+
+    report = run_vlm_demo(args.out, args.arms, args.seed, args.seeds, args.sft_steps, args.ttrl_steps,
+                          args.sft_checkpoint or (_last_checkpoint(os.path.join(args.out, "sft"))
+                                                  if args.reuse_sft else None))
+    report["settings"]["numerics"] = {"mode": args.numerics, **numerics_report()}
+    plot = os.path.join(args.out, "vlm_accuracy.png")
+    plot_vlm_curves(report, plot)
+    path = os.path.join(args.out, "vlm_report.json")
+    with atomic_write(path) as fh:
+        json.dump(report, fh, indent=1, allow_nan=False)
+        fh.write("\n")
+    print("\n" + vlm_table(report))
+    print(f"\nreport: {path}; plot: {plot} ({report['seconds']['total']:.0f} s)")
     return 0
 
 
