@@ -93,6 +93,16 @@ def _run_checkpoint(cli) -> str:
     return path
 
 
+def run_sft(config: str, root: str, seed_value: int, steps: int | None, extra: list[str] = ()) -> str:
+    """``ttrl fit`` of the packaged SFT ``config`` under ``root``, seeded by ``seed_value`` (``steps``: instead of
+    the config's; ``extra``: more options), with a CSV log; returns the checkpoint it wrote."""
+    args = ["--config", config_path(config), "--trainer.default_root_dir", root, *seed_args(seed_value, seed_value),
+            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", *extra]
+    if steps:
+        args += ["--trainer.max_steps", str(steps)]
+    return _run_checkpoint(fit_in_process(args))
+
+
 def _accuracy(policy, tokenizer, questions: list[dict], k: int, temperature: float, max_new_tokens: int,
               seed_value: int, extractor: str) -> dict[str, float]:
     from ..answers import ANSWER_EXTRACTORS
@@ -193,11 +203,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     print(f"== 1/{steps}  ttrl fit: SFT of a tiny Llama on generated additions (Solver + fused "
           "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
-        args = ["--config", config_path(SFT_CONFIG), "--trainer.default_root_dir", sft_root,
-                *seed_args(seed_value, seed_value), "--trainer.logger", "lightning.pytorch.loggers.CSVLogger"]
-        if sft_steps:
-            args += ["--trainer.max_steps", str(sft_steps)]
-        ckpt = _run_checkpoint(fit_in_process(args))
+        ckpt = run_sft(SFT_CONFIG, sft_root, seed_value, sft_steps)
     t_sft = time.perf_counter() - t0
 
     from .fit import parse_config

@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from .configs import config_path
-from .demo import VLM_ARMS, VLM_CONTROLS, _mean, _run_checkpoint, fit_in_process, logged_curves, seed_args
+from .demo import VLM_ARMS, VLM_CONTROLS, _mean, fit_in_process, logged_curves, run_sft, seed_args
 
 VLM_SFT_CONFIG = "sft/tiny_vlm.yaml"
 VLM_TTRL_CONFIG = "ttrl/tiny_vlm_demo.yaml"
@@ -98,12 +98,8 @@ def run_vlm_demo(out: str, arms: list[str], seed_value: int, seeds: list[int], s
     print("\n== 2/4  ttrl fit: SFT of a tiny Qwen2-VL on other, untinted scenes, a quarter of its answers wrong"
           + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
-        args = ["--config", config_path(VLM_SFT_CONFIG), "--trainer.default_root_dir", os.path.join(out, "sft"),
-                *seed_args(seed_value, seed_value), "--data.init_args.exclude", str(list(paths.values())),
-                "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", "--trainer.enable_progress_bar", "false"]
-        if sft_steps:
-            args += ["--trainer.max_steps", str(sft_steps)]
-        ckpt = _run_checkpoint(fit_in_process(args))
+        ckpt = run_sft(VLM_SFT_CONFIG, os.path.join(out, "sft"), seed_value, sft_steps,
+                       ["--data.init_args.exclude", str(list(paths.values())), "--trainer.enable_progress_bar", "false"])
     t_sft = time.perf_counter() - t0
 
     config = parse_config(["--config", config_path(VLM_TTRL_CONFIG)])
