@@ -360,7 +360,7 @@ def _print_splits(title: str, splits: dict, k: int) -> None:
 
 def _run(args, base, files: dict, splits: dict, task: str, other: str | None, arm: str, seed: int,
          evaluate) -> dict:
-    from ttrl_lightning.cli.demo import fit_in_process, logged_curves, seed_args
+    from ttrl_lightning.cli.demo_runs import fit_in_process, logged_curves, seed_args
     from ttrl_lightning.cli.configs import config_path
 
     extra = [o.format(half_votes=base.voting.num_votes // 2, half_generations=base.voting.num_trained // 2)

@@ -72,7 +72,7 @@ def test_vlm_demo_configs_are_packaged():
 
 # ~45 s on 2 cores: 3 SFT steps, then 1 TTRL step per arm and seed on 8 questions per split, in this process
 def test_vlm_demo_runs_every_step_and_reports_both_controls(tmp_path):
-    from ttrl_lightning.cli.demo import VLM_CONTROLS
+    from ttrl_lightning.cli.demo_vlm import VLM_CONTROLS
     from ttrl_lightning.cli.demo_vlm import plot_vlm_curves, run_vlm_demo, vlm_table
     from ttrl_lightning.data.questions import read_questions
 

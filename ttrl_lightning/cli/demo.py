@@ -33,7 +33,6 @@ rules, not a model).
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import time
@@ -43,11 +42,8 @@ from ..safe_files import atomic_write
 from . import main as ttrl_main
 from .arguments import positive_int, seed
 from .configs import config_path
-
-#: the controls of ``--part vlm``: a coin per vote, and the gold answers (RLVR's upper bound)
-VLM_CONTROLS = ("random_reward", "gold_reward")
-#: the arms of ``--part vlm``: three pseudo-labelers and the two controls
-VLM_ARMS = ("majority", "visconf", "pixel", *VLM_CONTROLS)
+from .demo_runs import curve_mean, fit_in_process, last_checkpoint, logged_curves, run_sft, seed_args
+from .demo_vlm import VLM_ARMS
 
 SFT_CONFIG = "sft/tiny_ttrl.yaml"
 TTRL_CONFIG = "ttrl/tiny_demo.yaml"
@@ -63,46 +59,6 @@ REPORT_FIELDS = ("accuracy_before", "accuracy_after", "maj_accuracy_before", "ma
                  "label_accuracy", "kl_p95", "accepted_per_1k")
 
 
-def seed_args(run_seed: int, data_seed: int) -> list[str]:
-    """Seed options of a ``ttrl fit`` run: the configs' ``${seed_everything}`` interpolations are resolved when
-    the file is read, so a later ``--seed_everything`` alone would not reach them; the policy seed (the root of
-    every derived seed: sampling, dropout masks) and the data seed are set explicitly."""
-    return ["--seed_everything", str(run_seed), "--model.init_args.policy.seed", str(run_seed),
-            "--data.init_args.seed", str(data_seed)]
-
-
-def fit_in_process(args: list[str]):
-    """Run ``ttrl fit`` in this process; returns the LightningCLI (its trainer and module)."""
-    from .fit import make_cli
-
-    return make_cli(["fit", *args])
-
-
-def _last_checkpoint(root: str) -> str | None:
-    """The newest checkpoint file under ``root`` (an earlier run's, for ``--reuse-sft``)."""
-    found = sorted(glob.glob(os.path.join(root, "**", "*.ckpt"), recursive=True), key=os.path.getmtime)
-    return found[-1] if found else None
-
-
-def _run_checkpoint(cli) -> str:
-    """The checkpoint the run just wrote (its checkpoint callback's last or best file)."""
-    cb = cli.trainer.checkpoint_callback
-    path = (getattr(cb, "last_model_path", "") or getattr(cb, "best_model_path", "")) if cb is not None else ""
-    if not path or not os.path.exists(path):
-        raise RuntimeError("the run wrote no checkpoint (enable its ModelCheckpoint)")
-    return path
-
-
-def run_sft(config: str, root: str, seed_value: int, steps: int | None, extra: list[str] = ()) -> str:
-    """``ttrl fit`` of the packaged SFT ``config`` under ``root``, seeded by ``seed_value`` (``steps``: instead of
-    the config's; ``extra``: more options), with a CSV log; returns the checkpoint it wrote."""
-    args = ["--config", config_path(config), "--trainer.default_root_dir", root, *seed_args(seed_value, seed_value),
-            "--trainer.logger", "lightning.pytorch.loggers.CSVLogger", *extra]
-    if steps:
-        args += ["--trainer.max_steps", str(steps)]
-    return _run_checkpoint(fit_in_process(args))
-
-
 def _accuracy(policy, tokenizer, questions: list[dict], k: int, temperature: float, max_new_tokens: int,
               seed_value: int, extractor: str) -> dict[str, float]:
     from ..answers import ANSWER_EXTRACTORS
@@ -113,32 +69,6 @@ def _accuracy(policy, tokenizer, questions: list[dict], k: int, temperature: flo
     metrics, _ = evaluate_sampled(policy, tokenizer, questions, k, params, batch_size=32, progress=True,
                                   extract=ANSWER_EXTRACTORS[extractor])
     return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k}
-
-
-#: the logged metrics the demo plots and averages
-DEMO_CURVES = ("train/kl_p95", "train/label_accuracy", "train/coverage")
-
-
-def logged_curves(trainer, keys: tuple[str, ...] = DEMO_CURVES) -> dict[str, list[tuple[int, float]]]:
-    """``(step, value)`` points of every metric named in ``keys`` and of the per-validation ``val/avg@k`` from
-    the run's CSV log (empty when the run has no CSV logger)."""
-    import csv
-
-    logger = trainer.logger
-    path = os.path.join(logger.log_dir, "metrics.csv") if logger is not None else None
-    curves: dict[str, list[tuple[int, float]]] = {}
-    if not path or not os.path.exists(path):
-        return curves
-    with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            for key, value in row.items():
-                if value not in ("", None) and (key.startswith("val/avg@") or key in keys):
-                    curves.setdefault(key, []).append((int(row["step"]), float(value)))
-    return curves
-
-
-def _mean(points: list[tuple[int, float]]) -> float | None:
-    return sum(v for _, v in points) / len(points) if points else None
 
 
 def _plot(report: dict, out: str) -> None:
@@ -199,7 +129,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     t0 = time.perf_counter()
     steps = 2 + len(labelers)
     sft_root = os.path.join(out, "sft")
-    ckpt = sft_checkpoint or (_last_checkpoint(sft_root) if reuse_sft else None)
+    ckpt = sft_checkpoint or (last_checkpoint(sft_root) if reuse_sft else None)
     print(f"== 1/{steps}  ttrl fit: SFT of a tiny Llama on generated additions (Solver + fused "
           "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
@@ -251,8 +181,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
             "accuracy_before": before["avg"], "accuracy_after": after["avg"],
             "maj_accuracy_before": before["maj"], "maj_accuracy_after": after["maj"],
             "pass_before": before["pass"], "pass_after": after["pass"],
-            "label_accuracy": _mean(curves.get("train/label_accuracy", [])),
-            "kl_p95": _mean(curves.get("train/kl_p95", [])),
+            "label_accuracy": curve_mean(curves.get("train/label_accuracy", [])),
+            "kl_p95": curve_mean(curves.get("train/kl_p95", [])),
             "kl_p95_max": max((v for _, v in curves.get("train/kl_p95", [])), default=None),
             "accepted_per_1k": 1000.0 * counters.questions_accepted / seen,
             "coverage": counters.questions_accepted / seen,
@@ -329,7 +259,7 @@ def _vlm_part(args: argparse.Namespace) -> int:
     from .numerics import numerics_report
 
     report = run_vlm_demo(args.out, args.arms, args.seed, args.seeds, args.sft_steps, args.ttrl_steps,
-                          args.sft_checkpoint or (_last_checkpoint(os.path.join(args.out, "sft"))
+                          args.sft_checkpoint or (last_checkpoint(os.path.join(args.out, "sft"))
                                                   if args.reuse_sft else None))
     report["settings"]["numerics"] = {"mode": args.numerics, **numerics_report()}
     plot = os.path.join(args.out, "vlm_accuracy.png")

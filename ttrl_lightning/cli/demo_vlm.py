@@ -27,11 +27,15 @@ import time
 from typing import Any
 
 from .configs import config_path
-from .demo import VLM_ARMS, VLM_CONTROLS, _mean, fit_in_process, logged_curves, run_sft, seed_args
+from .demo_runs import curve_mean, fit_in_process, logged_curves, run_sft, seed_args
 
+#: the controls: a coin per vote, and the gold answers (RLVR's upper bound)
+VLM_CONTROLS = ("random_reward", "gold_reward")
+#: the arms: three pseudo-labelers and the two controls
+VLM_ARMS = ("majority", "visconf", "pixel", *VLM_CONTROLS)
 VLM_SFT_CONFIG = "sft/tiny_vlm.yaml"
 VLM_TTRL_CONFIG = "ttrl/tiny_vlm_demo.yaml"
-__all__ = ["VLM_ARMS", "run_vlm_demo", "vlm_table", "plot_vlm_curves", "write_vlm_questions"]
+__all__ = ["VLM_ARMS", "VLM_CONTROLS", "run_vlm_demo", "vlm_table", "plot_vlm_curves", "write_vlm_questions"]
 #: the question kind of the TTRL splits (the SFT's kind is in its config: ``object_colour``, untinted)
 VLM_KIND = "tinted_object_colour"
 #: the number of questions in each TTRL split
@@ -141,9 +145,9 @@ def run_vlm_demo(out: str, arms: list[str], seed_value: int, seeds: list[int], s
             curves = logged_curves(cli.trainer)
             labelled = arm not in VLM_CONTROLS  # a control's "label" is a coin or the gold answer
             runs.append({"seed": s, "after": after,
-                         "label_accuracy": _mean(curves.get("train/label_accuracy", [])) if labelled else None,
-                         "coverage": _mean(curves.get("train/coverage", [])) if labelled else None,
-                         "kl_p95": _mean(curves.get("train/kl_p95", [])), "steps": int(cli.trainer.global_step),
+                         "label_accuracy": curve_mean(curves.get("train/label_accuracy", [])) if labelled else None,
+                         "coverage": curve_mean(curves.get("train/coverage", [])) if labelled else None,
+                         "kl_p95": curve_mean(curves.get("train/kl_p95", [])), "steps": int(cli.trainer.global_step),
                          "curve": [(0, before["validation"]["avg"])] + next(
                              (v for key, v in curves.items() if key.startswith("val/avg@")), []),
                          "seconds": round(time.perf_counter() - t1, 1)})
