@@ -76,7 +76,7 @@ def vlm_accuracy(checkpoint_or_model, path: str, k: int, temperature: float, top
                                               images=len(q["images"]))) for q in read_questions(path)]
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                             seed=seed_value)
-    metrics, _ = evaluate_sampled(model.eval(), tokenizer, questions, k, params, batch_size=16, progress=False,
+    metrics, _ = evaluate_sampled(model.eval(), tokenizer, questions, k, params, batch_size=16, progress=True,
                                   extract=ANSWER_EXTRACTORS["final_answer"], processor=processor)
     return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k}
 
@@ -103,7 +103,7 @@ def run_vlm_demo(out: str, arms: list[str], seed_value: int, seeds: list[int], s
           + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
     if ckpt is None:
         ckpt = run_sft(VLM_SFT_CONFIG, os.path.join(out, "sft"), seed_value, sft_steps,
-                       ["--data.init_args.exclude", str(list(paths.values())), "--trainer.enable_progress_bar", "false"])
+                       ["--data.init_args.exclude", str(list(paths.values()))])
     t_sft = time.perf_counter() - t0
 
     config = parse_config(["--config", config_path(VLM_TTRL_CONFIG)])
@@ -134,8 +134,7 @@ def run_vlm_demo(out: str, arms: list[str], seed_value: int, seeds: list[int], s
                     "--model.init_args.voting.labeler", arm, *seed_args(s, seed_value),
                     "--data.init_args.path", paths["train"], "--data.init_args.val_path", paths["validation"],
                     "--data.init_args.calibration_path", paths["calibration"],
-                    "--trainer.default_root_dir", os.path.join(out, "ttrl", arm, f"seed{s}"),
-                    "--trainer.enable_progress_bar", "false"]
+                    "--trainer.default_root_dir", os.path.join(out, "ttrl", arm, f"seed{s}")]
             if ttrl_steps:
                 args += ["--trainer.max_steps", str(ttrl_steps)]
             cli = fit_in_process(args)
