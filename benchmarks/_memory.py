@@ -9,7 +9,7 @@ Time: all candidates in one process, called in turns, so background load is shar
 from __future__ import annotations
 
 import argparse
-
+import gc
 import json
 import os
 import statistics
@@ -58,13 +58,20 @@ def peak_extra_memory(fn, device: str = "cpu") -> dict:
         first = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated() - base
     else:
-        if not reset_peak_rss():
-            raise RuntimeError("cannot reset the peak RSS (/proc/self/clear_refs); CPU memory needs Linux")
-        base = _status_kib("VmRSS") * 1024
-        t0 = time.perf_counter()
-        fn()
-        first = time.perf_counter() - t0
-        peak = _status_kib("VmHWM") * 1024 - base
+        # collect first and not during the call: garbage freed mid-call would lower the resident set below
+        # ``base`` and hide part of the call's own peak
+        gc.collect()
+        gc.disable()
+        try:
+            if not reset_peak_rss():
+                raise RuntimeError("cannot reset the peak RSS (/proc/self/clear_refs); CPU memory needs Linux")
+            base = _status_kib("VmRSS") * 1024
+            t0 = time.perf_counter()
+            fn()
+            first = time.perf_counter() - t0
+            peak = _status_kib("VmHWM") * 1024 - base
+        finally:
+            gc.enable()
     return {"peak_extra_bytes": int(peak), "first_s": first}
 
 

@@ -1,10 +1,13 @@
-"""Small model variants for the log-prob path tests: an untied LM head with a bias, a soft-capped Gemma 2."""
+"""Small model variants for the log-prob path tests: an untied LM head with a bias, a soft-capped Gemma 2, random
+rollouts."""
 from __future__ import annotations
 
 import copy
 
 import torch
 from torch import nn
+
+from ttrl_lightning.rollout import Rollouts
 
 
 def untied_with_bias(model: nn.Module, seed: int = 7) -> nn.Module:
@@ -37,3 +40,15 @@ def tiny_gemma2(vocab_size: int, softcap: float = 0.5, seed: int = 0) -> nn.Modu
                        num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=128,
                        final_logit_softcapping=softcap, attn_implementation="eager")
     return Gemma2ForCausalLM(cfg).train()
+
+
+def random_rollouts(vocab: int, R: int = 4, P: int = 3, C: int = 5, seed: int = 0) -> Rollouts:
+    """Random rollouts: left padding in row 0's prompt, right padding in row 1's completion."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt_mask = torch.ones(R, P, dtype=torch.long)
+    prompt_mask[0, 0] = 0
+    completion_mask = torch.ones(R, C, dtype=torch.long)
+    completion_mask[1, -2:] = 0
+    return Rollouts(prompt_ids=torch.randint(3, vocab, (R, P), generator=gen), prompt_mask=prompt_mask,
+                    completion_ids=torch.randint(3, vocab, (R, C), generator=gen), completion_mask=completion_mask,
+                    texts=[""] * R, group=torch.arange(R) // 2, n=2)

@@ -9,28 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from tests.modules._models import tiny_gemma2
-from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
+from tests.modules._models import random_rollouts, tiny_gemma2
+from tests.ops._peak_memory import peak_extra_bytes
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.models import load_model, load_tokenizer
 from ttrl_lightning.modules import GRPOModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs, fused_unsupported_reason
-from ttrl_lightning.rollout import Rollouts
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 TINY = PolicySpec(model="tiny:qwen2")
-
-
-def _rollouts(vocab: int, R: int = 4, P: int = 3, C: int = 5, seed: int = 0) -> Rollouts:
-    """Random rollouts: left padding in row 0's prompt, right padding in row 1's completion."""
-    gen = torch.Generator().manual_seed(seed)
-    prompt_mask = torch.ones(R, P, dtype=torch.long)
-    prompt_mask[0, 0] = 0
-    completion_mask = torch.ones(R, C, dtype=torch.long)
-    completion_mask[1, -2:] = 0
-    return Rollouts(prompt_ids=torch.randint(3, vocab, (R, P), generator=gen), prompt_mask=prompt_mask,
-                    completion_ids=torch.randint(3, vocab, (R, C), generator=gen), completion_mask=completion_mask,
-                    texts=[""] * R, group=torch.arange(R) // 2, n=2)
 
 
 def test_fused_path_fits_plain_heads_and_names_what_rules_a_model_out():
@@ -58,7 +45,7 @@ def test_soft_capped_model_falls_back_with_one_notice_and_the_materialised_resul
     'fused' raises naming the reason."""
     auto = GRPOModule(policy=TINY, sampling=SamplingSpec(temperature=0.8))
     model = tiny_gemma2(len(auto.tokenizer))
-    r = _rollouts(len(auto.tokenizer))
+    r = random_rollouts(len(auto.tokenizer))
     with caplog.at_level(logging.WARNING, logger="ttrl_lightning.modules"):
         first = auto.sequence_logprobs(model, r)
         second = auto.sequence_logprobs(model, r)
@@ -83,7 +70,7 @@ def test_lora_on_the_body_stays_fused_with_the_same_values_and_lora_gradients():
     m = GRPOModule(policy=PolicySpec(model="tiny:llama", lora={"r": 4, "lora_alpha": 8,
                                                                 "target_modules": ["q_proj", "v_proj"]}))
     m.configure_model()
-    r = _rollouts(len(m.tokenizer), seed=1)
+    r = random_rollouts(len(m.tokenizer), seed=1)
     lora = {k: p for k, p in m.policy.named_parameters() if p.requires_grad}
     assert lora and all("lora_" in k for k in lora)
     with torch.no_grad():  # non-zero B, so the adapters change the log-probs
@@ -100,32 +87,15 @@ def test_lora_on_the_body_stays_fused_with_the_same_values_and_lora_gradients():
         torch.testing.assert_close(ga, gm, rtol=1e-4, atol=1e-6, msg=k)
 
 
+@pytest.mark.subprocess
 def test_grpo_logprob_pass_never_holds_full_logits():
     """R = 16 rollouts of C = 128 tokens, V = 32,768 (a tied head, H = 16): the [R, C, V] float32 logits
     would take 256 MiB. Forward + backward of sequence_logprobs on the fused path stays below a quarter of
-    that (one logits tile, the [V, H] gradient, activations); the materialised path's is caught above 90%."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    R, C, V = 16, 128, 32768
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=V, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True,
-                                         max_position_embeddings=256)).train()
-    r = _rollouts(V, R=R, P=4, C=C)
-
-    def step(impl, rollouts=r):
-        m = GRPOModule(policy=TINY, grpo=GRPOSpec(logprob_impl=impl))
-
-        def run():
-            model.zero_grad(set_to_none=True)
-            (m.sequence_logprobs(model, rollouts) * rollouts.completion_mask).sum().backward()
-        return run
-
-    # warm-up on a small batch (thread pools, lazy init) whose freed buffers are too small to hide the tiles
-    step("fused", _rollouts(V, R=2, P=4, C=8))()
-    fused = step("fused")
-    full = R * C * V * 4
-    extra = _peak_extra_bytes(fused)
+    that (one logits tile, the [V, H] gradient, activations); the materialised path's is caught above 90%.
+    Each pass is measured in a fresh process (tests/ops/_peak_memory.py)."""
+    full = 16 * 128 * 32768 * 4
+    extra = peak_extra_bytes("grpo_logprobs", "fused")
     print(f"\nfused log-prob pass: peak extra {extra / 2**20:.1f} MiB, [R, C, V] logits {full / 2**20:.0f} MiB")
     assert extra < full / 4, f"peak extra {extra / 2**20:.1f} MiB vs [R, C, V] logits {full / 2**20:.0f} MiB"
-    assert _peak_extra_bytes(step("materialized")) > 0.9 * full  # the measurement does catch the logits
+    materialized = peak_extra_bytes("grpo_logprobs", "materialized")
+    assert materialized > 0.9 * full, f"materialised pass: peak extra {materialized / 2**20:.1f} MiB"

@@ -14,7 +14,7 @@ import torch
 
 from tests.ops._linear_logprobs_cases import compare_with_reference, linear_logprobs_inputs
 from tests.ops._ops_cases import CPU_BACKENDS, require_backend
-from tests.ops.test_token_stats import _peak_extra_bytes  # the benchmarks' measurement (_memory.py)
+from tests.ops._peak_memory import peak_extra_bytes
 from ttrl_lightning.ops import backends
 from ttrl_lightning.ops.linear_logprobs import linear_logprobs, selected_backend, unavailable_reason
 from ttrl_lightning.ops.linear_logprobs_reference import linear_logprobs_reference
@@ -171,32 +171,21 @@ def test_kernel_impl_env_is_honoured_or_falls_back_with_a_line(monkeypatch, capl
         backends.reset_backend_cache()
 
 
+@pytest.mark.subprocess
 @pytest.mark.parametrize("backend", CPU_BACKENDS)
 def test_peak_memory_stays_o_m_times_chunk(backend):
-    """Forward + backward at M = 256, V = 65536, chunks of 1024: [M, V] float32 logits would add 64 MiB.
+    """Forward + backward at M = 256, H = 16, V = 65536, chunks of 1024: [M, V] float32 logits would add 64 MiB.
     The op may add the [V, H] weight gradient (4 MiB), a few 1 MiB tiles (the logits tile and the torch
-    epilogue's temporaries) and allocator slack, well below a quarter of the full logits."""
+    epilogue's temporaries) and allocator slack, well below a quarter of the full logits. Each call is
+    measured in a fresh process (tests/ops/_peak_memory.py)."""
     require(backend)
     M, H, V, chunk = 256, 16, 65536, 1024
-    gen = torch.Generator().manual_seed(0)
-    hidden = torch.randn(M, H, generator=gen).requires_grad_()
-    weight = (torch.randn(V, H, generator=gen) * 0.1).requires_grad_()
-    ids = torch.randint(0, V, (M,), generator=gen)
-
-    def step(fn):
-        def run():
-            hidden.grad = weight.grad = None
-            fn(hidden, weight, ids).sum().backward()
-        return run
-
-    fused = step(lambda h, w, y: linear_logprobs(h, w, y, backend=backend, chunk_size=chunk))
-    fused()  # warm-up (thread pools, GEMM buffers, lazy init)
     full, tile, grad_w = M * V * 4, M * chunk * 4, V * H * 4
-    extra = _peak_extra_bytes(fused)
+    extra = peak_extra_bytes("linear_logprobs", backend)
     bound = grad_w + 8 * tile + (2 << 20)
     assert extra < bound < full / 4, f"peak extra {extra / 2**20:.1f} MiB, bound {bound / 2**20:.0f} MiB"
-    extra_full = _peak_extra_bytes(step(linear_logprobs_reference))
-    assert extra_full > full * 0.9  # the measurement does catch materialised logits
+    extra_full = peak_extra_bytes("linear_logprobs", "reference")
+    assert extra_full > full * 0.9, f"materialised reference: peak extra {extra_full / 2**20:.1f} MiB"
 
 
 def test_triton_tile_blocks_fit_shared_memory_of_every_architecture():
