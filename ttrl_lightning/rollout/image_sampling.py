@@ -37,7 +37,8 @@ from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
 
-__all__ = ["ImagePrompt", "image_inputs", "refuse_images", "sample_sequences", "sample_image_prompts", "has_images"]
+__all__ = ["ImagePrompt", "image_inputs", "image_rollouts", "load_images", "require_processor",
+           "sample_sequences", "sample_image_prompts", "has_images"]
 
 #: the signals recorded while sampling an image prompt (the text signals, then the visual ones)
 IMAGE_SIGNALS = ("logprob", "entropy", "self_certainty", "image_attention", "visual_engagement")
@@ -67,26 +68,30 @@ def has_images(prompt) -> bool:
     return isinstance(prompt, ImagePrompt) and bool(prompt.images)
 
 
-def refuse_images(engine_name: str, prompts: Sequence[str]) -> None:
-    """One ``UserError`` when an engine that does not take images (``takes_images`` False) is handed an image
-    prompt: sampling it without its image would be a silent wrong result."""
-    if any(has_images(p) for p in prompts):
-        raise UserError(f"rollout engine {engine_name} does not sample questions with images yet; use engine hf")
+def load_images(paths: Sequence[str]) -> list:
+    """The images at ``paths`` as RGB PIL images, in order (the files were verified when the questions were
+    read, ``data.questions``)."""
+    from PIL import Image
+
+    out = []
+    for path in paths:
+        with Image.open(path) as img:
+            out.append(img.convert("RGB"))
+    return out
+
+
+def require_processor(processor) -> None:
+    """One ``UserError`` when an image prompt reaches an engine without the model's processor."""
+    if processor is None:
+        raise UserError("a question has an image, but the model is text-only (no vision config, no processor); "
+                        "give a vision-language checkpoint or drop the image")
 
 
 def image_inputs(processor, text: str, images: Sequence[str]) -> dict[str, torch.Tensor]:
     """The model inputs of one prompt ``text`` (its image placeholders already in it) showing ``images``
     (paths): the processor's ``input_ids [1, T0]``, ``attention_mask``, ``pixel_values``, ``image_grid_thw``
     and ``mm_token_type_ids`` where it gives them; a text prompt's ids and mask alone."""
-    pil = None
-    if images:
-        from PIL import Image
-
-        pil = []
-        for path in images:
-            with Image.open(path) as img:
-                pil.append(img.convert("RGB"))
-        pil = [pil]
+    pil = [load_images(images)] if images else None
     enc = processor(text=[text], images=pil, return_tensors="pt", padding=True)
     return {k: v for k, v in dict(enc).items() if hasattr(v, "shape")}
 
@@ -170,6 +175,36 @@ def shared_completions(model, tokenizer, inputs: dict[str, torch.Tensor], params
     return comp
 
 
+def image_rollouts(tokenizer, parts: Sequence[tuple], params: SamplingParams, device,
+                   lengths: torch.Tensor | None = None) -> Rollouts:
+    """The ``Rollouts`` of sampled image prompts, prompt-major: ``parts`` holds per prompt ``(input_ids [T0]``
+    (the processor's, image placeholders expanded), ``completions [n, C_i]`` (padded with the pad token
+    after a row ends), ``vision blocks)``. The prompts are left-padded and the completions right-padded to
+    the batch's longest, finished by the engines' shared rules (``finish_rollouts``: EOS, stop strings), each
+    row's images on ``Rollouts.images`` for the training pass. ``lengths`` [R]: how many tokens of each row
+    were sampled (None: each prompt's ``C_i``)."""
+    n, given = params.n, lengths
+    P = max(ids.numel() for ids, _, _ in parts)
+    C = max(max(comp.shape[1] for _, comp, _ in parts), 1)
+    pad = tokenizer.pad_token_id
+    prompt_ids = torch.full((len(parts) * n, P), pad, dtype=torch.long)
+    prompt_mask = torch.zeros((len(parts) * n, P), dtype=torch.long)
+    completion = torch.full((len(parts) * n, C), pad, dtype=torch.long)
+    lengths = torch.zeros(len(parts) * n, dtype=torch.long)
+    for i, (ids, comp, _) in enumerate(parts):
+        rows = slice(i * n, (i + 1) * n)
+        prompt_ids[rows, P - ids.numel():] = ids
+        prompt_mask[rows, P - ids.numel():] = 1
+        completion[rows, :comp.shape[1]] = comp
+        lengths[rows] = comp.shape[1]
+    if given is not None:
+        lengths = given
+    rollouts = finish_rollouts(tokenizer, prompt_ids.to(device), prompt_mask.to(device), completion.to(device),
+                               params, lengths=lengths.to(device))
+    rollouts.images = [blocks for _, _, blocks in parts for _ in range(n)]
+    return rollouts
+
+
 def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], params: SamplingParams,
                          record_signals: bool, share_prompt: bool = True) -> Rollouts:
     """The ``Rollouts`` of ``prompts`` (some :class:`ImagePrompt` s), ``params.n`` rows per prompt, prompt-major:
@@ -182,9 +217,7 @@ def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], pa
     ``shared_prefill.supports_vision_prompt_sharing``): each prompt prefilled once with its pixels and its
     cache repeated n ways (``shared_prefill.prompt_shared_sample``), the same tokens as ``generate`` up to
     the first finished row; the signal recorder follows ``generate``'s rows, so recording keeps ``generate``."""
-    if processor is None:
-        raise UserError("a question has an image, but the model is text-only (no vision config, no processor); "
-                        "give a vision-language checkpoint or drop the image")
+    require_processor(processor)
     n = params.n
     device = next(model.parameters()).device
     limit = context_length(model)
@@ -203,22 +236,8 @@ def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], pa
             sequences, sig = sample_sequences(model, tokenizer, inputs, params, record_signals=record_signals)
             comp = sequences[:, t0:]
         parts.append((inputs["input_ids"][0].cpu(), comp.cpu(), sig, vision_blocks(processor, inputs)))
-    P = max(p.numel() for p, _, _, _ in parts)
-    C = max(max(c.shape[1] for _, c, _, _ in parts), 1)
-    pad = tokenizer.pad_token_id
-    prompt_ids = torch.full((len(parts) * n, P), pad, dtype=torch.long)
-    prompt_mask = torch.zeros((len(parts) * n, P), dtype=torch.long)
-    completion = torch.full((len(parts) * n, C), pad, dtype=torch.long)
-    lengths = torch.zeros(len(parts) * n, dtype=torch.long)
-    for i, (ids, comp, _, _) in enumerate(parts):
-        rows = slice(i * n, (i + 1) * n)
-        prompt_ids[rows, P - ids.numel():] = ids
-        prompt_mask[rows, P - ids.numel():] = 1
-        completion[rows, :comp.shape[1]] = comp
-        lengths[rows] = comp.shape[1]
-    rollouts = finish_rollouts(tokenizer, prompt_ids.to(device), prompt_mask.to(device), completion.to(device),
-                               params, lengths=lengths.to(device))
-    rollouts.images = [blocks for _, _, _, blocks in parts for _ in range(n)]
+    rollouts = image_rollouts(tokenizer, [(ids, comp, blocks) for ids, comp, _, blocks in parts], params, device)
+    C = rollouts.completion_ids.shape[1]
     if record_signals:
         names = [s for s in IMAGE_SIGNALS if any(getattr(sig, s) is not None for _, _, sig, _ in parts)]
         signals = {s: torch.full((len(parts) * n, C), float("nan"), device=device) for s in names}
