@@ -191,6 +191,12 @@ class TinyVLProcessor:
         self.image_token = "<|image_pad|>"
         self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
 
+    def save_pretrained(self, folder: str) -> None:
+        """Write the image processor's ``preprocessor_config.json`` (its pixel bounds, patch and merge sizes) to
+        ``folder``: what an engine that loads the model from a folder (vLLM) resizes images with. The
+        tokenizer is saved on its own."""
+        self.image_processor.save_pretrained(folder)
+
     def apply_chat_template(self, messages, tokenize: bool = False, add_generation_prompt: bool = True, **kw):
         return self.tokenizer.apply_chat_template(messages, tokenize=tokenize,
                                                   add_generation_prompt=add_generation_prompt, **kw)

