@@ -99,6 +99,15 @@ def benchmark_rows(log_dir, steps):
                      "hf generate"))
     else:
         rows.append(("rollout_engines", "-", f"no result ({steps.get('bench_vllm', 'missing')})", ""))
+    probe = _load(os.path.join(log_dir, "vllm_vlm_probe.json"))
+    engine = (probe or {}).get("engine") or {}
+    if "max_logprob_gap" in engine:
+        rows.append(("vllm_vlm", "vllm images", f"log-prob gap {engine['max_logprob_gap']:.2e} "
+                     f"({'PASS' if engine['engine_ok'] else 'FAIL'} < {engine['tolerance']:.0e})",
+                     "policy with the images"))
+    else:
+        why = f"failed at {probe['stage']}" if probe and not probe.get("ok") else steps.get("vllm_vlm", "missing")
+        rows.append(("vllm_vlm", "-", f"no result ({why})", ""))
     return rows
 
 

@@ -35,7 +35,8 @@ def test_dry_run_exercises_every_step_and_writes_the_summary(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["steps"] == {"build_cuda_ext": "dry", "check_triton": "ok", "check_torch": "ok",
                                 "check_cuda": "dry", "bench_token_stats": "ok", "bench_attention_mass": "ok",
-                                "bench_generate_signals": "ok", "bench_vllm": "ok", "vlm_recipe": "ok"}
+                                "bench_generate_signals": "ok", "bench_vllm": "ok", "vllm_vlm": "ok",
+                                "vlm_recipe": "ok"}
     rows = {(b, d): result for b, d, result, _ in summary["correctness"]}
     for dtype in ("float32", "bfloat16", "float16"):
         assert rows[("triton", dtype)].startswith("PASS") and "(cpu quick)" in rows[("triton", dtype)]
@@ -46,6 +47,8 @@ def test_dry_run_exercises_every_step_and_writes_the_summary(tmp_path):
     assert benches["attention_mass"].startswith("time ") and "x paired" in benches["attention_mass"]
     assert benches["generate_signals"].startswith("time ") and "x paired" in benches["generate_signals"]
     assert benches["rollout_engines"].startswith("tokens/s ") and "x paired" in benches["rollout_engines"]
+    # the image probe reports what vLLM did here: the engine check's gap where it serves a Qwen2-VL, else the stage
+    assert benches["vllm_vlm"].startswith(("log-prob gap ", "no result (failed at ")), benches["vllm_vlm"]
     # the steps that cannot run here print their exact GPU command
     assert "on a GPU this runs (timeout 150s): " in proc.stdout and "setup.py build_ext --inplace" in proc.stdout
     assert "--backend cuda --device cuda" in proc.stdout
