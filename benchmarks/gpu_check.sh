@@ -11,11 +11,12 @@
 #   C bench_token_stats, bench_attention_mass, bench_generate_signals (bf16, one at a time: they time things);
 #   D bench_vllm:   benchmarks/rollout_engines.py on a random Llama (hidden 1024 x 8 layers), HF generate vs the
 #                   colocated vLLM engine (needs the `vllm` package on the machine; bf16).
-#   D' vllm_vlm:    benchmarks/vllm_vlm_probe.py: vLLM serves a tiny Qwen2-VL with an image, then the engine's image
-#                   path (VLLMEngine, 2 scene questions x 4) against the policy's log-probs with the images.
 #   E vlm_recipe:   configs/ttrl/visconf_qwen2.5_vl_3b.yaml for 2 steps on 8 generated scene questions with a real
 #                   Qwen2.5-VL checkpoint folder ($QWEN25_VL_DIR, default /models/Qwen2.5-VL-3B-Instruct) when
 #                   the machine has one; otherwise it says so and passes (dry run: one step on tiny:qwen2_5_vl).
+#   F vllm_vlm:     benchmarks/vllm_vlm_probe.py: vLLM serves a tiny Qwen2-VL with an image, then the engine's image
+#                   path (VLLMEngine, 2 scene questions x 4) against the policy's log-probs with the images (last:
+#                   two vLLM start-ups; skipped, and reported, when the budget is spent).
 # A step that would end past the budget is skipped and reported. Then one summary table (correctness per
 # backend and dtype, the benchmarks' ratios: benchmarks/gpu_check_summary.py). Everything goes under $OUT
 # (default outputs/gpu_check): summary.md, summary.json and logs.tar.gz (every step's log, rc and JSON); the
@@ -137,10 +138,6 @@ launch bench_vllm 100 \
   "$PY benchmarks/rollout_engines.py --device cuda --dtype bfloat16 --random-model 1024:8 --prompts 64 --n 16 --new-tokens 128 --rounds 2 --ttrl-steps 1 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json" \
   "$PY benchmarks/rollout_engines.py --random-model 128:2 --prompts 2 --n 2 --new-tokens 4 --rounds 1 --ttrl-steps 1 --ttrl-questions 2 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json"
 finish bench_vllm
-launch vllm_vlm 120 \
-  "$PY benchmarks/vllm_vlm_probe.py --device cuda --require --out $LOGS/vllm_vlm_probe.json" \
-  "$PY benchmarks/vllm_vlm_probe.py --out $LOGS/vllm_vlm_probe.json"
-finish vllm_vlm
 VLM_DIR=${QWEN25_VL_DIR:-/models/Qwen2.5-VL-3B-Instruct}
 TTRL="$PY -m ttrl_lightning.cli"
 VLM_FIT="fit --config configs/ttrl/visconf_qwen2.5_vl_3b.yaml --data.init_args.path $LOGS/vlm_scenes/questions.jsonl --data.init_args.batch_size 4 --trainer.enable_progress_bar=false --trainer.default_root_dir $LOGS/vlm_recipe --trainer.logger lightning.pytorch.loggers.CSVLogger --trainer.logger.save_dir $LOGS/vlm_recipe"
@@ -149,6 +146,10 @@ launch vlm_recipe 90 \
   "if [ -d $VLM_DIR ]; then $SCENES && $TTRL $VLM_FIT --model.init_args.policy.model $VLM_DIR --trainer.max_steps 2 --model.init_args.sampling.max_new_tokens 128; else echo 'vlm_recipe: no Qwen2.5-VL checkpoint folder at $VLM_DIR (set QWEN25_VL_DIR): the recipe did not run'; fi" \
   "$SCENES && $TTRL $VLM_FIT --model.init_args.policy.model tiny:qwen2_5_vl --model.init_args.policy.dtype float32 --trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 1 --model.init_args.sampling.max_new_tokens 8"
 finish vlm_recipe
+launch vllm_vlm 120 \
+  "$PY benchmarks/vllm_vlm_probe.py --device cuda --require --out $LOGS/vllm_vlm_probe.json" \
+  "$PY benchmarks/vllm_vlm_probe.py --out $LOGS/vllm_vlm_probe.json"
+finish vllm_vlm
 
 echo
 echo "=== summary ($([ "$DRY" = 1 ] && echo "DRY RUN on CPU" || echo GPU), ${SECONDS}s)"
