@@ -88,7 +88,7 @@ def probe() -> dict:
         stage = "vllm.LLM"
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
         llm = vllm.LLM(model=folder, tokenizer=folder, dtype="float32", max_model_len=1024, enforce_eager=True,
-                       limit_mm_per_prompt={"image": 1})
+                       limit_mm_per_prompt={"image": 1}, gpu_memory_utilization=0.25)
         stage = "generate"
         from PIL import Image
 
@@ -96,7 +96,14 @@ def probe() -> dict:
                 "<|im_start|>assistant\n")
         out = llm.generate([{"prompt": text, "multi_modal_data": {"image": [Image.new("RGB", (112, 112), "red")]}}],
                            vllm.SamplingParams(n=2, max_tokens=5, temperature=1.0))
-        return {"ok": True, "stage": "done", "samples": [o.text for o in out[0].outputs], "vllm": vllm.__version__}
+        samples = [o.text for o in out[0].outputs]
+        del llm, out  # its GPU memory goes back before the engine check starts another engine
+        import gc
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+        return {"ok": True, "stage": "done", "samples": samples, "vllm": vllm.__version__}
     except Exception as err:  # noqa: BLE001 - the point is to report whatever vLLM raises
         return {"ok": False, "stage": stage, **_error_chain(err)}
 

@@ -231,3 +231,23 @@ def test_what_vllm_would_fail_on_is_refused_before_it_is_built(tmp_path, capsys)
                  "--engine", "vllm"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "ttrl eval: vLLM's CPU attention takes head sizes" in err
+
+
+def test_a_weight_push_drops_the_prefix_cache_so_a_repeated_prompt_is_not_scored_with_old_weights(tok, model):
+    """vLLM's prefix cache keeps the KV of whole blocks of a prompt it has seen, computed with the weights of
+    that time; a prompt longer than a block (32 tokens here; image prompts are hundreds), sampled again after
+    a sync, must be prefilled with the new weights (TRL's colocate mode resets the cache after each load)."""
+    engine = VLLMEngine(tok, record_signals=True, max_model_len=128, llm_kwargs={"block_size": 32})
+    prompts = ["1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16+17+18+19+20+21=", "2*3*4*5*6*7*8*9*10*11*12*13*14*15*16*17="]
+    params = SamplingParams(n=2, temperature=1.0, max_new_tokens=6, seed=1)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        assert _max_logprob_error(model, engine.generate(model, prompts, params)) < 1e-3
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        engine.sync_weights(model)
+        assert _max_logprob_error(model, engine.generate(model, prompts, params)) < 1e-3
+    finally:
+        model.load_state_dict(saved)
+        engine.close()

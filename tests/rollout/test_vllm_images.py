@@ -42,10 +42,16 @@ class _RecordingLLM:
     def __init__(self, model, tokenizer, processor, expand_extra: int = 0):
         self.model, self.tok, self.proc = model, tokenizer, processor
         self.expand_extra = expand_extra  # tokens added to the expansion it reports: a pixel-bound mismatch
-        self.requests = []
+        self.requests, self.resets = [], 0
+
+    def reset_prefix_cache(self):
+        self.resets += 1
 
     def _expand(self, ids: list[int], images) -> tuple[list[int], dict]:
         pad = self.tok.convert_tokens_to_ids(IMAGE_PAD)
+        if not images:
+            assert pad not in ids
+            return ids, {}
         vision = self.proc.image_processor(images=images, return_tensors="pt")
         counts = (vision["image_grid_thw"].prod(-1) // self.proc.image_processor.merge_size ** 2).tolist()
         out, k = [], 0
@@ -76,12 +82,14 @@ class _RecordingLLM:
                 inputs.update(pixel_values=vision["pixel_values"], image_grid_thw=vision["image_grid_thw"],
                               mm_token_type_ids=(inputs["input_ids"] == pad).long())
             inputs["attention_mask"] = torch.ones_like(inputs["input_ids"])
-            out = self.model.generate(**inputs, do_sample=True, temperature=sampling_params.temperature,
-                                      top_k=0, top_p=1.0, max_new_tokens=sampling_params.max_tokens,
+            greedy = sampling_params.temperature == 0
+            sample = {} if greedy else dict(temperature=sampling_params.temperature, top_k=0, top_p=1.0)
+            out = self.model.generate(**inputs, do_sample=not greedy, **sample,
+                                      max_new_tokens=sampling_params.max_tokens,
                                       num_return_sequences=sampling_params.n, output_logits=True,
                                       return_dict_in_generate=True, pad_token_id=self.tok.pad_token_id,
                                       eos_token_id=self.tok.eos_token_id,
-                                      suppress_tokens=[self.tok.convert_tokens_to_ids(IMAGE_PAD)])
+                                      suppress_tokens=list(sampling_params.logit_bias))  # as vLLM's bias
             logp = torch.stack(out.logits, 1).float().log_softmax(-1)  # raw logits: logprobs_mode raw_logprobs
             completions = []
             for j, row in enumerate(out.sequences[:, len(ids):]):
@@ -163,6 +171,74 @@ def test_the_policy_scores_vllm_image_rollouts_with_their_images_and_engagement_
     torch.testing.assert_close(ro.signals["visual_engagement"][own], v[own].float(), rtol=1e-4, atol=1e-6)
     torch.testing.assert_close(ro.signals["self_certainty"][own], sc[own].float(), rtol=1e-4, atol=1e-4)
     assert float(ro.signals["visual_engagement"][own].std()) > 0
+
+
+def test_a_batch_mixing_image_and_text_prompts_and_greedy_decoding(vl):
+    """A text prompt beside image prompts goes without ``multi_modal_data`` and shows no image in the training
+    pass (its engagement NaN); greedy decoding repeats its one sample n times, as on the text path."""
+    tok, proc, model, prompts, _ = vl
+    text = ImagePrompt(format_prompt("What is 2+3?", "chat", tok, proc), ())
+    engine = _engine(tok, proc, model, record_signals=True)
+    ro = engine.generate(model, [prompts[0], text], SamplingParams(n=2, temperature=1.0, max_new_tokens=8, seed=4))
+    assert "multi_modal_data" in engine.llm.requests[0] and "multi_modal_data" not in engine.llm.requests[1]
+    assert [len(row) for row in ro.images] == [1, 1, 0, 0]
+    own = ro.completion_mask.bool()
+    P = ro.prompt_ids.shape[1]
+    lp = _eager_reference(model, _replay_batch(ro), tok)[0][:, P:]
+    torch.testing.assert_close(ro.sampler_logprobs[own], lp[own], rtol=1e-4, atol=1e-4)
+    v = ro.signals["visual_engagement"]
+    assert not torch.isnan(v[:2][own[:2]]).any() and torch.isnan(v[2:]).all()
+    greedy = engine.generate(model, prompts[:2], SamplingParams(n=3, temperature=0.0, max_new_tokens=8))
+    assert all(req.get("multi_modal_data") for req in engine.llm.requests[-2:])
+    for q in range(2):
+        rows = greedy.completion_ids[3 * q:3 * q + 3]
+        assert (rows == rows[0]).all()
+
+
+def test_the_engine_is_built_for_a_vision_language_policy_with_its_processor_and_limits(vl, monkeypatch):
+    """What ``vllm.LLM`` is given for a Qwen2-VL where vLLM's vision stack loads (stubbed here): the folder
+    holds the config with its architecture (a model built in code has none: vLLM would guess the base model),
+    the tokenizer and the processor's pixel bounds; ``limit_mm_per_prompt`` allows the option's images and no
+    video; the whole state dict, vision tower included, is pushed at once and the prefix cache dropped."""
+    import json
+    import os
+
+    from ttrl_lightning.models import image_settings
+    from ttrl_lightning.rollout import vllm_engine
+
+    tok, proc, _, prompts, _ = vl
+    model = load_model("tiny:qwen2_vl", tok, seed=0, tiny_kwargs=dict(hidden=128, heads=2, kv_heads=2,
+                                                                       vision_heads=2))
+    seen = {}
+
+    class _StubLLM(_RecordingLLM):
+        def __init__(self, model=None, **kwargs):
+            folder = model
+            seen.update(kwargs=kwargs, files=sorted(os.listdir(folder)),
+                        config=json.load(open(os.path.join(folder, "config.json"))),
+                        pre=image_settings(type(proc.image_processor).from_pretrained(folder)))
+            super().__init__(policy, tok, proc)
+            self.pushed = []
+
+        def collective_rpc(self, fn, args=()):
+            self.pushed.append([name for name, _ in args[0]])
+
+    policy = model
+    monkeypatch.setattr(vllm_engine, "vision_stack_error", lambda: None)
+    monkeypatch.setattr(vllm_engine.import_vllm(), "LLM", _StubLLM)
+    engine = VLLMEngine(tok, processor=proc, max_model_len=1024, max_images_per_prompt=2)
+    try:
+        engine.generate(model, prompts[:1], SamplingParams(n=2, max_new_tokens=4, seed=0))
+        assert seen["kwargs"]["limit_mm_per_prompt"] == {"image": 2, "video": 0}
+        assert seen["kwargs"]["load_format"] == "dummy"
+        assert seen["config"]["architectures"] == ["Qwen2VLForConditionalGeneration"]
+        assert seen["pre"] == image_settings(proc)  # what vLLM loads from the folder resizes as the trainer does
+        assert "tokenizer.json" in seen["files"] or "tokenizer_config.json" in seen["files"]
+        (names,) = engine.llm.pushed
+        assert set(names) == set(model.state_dict()) and any(n.startswith("model.visual.") for n in names)
+        assert engine.llm.resets == 1
+    finally:
+        engine.close()
 
 
 def _replay_batch(ro):
@@ -273,6 +349,7 @@ def _ttrl_step_through_vllm(scenes, tmp_path):
     assert row["train/coverage"] > 0  # questions were labelled and trained on
     (scored,) = scores
     assert [label.info["signal"] for label in scored.detail.labels] == ["visconf", "visconf"]  # Z = V * C
-    (names,) = pushed  # one push, after the optimizer step
+    (names,) = pushed  # one push, after the optimizer step, and the prefix cache of the old weights dropped
+    assert fake.resets == 1
     assert set(names) == set(m.policy.state_dict())
     assert any(name.startswith("model.visual.") for name in names)  # the vision tower, as vLLM maps it

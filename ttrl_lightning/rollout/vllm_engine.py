@@ -264,6 +264,8 @@ class VLLMEngine:
     def _build(self, model) -> None:
         vllm = import_vllm()
         config = copy.deepcopy(_base_model(model).config)
+        if not getattr(config, "architectures", None):  # a model built in code (tiny:*): vLLM would guess the
+            config.architectures = [type(_base_model(model)).__name__]  # base model (Qwen2VLModel, no LM head)
         if hasattr(config, "quantization_config"):  # the pushed weights are the module's own, dense ones
             del config.quantization_config
         device = next(model.parameters()).device
@@ -277,7 +279,7 @@ class VLLMEngine:
         if is_vision_language(config):
             require_processor(self.processor)
             self.processor.save_pretrained(self._folder)  # vLLM resizes with the policy's pixel bounds
-            options.setdefault("limit_mm_per_prompt", {"image": self.max_images_per_prompt})
+            options.setdefault("limit_mm_per_prompt", {"image": self.max_images_per_prompt, "video": 0})
         if device.type == "cpu":
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(self.cpu_kv_cache_gib))))
         if torch.distributed.is_available() and torch.distributed.is_initialized() \
@@ -291,9 +293,13 @@ class VLLMEngine:
         self._push(model)
 
     def _push(self, model) -> None:
+        """Load ``model``'s weights into the engine, then drop vLLM's prefix cache: its blocks hold KV computed
+        with the old weights, and a prompt seen before (a TTRL epoch, an image question's hundreds of tokens)
+        would be prefilled from them (TRL's colocate mode resets it after each load too)."""
         weights = policy_weights(model)
         with _keep_torch_threads():
             self.llm.collective_rpc(_reload_weights, args=(weights,))
+            self.llm.reset_prefix_cache()
         self.syncs += 1
 
     def sync_weights(self, model) -> None:
