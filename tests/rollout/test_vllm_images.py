@@ -207,12 +207,12 @@ def test_the_engine_is_built_for_a_vision_language_policy_with_its_processor_and
     from ttrl_lightning.rollout import vllm_engine
 
     tok, proc, _, prompts, _ = vl
-    model = load_model("tiny:qwen2_vl", tok, seed=0, tiny_kwargs=dict(hidden=128, heads=2, kv_heads=2,
-                                                                       vision_heads=2))
+    policy = load_model("tiny:qwen2_vl", tok, seed=0, tiny_kwargs=dict(hidden=128, heads=2, kv_heads=2,
+                                                                        vision_heads=2))
     seen = {}
 
     class _StubLLM(_RecordingLLM):
-        def __init__(self, model=None, **kwargs):
+        def __init__(self, model=None, **kwargs):  # vllm.LLM(model=<the engine's folder>, ...)
             folder = model
             seen.update(kwargs=kwargs, files=sorted(os.listdir(folder)),
                         config=json.load(open(os.path.join(folder, "config.json"))),
@@ -223,19 +223,18 @@ def test_the_engine_is_built_for_a_vision_language_policy_with_its_processor_and
         def collective_rpc(self, fn, args=()):
             self.pushed.append([name for name, _ in args[0]])
 
-    policy = model
     monkeypatch.setattr(vllm_engine, "vision_stack_error", lambda: None)
     monkeypatch.setattr(vllm_engine.import_vllm(), "LLM", _StubLLM)
     engine = VLLMEngine(tok, processor=proc, max_model_len=1024, max_images_per_prompt=2)
     try:
-        engine.generate(model, prompts[:1], SamplingParams(n=2, max_new_tokens=4, seed=0))
+        engine.generate(policy, prompts[:1], SamplingParams(n=2, max_new_tokens=4, seed=0))
         assert seen["kwargs"]["limit_mm_per_prompt"] == {"image": 2, "video": 0}
         assert seen["kwargs"]["load_format"] == "dummy"
         assert seen["config"]["architectures"] == ["Qwen2VLForConditionalGeneration"]
         assert seen["pre"] == image_settings(proc)  # what vLLM loads from the folder resizes as the trainer does
         assert "tokenizer.json" in seen["files"] or "tokenizer_config.json" in seen["files"]
         (names,) = engine.llm.pushed
-        assert set(names) == set(model.state_dict()) and any(n.startswith("model.visual.") for n in names)
+        assert set(names) == set(policy.state_dict()) and any(n.startswith("model.visual.") for n in names)
         assert engine.llm.resets == 1
     finally:
         engine.close()

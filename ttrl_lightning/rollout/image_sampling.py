@@ -183,22 +183,21 @@ def image_rollouts(tokenizer, parts: Sequence[tuple], params: SamplingParams, de
     the batch's longest, finished by the engines' shared rules (``finish_rollouts``: EOS, stop strings), each
     row's images on ``Rollouts.images`` for the training pass. ``lengths`` [R]: how many tokens of each row
     were sampled (None: each prompt's ``C_i``)."""
-    n, given = params.n, lengths
+    n = params.n
     P = max(ids.numel() for ids, _, _ in parts)
     C = max(max(comp.shape[1] for _, comp, _ in parts), 1)
     pad = tokenizer.pad_token_id
     prompt_ids = torch.full((len(parts) * n, P), pad, dtype=torch.long)
     prompt_mask = torch.zeros((len(parts) * n, P), dtype=torch.long)
     completion = torch.full((len(parts) * n, C), pad, dtype=torch.long)
-    lengths = torch.zeros(len(parts) * n, dtype=torch.long)
+    widths = torch.zeros(len(parts) * n, dtype=torch.long)  # each prompt's C_i
     for i, (ids, comp, _) in enumerate(parts):
         rows = slice(i * n, (i + 1) * n)
         prompt_ids[rows, P - ids.numel():] = ids
         prompt_mask[rows, P - ids.numel():] = 1
         completion[rows, :comp.shape[1]] = comp
-        lengths[rows] = comp.shape[1]
-    if given is not None:
-        lengths = given
+        widths[rows] = comp.shape[1]
+    lengths = widths if lengths is None else lengths
     rollouts = finish_rollouts(tokenizer, prompt_ids.to(device), prompt_mask.to(device), completion.to(device),
                                params, lengths=lengths.to(device))
     rollouts.images = [blocks for _, _, blocks in parts for _ in range(n)]

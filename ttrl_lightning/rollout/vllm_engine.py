@@ -43,12 +43,13 @@ import torch
 
 from ttrl_lightning.errors import UserError, first_line
 from ttrl_lightning.integrations.groups import image_token_ids
+from ttrl_lightning.models import is_vision_config
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
                                          check_context_chars, sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import (ImagePrompt, has_images, image_inputs, image_rollouts,
                                                    load_images, require_processor, vision_blocks)
-from ttrl_lightning.rollout.signal_recording import ATTENTION_SIGNALS, REPLAY_SIGNALS, replay_token_signals
+from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
 
@@ -143,11 +144,6 @@ def cpu_head_sizes() -> tuple[int, ...]:
         return CPU_HEAD_SIZES_FALLBACK
 
 
-def is_vision_language(config) -> bool:
-    """Whether ``config`` describes a vision-language model (it has a ``vision_config``)."""
-    return getattr(config, "vision_config", None) is not None
-
-
 def vision_stack_error() -> str | None:
     """Why vLLM's vision-language models cannot be loaded in this environment, or None: vLLM's model files
     (Qwen2-VL, Qwen2.5-VL, ...) import transformers' torchvision-backed image processors, so a missing or
@@ -172,7 +168,7 @@ def check_servable(config, device: torch.device, max_model_len: int | None) -> N
     ``max_model_len`` above the model's context (``max_position_embeddings``), and on a CPU an attention head
     size its CPU backend does not take (every default ``tiny:`` model has head size 8)."""
     name = getattr(config, "model_type", type(config).__name__)
-    if is_vision_language(config):
+    if is_vision_config(config):
         reason = vision_stack_error()
         if reason is not None:
             raise UserError(f"the vllm engine cannot serve the vision-language model {name} here: vLLM's "
@@ -276,7 +272,7 @@ class VLLMEngine:
         config.save_pretrained(self._folder)
         self.tokenizer.save_pretrained(self._folder)
         options = dict(self.options)
-        if is_vision_language(config):
+        if is_vision_config(config):
             require_processor(self.processor)
             self.processor.save_pretrained(self._folder)  # vLLM resizes with the policy's pixel bounds
             options.setdefault("limit_mm_per_prompt", {"image": self.max_images_per_prompt, "video": 0})
@@ -384,8 +380,7 @@ class VLLMEngine:
             with sampling_mode(model, None):
                 replay = replay_token_signals(model, rollouts, 1.0, backend, attention=attention,
                                               tokenizer=self.tokenizer if attention else None)
-            names = REPLAY_SIGNALS + (ATTENTION_SIGNALS if attention else ())
-            rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob" and k in names})
+            rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob"})
         return rollouts
 
     def _generate_images(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
