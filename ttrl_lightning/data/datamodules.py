@@ -16,9 +16,9 @@ import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader
 
+from ttrl_lightning.data.loaders import EpochSeededSampler, ResumableDataLoader, collate_prompts
 from ttrl_lightning.data.tasks import Segment, generate_prompts, generate_traces
 from ttrl_lightning.masking import IGNORE_INDEX
-from ttrl_lightning.seeding import derived_generator
 from ttrl_lightning.tools.protocol import split_observation
 
 #: segment kind -> (its tokens are labels (trained on), its tokens are action tokens); observations are
@@ -133,58 +133,6 @@ def collate_traces(items: list[dict[str, list[int]]], pad_id: int, max_length: i
     return out
 
 
-def collate_prompts(items: list[dict[str, Any]]) -> dict[str, list]:
-    """``[{"prompt": p, "gold": a, ...}]`` -> ``{"prompt": [p...], "gold": [a...], ...}``."""
-    if not items:
-        raise ValueError("empty batch")
-    return {k: [x[k] for x in items] for k in items[0]}
-
-
-class ResumableDataLoader(DataLoader):
-    """A DataLoader (no shuffling) that Lightning can checkpoint mid-epoch: ``state_dict`` holds the number
-    of batches already yielded this epoch and ``load_state_dict`` makes the next epoch start after them, so a
-    run resumed from a mid-epoch checkpoint sees exactly the batches the uninterrupted run saw."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._yielded = 0
-        self._skip = 0
-
-    def __iter__(self):
-        skip, self._skip = self._skip, 0
-        self._yielded = skip
-        for i, batch in enumerate(super().__iter__()):
-            if i < skip:
-                continue
-            self._yielded += 1
-            yield batch
-
-    def state_dict(self) -> dict:
-        return {"yielded": self._yielded}
-
-    def load_state_dict(self, state: dict) -> None:
-        self._skip = int(state.get("yielded", 0))
-
-
-class EpochSeededSampler(torch.utils.data.Sampler):
-    """Random permutation of ``range(n)`` seeded by ``derive_seed(seed, "shuffle", epoch)``; Lightning calls
-    ``set_epoch`` at the start of every epoch, so a resumed run draws the same order as the uninterrupted
-    one."""
-
-    def __init__(self, n: int, seed: int):
-        self.n, self.seed, self.epoch = n, seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        g = derived_generator(self.seed, "shuffle", self.epoch)
-        return iter(torch.randperm(self.n, generator=g).tolist())
-
-    def __len__(self) -> int:
-        return self.n
-
-
 class _TokenizerFromModule:
     tokenizer: Any
 
@@ -216,6 +164,15 @@ class ProcessorFromModule:
 class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
     """SFT traces of a generated task (``data.tasks.TASKS``), tokenised with the module's tokenizer.
 
+    ``exclude``: questions the traces must never show answered, so that a test-time RL run on them trains on
+    questions its SFT never saw (the demo: configs/sft/tiny_ttrl.yaml). Each entry is a question file's path, or
+    a generated split ``{"task": name, "n": count, "task_kwargs": {...}, "seed": int}`` (its first ``n``
+    distinct questions, ``seed`` defaulting to this module's: ``QuestionDataModule``'s training, validation and
+    calibration splits of one task are the first ``n + n_val + n_calibration`` of them). A trace is left out
+    when any question it shows answered (``data.tasks.trace_problems``: its prompt, and a fused trace's
+    rewritten problem) has the split key (``data.splits.question_key``) of an excluded question; the stream is
+    read on until ``n_train`` (``n_val``) traces are kept, and a task that cannot give them is a ``UserError``.
+
     Training order: a permutation per epoch seeded by (seed, epoch); loaders resumable mid-epoch."""
 
     def __init__(
@@ -229,19 +186,25 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
         seed: int = 0,
         num_workers: int = 0,
         tokenizer: Any = None,
+        exclude: Sequence[str | dict] = (),
     ):
         super().__init__()
         self.save_hyperparameters(ignore=["tokenizer"])
         self.tokenizer = tokenizer
         self._train: list | None = None
         self._val: list | None = None
+        self._excluded = excluded_keys(exclude, seed)  # checked (one line for a bad entry) before any training
+
+    def traces(self, n: int, seed: int) -> list[list[Segment]]:
+        """``n`` traces of the task's stream under ``seed``, none showing an excluded question answered."""
+        h = self.hparams
+        return kept_traces(h.task, n, seed, self._excluded, **(h.task_kwargs or {}))
 
     def setup(self, stage: str | None = None) -> None:
         tok = self._get_tokenizer()
         h = self.hparams
-        kw = h.task_kwargs or {}
-        self._train = [encode_trace(tok, t) for t in generate_traces(h.task, h.n_train, h.seed, **kw)]
-        self._val = [encode_trace(tok, t) for t in generate_traces(h.task, h.n_val, h.seed + 1, **kw)]
+        self._train = [encode_trace(tok, t) for t in self.traces(h.n_train, h.seed)]
+        self._val = [encode_trace(tok, t) for t in self.traces(h.n_val, h.seed + 1)]
         self._pad = tok.pad_token_id
 
     def _loader(self, data, shuffle: bool) -> DataLoader:
@@ -258,6 +221,67 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._val, shuffle=False)
+
+
+def excluded_keys(exclude: Sequence[str | dict], seed: int) -> frozenset[str]:
+    """The split keys (``data.splits.question_key``) of the questions ``exclude`` names: question files' paths and
+    generated splits ``{"task", "n", "task_kwargs", "seed"}`` (``SFTDataModule``); a bad entry is a ``UserError``."""
+    from ttrl_lightning.data.questions import read_questions, task_splits
+    from ttrl_lightning.data.splits import keys_of
+    from ttrl_lightning.errors import UserError
+
+    if isinstance(exclude, (str, dict)):
+        exclude = [exclude]
+    keys: set[str] = set()
+    for k, entry in enumerate(exclude):
+        where = f"exclude[{k}]"
+        if isinstance(entry, str):
+            keys |= keys_of(read_questions(entry))
+            continue
+        if not isinstance(entry, dict) or not {"task", "n"} <= set(entry) or set(entry) - {"task", "n",
+                                                                                           "task_kwargs", "seed"}:
+            raise UserError(f"{where}: a question file's path or a generated split {{task, n, task_kwargs, seed}}, "
+                            f"got {entry!r}")
+        n, split_seed = entry["n"], entry.get("seed", seed)
+        for name, value in (("n", n), ("seed", split_seed)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "n" else 0):
+                raise UserError(f"{where}: {name} must be an integer >= {1 if name == 'n' else 0}, got {value!r}")
+        try:
+            split = task_splits(str(entry["task"]), split_seed, {"excluded": n}, **(entry.get("task_kwargs") or {}))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserError(f"{where}: task {entry['task']!r} cannot draw these questions ({err})") from None
+        keys |= keys_of(split["excluded"])
+    return frozenset(keys)
+
+
+def kept_traces(task: str, n: int, seed: int, excluded: frozenset[str] | set[str], patience: int = 100_000,
+                **task_kwargs) -> list[list[Segment]]:
+    """The first ``n`` traces of ``task``'s stream under ``seed`` (``data.tasks``: one ``random.Random(seed)``)
+    that show no question whose split key is in ``excluded`` answered (``trace_problems``); with nothing
+    excluded, ``generate_traces(task, n, seed)``. More than ``patience`` traces left out in a row is a
+    ``UserError`` (a task whose every question is excluded)."""
+    if not excluded:
+        return generate_traces(task, n, seed, **task_kwargs)
+    import random
+
+    from ttrl_lightning.data.splits import question_key
+    from ttrl_lightning.data.tasks import make_task, trace_problems
+    from ttrl_lightning.errors import UserError
+
+    rng, maker = random.Random(seed), make_task(task, **task_kwargs)
+    kept: list[list[Segment]] = []
+    skipped = 0
+    while len(kept) < n:
+        trace = maker.trace(rng)
+        if any(question_key({"prompt": q}) in excluded for q in trace_problems(trace)):
+            skipped += 1
+            if skipped > patience:
+                raise UserError(f"task {task}: {patience} traces in a row show an excluded question; "
+                                f"{len(kept)} of {n} kept")
+            continue
+        skipped = 0
+        kept.append(trace)
+    return kept
 
 
 class PromptRowsDataModule(pl.LightningDataModule):

@@ -36,11 +36,11 @@ import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
 from ..errors import UserError, first_line
-from .datamodules import EpochSeededSampler, ResumableDataLoader, collate_prompts
+from .loaders import EpochSeededSampler, ResumableDataLoader, collate_prompts
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
 from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
-from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, question_key
+from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, question_key, remember_generated
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
@@ -256,11 +256,14 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
     ``reasoning_gym:<name>`` is that reasoning-gym generator, ``task_kwargs`` its config
     (:mod:`.reasoning_gym_tasks`)."""
     if is_reasoning_gym(task):
-        return reasoning_gym_questions(task, n, seed, **task_kwargs)
-    return [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["gold"], "choices": None,
-             "images": [], "reframed_prompt": None,
-             "generator": {"task": task, "config": dict(task_kwargs), "seed": int(seed), "index": i}}
-            for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
+        questions = reasoning_gym_questions(task, n, seed, **task_kwargs)
+    else:
+        questions = [{"id": f"{task}-{seed}-{i}", "prompt": p["prompt"], "gold": p["gold"], "choices": None,
+                      "images": [], "reframed_prompt": None,
+                      "generator": {"task": task, "config": dict(task_kwargs), "seed": int(seed), "index": i}}
+                     for i, p in enumerate(generate_prompts(task, n, seed, **task_kwargs))]
+    remember_generated(questions)  # their split keys (data.splits.question_key) need not draw them again
+    return questions
 
 
 def task_source(task: str, seed: int, instruction: str | None = None, **task_kwargs) -> QuestionSource:

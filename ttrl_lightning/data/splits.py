@@ -15,9 +15,18 @@ says how many distinct questions it gave (:class:`SplitError`). Streams are pref
 items of a longer draw are the items of a draw of ``n``), so a split's questions do not depend on how far the
 stream had to be read.
 
-The key of a question is its prompt, normalised (Unicode NFKC, case-folded, runs of white space as one space,
-stripped), and, for a question with images, the SHA-256 of each image's pixels: two scene questions with one
-wording and different pictures are two questions, and a scene saved as PNG is the array it was drawn from.
+The key of a question is the question itself, not its wrapping: for a question that names the generator that
+drew it (the ``generator`` record of a question file: task, config, seed, index), the prompt that generator gives,
+read again from it (:func:`problem_text`), so an ``--instruction`` appended to the prompt, a chat template put
+around it, or neither, give one key; for any other question its prompt. The text is normalised (Unicode NFKC,
+case-folded, runs of white space as one space, stripped), and, for a question with images, the SHA-256 of each
+image's pixels is added: two scene questions with one wording and different pictures are two questions, and a
+scene saved as PNG is the array it was drawn from. A question without a generator record is keyed on its prompt
+as written: an instruction or a template written into it by hand makes another key.
+
+"Distinct" is a distinct prompt, not a distinct problem: ``12+7=`` and ``7+12=``, or one ``chain_sum``
+expression in two of reasoning-gym's wordings, are two questions here (docs/evaluation.md gives the counts of
+such twins in the shipped benchmarks' splits).
 
     splits = draw_splits([SplitSpec("train", 24, source), SplitSpec("held_out", 16, source)])
     overlaps(splits)          # {("train", "held_out"): 0}
@@ -33,8 +42,9 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import UserError
 
-__all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "prompt_key", "draw_splits",
-           "distinct_questions", "overlaps", "overlap_table", "keys_of"]
+__all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "prompt_key", "problem_text",
+           "generated_prompt", "remember_generated", "draw_splits", "distinct_questions", "overlaps", "overlap_table",
+           "keys_of"]
 
 _SPACE = re.compile(r"\s+")
 
@@ -46,6 +56,69 @@ class SplitError(UserError):
 def prompt_key(text: str) -> str:
     """A prompt as compared across splits: NFKC, case-folded, white space collapsed, stripped."""
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+#: the prompts each generator stream gave, as it gave them (no instruction, no template), in stream order:
+#: ``(task, config JSON, seed) -> [prompt of item 0, 1, ...]``; streams are prefix-stable, so a longer draw
+#: extends a shorter one
+_GENERATED: dict[tuple[str, str, int], list[str]] = {}
+_GENERATED_STREAMS = 64
+
+
+def _stream_id(generator: Mapping[str, Any]) -> tuple[str, str, int]:
+    import json
+
+    return (str(generator["task"]), json.dumps(generator["config"], sort_keys=True, default=str),
+            int(generator["seed"]))
+
+
+def remember_generated(questions: Sequence[Mapping[str, Any]]) -> None:
+    """Keep the prompts of freshly generated questions (each with its ``generator`` record, its ``prompt`` as the
+    generator gave it, items ``0..n-1`` of one stream), so that :func:`generated_prompt` need not draw them
+    again."""
+    if not questions or questions[0].get("generator") is None:
+        return
+    sid = _stream_id(questions[0]["generator"])
+    if len(questions) > len(_GENERATED.get(sid, ())):
+        if sid not in _GENERATED and len(_GENERATED) >= _GENERATED_STREAMS:
+            _GENERATED.pop(next(iter(_GENERATED)))
+        _GENERATED[sid] = [str(q["prompt"]) for q in questions]
+
+
+def generated_prompt(generator: Mapping[str, Any]) -> str | None:
+    """The prompt item ``generator["index"]`` of the ``generator`` record's stream has as its generator gives it
+    (a task of :mod:`.tasks` or a reasoning-gym generator); None when the task is not one of those here or its
+    config cannot draw."""
+    from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
+    from .tasks import TASKS, generate_prompts
+
+    task, index = str(generator.get("task")), generator.get("index")
+    if not isinstance(index, int) or index < 0 or not (task in TASKS or is_reasoning_gym(task)):
+        return None
+    sid = _stream_id(generator)
+    known = _GENERATED.get(sid, ())
+    if index >= len(known):
+        draw = reasoning_gym_questions if is_reasoning_gym(task) else generate_prompts
+        try:  # draws the stream up to twice as far (the next index asked for is likely further on)
+            drawn = draw(task, max(2 * index + 1, 64), sid[2], **dict(generator["config"]))
+        except Exception:  # noqa: BLE001 - a record this version cannot draw again is keyed on its prompt
+            return None
+        remember_generated([{"prompt": q["prompt"], "generator": generator} for q in drawn])
+        known = _GENERATED.get(sid, ())
+    return known[index] if index < len(known) else None
+
+
+def problem_text(question: Mapping[str, Any]) -> str:
+    """The question as its generator gave it: :func:`generated_prompt` of its ``generator`` record when that
+    prompt is in the question's prompt (which may add an instruction after it or a chat template around it),
+    else the prompt as written (no record, a task unknown here, or a prompt edited since it was drawn)."""
+    prompt = str(question["prompt"])
+    generator = question.get("generator")
+    if generator:
+        raw = generated_prompt(generator)
+        if raw is not None and prompt_key(raw) in prompt_key(prompt):
+            return raw
+    return prompt
 
 
 def _image_digest(image: Any) -> str:
@@ -68,9 +141,11 @@ def _image_digest(image: Any) -> str:
 
 
 def question_key(question: Mapping[str, Any]) -> str:
-    """The identity of a question across splits: :func:`prompt_key` of its ``prompt``, plus the digest of each
-    of its ``images`` (paths, arrays or PIL images) when it has any."""
-    key = prompt_key(str(question["prompt"]))
+    """The identity of a question across splits: :func:`prompt_key` of :func:`problem_text` (the prompt as its
+    generator gave it, without an appended instruction or a chat template; the prompt itself for a question
+    without a generator record), plus the digest of each of its ``images`` (paths, arrays or PIL images) when it
+    has any."""
+    key = prompt_key(problem_text(question))
     images = question.get("images") or ()
     if images:
         key += "\x00" + "\x00".join(_image_digest(im) for im in images)

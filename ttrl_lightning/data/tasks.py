@@ -15,6 +15,7 @@ settings that draw a shifted, unlabeled test split (``add2_carry``).
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -223,6 +224,26 @@ class AdditionTask:
 
 TASKS.register("add2", AdditionTask)
 TASKS.register("add2_carry", lambda **kw: AdditionTask(**{"min_carries": 2, **kw}))
+
+
+_REWRITTEN = re.compile(r"^REWRITTEN PROBLEM:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+
+
+def trace_problems(trace: list[Segment]) -> list[str]:
+    """The questions an SFT trace shows answered, as a question file would hold them: its prompt (the Solver
+    prompt, or the one inside the fused prompt ``FUSED_PROMPT_TEMPLATE``), and in a fused trace also its
+    REWRITTEN PROBLEM (``7+12=`` for ``12+7=``: the trace shows that question's answer too). A trace without a
+    prompt segment shows none."""
+    prompts = [seg.text for seg in trace if seg.kind == "prompt"]
+    if not prompts:
+        return []
+    head, tail = FUSED_PROMPT_TEMPLATE.split("{prompt}")
+    first = prompts[0]
+    out = [first]
+    if first.startswith(head) and first.endswith(tail) and len(first) > len(head) + len(tail):
+        out = [first[len(head):len(first) - len(tail)]]
+    out += [m.group(1) for seg in trace if seg.kind == "text" for m in _REWRITTEN.finditer(seg.text)]
+    return list(dict.fromkeys(out))
 
 
 def make_task(name: str, **kwargs):
