@@ -2,8 +2,10 @@
 questions by test-time RL, on CPU, with no download.
 
 1. ``ttrl fit --config configs/sft/tiny_ttrl.yaml``: SFT of a tiny randomly initialised Llama on generated
-   two-number additions with at most one carry, in both the Solver format (``12+7=`` -> ``\\boxed{19}``) and
+   two-number additions, few with two carries, in both the Solver format (``12+7=`` -> ``\\boxed{19}``) and
    Self-Harmony's fused Reframe-and-Solve format (``12+7= reframe:`` -> strategy, rewritten problem, solution);
+   no trace shows a question of the TTRL runs' splits answered, as its question or as its rewritten problem
+   (the splits are written to ``out/questions/`` first and passed to the SFT's ``exclude``);
 2. accuracy of the SFT model on a separate, shifted, **unlabeled** split (``add2_carry``: two carries),
    sampled at the TTRL temperature: ``avg@k`` (one sample) and ``maj@k`` (the majority of k);
 3. ``ttrl fit --config configs/ttrl/tiny_demo.yaml`` once per pseudo-labeler (``majority``, ``self_harmony``,
@@ -114,6 +116,23 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def write_ttrl_questions(out: str, data, seed_value: int, n_questions: int) -> dict[str, str]:
+    """The TTRL runs' training, validation and calibration questions, cut by their ``QuestionDataModule`` (the
+    TTRL config's ``data.init_args`` with the data seed ``seed_value`` and ``n_questions`` to train on), as
+    question files ``out/questions/<split>.jsonl``; their paths (the splits that are empty are left out)."""
+    from ..data.questions import QuestionDataModule, write_questions
+
+    args = {k: v for k, v in vars(data).items() if k in QuestionDataModule.__init__.__code__.co_varnames}
+    dm = QuestionDataModule(**{**args, "seed": seed_value, "n": n_questions})
+    paths = {}
+    for name, qs in (("train", dm.train_questions()), ("validation", dm.val_questions()),
+                     ("calibration", dm.calibration_questions())):
+        if qs:
+            paths[name] = os.path.join(out, "questions", f"{name}.jsonl")
+            write_questions(paths[name], qs)
+    return paths
+
+
 def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int | None, ttrl_steps: int | None,
                   k: int, questions: int | None, reuse_sft: bool, ttrl_seed: int | None = None,
                   extra_args: dict[str, list[str]] | None = None, sft_checkpoint: str | None = None
@@ -123,27 +142,28 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     ``seed_value`` seeds the SFT, the questions and the evaluation's sampling; ``ttrl_seed`` (default
     ``seed_value``) the TTRL runs (``benchmarks/ttrl_seeds.py`` varies it alone); ``extra_args``: more
     ``ttrl fit`` options per labeler; ``sft_checkpoint``: start from this checkpoint instead of an SFT run."""
-    from ..data.questions import task_splits
+    from ..data.questions import read_questions
     from ..models import load_model, load_tokenizer
+    from .fit import parse_config
 
     t0 = time.perf_counter()
     steps = 2 + len(labelers)
-    sft_root = os.path.join(out, "sft")
-    ckpt = sft_checkpoint or (last_checkpoint(sft_root) if reuse_sft else None)
-    print(f"== 1/{steps}  ttrl fit: SFT of a tiny Llama on generated additions (Solver + fused "
-          "Reframe-and-Solve formats)" + (f" -- reusing {ckpt}" if ckpt else ""), flush=True)
-    if ckpt is None:
-        ckpt = run_sft(SFT_CONFIG, sft_root, seed_value, sft_steps)
-    t_sft = time.perf_counter() - t0
-
-    from .fit import parse_config
-
     base = parse_config(["--config", config_path(TTRL_CONFIG)])
     h = base.model.init_args
     data = base.data.init_args
     n_questions = questions or data.n
-    # the TTRL runs' training split: the first distinct questions of the task's stream (QuestionDataModule)
-    unlabeled = task_splits(data.task, seed_value, {"train": n_questions}, **(data.task_kwargs or {}))["train"]
+    # the TTRL runs' splits, as their QuestionDataModule cuts them, written out: the SFT skips every question
+    paths = write_ttrl_questions(out, data, seed_value, n_questions)
+    unlabeled = read_questions(paths["train"])
+    sft_root = os.path.join(out, "sft")
+    ckpt = sft_checkpoint or (last_checkpoint(sft_root) if reuse_sft else None)
+    print(f"== 1/{steps}  ttrl fit: SFT of a tiny Llama on generated additions (Solver + fused "
+          "Reframe-and-Solve formats), none of them a TTRL question" + (f" -- reusing {ckpt}" if ckpt else ""),
+          flush=True)
+    if ckpt is None:
+        ckpt = run_sft(SFT_CONFIG, sft_root, seed_value, sft_steps,
+                       ["--data.init_args.exclude", json.dumps(list(paths.values()))])
+    t_sft = time.perf_counter() - t0
     tokenizer = load_tokenizer(ckpt)
     eval_kw = dict(k=k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
                    seed_value=seed_value, extractor=h.voting.answer_extractor)
@@ -153,7 +173,8 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     print(f"avg@{k} {100 * before['avg']:.1f}%  maj@{k} {100 * before['maj']:.1f}%", flush=True)
 
     report: dict[str, Any] = {
-        "settings": {"seed": seed_value, "ttrl_seed": seed_value if ttrl_seed is None else ttrl_seed, "k": k, "questions": n_questions, "task": data.task,
+        "settings": {"seed": seed_value, "ttrl_seed": seed_value if ttrl_seed is None else ttrl_seed, "k": k,
+                     "questions": n_questions, "task": data.task, "question_files": paths,
                      "temperature": h.sampling.temperature, "sft_checkpoint": ckpt, "ttrl_config": TTRL_CONFIG,
                      "num_votes": h.voting.num_votes, "num_generations": h.voting.num_trained,
                      "answer_extractor": h.voting.answer_extractor},
