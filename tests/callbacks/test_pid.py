@@ -90,3 +90,30 @@ def test_a_run_inside_its_warm_up_is_warned_about(max_steps, warmup, warns):
     if warns:
         assert f"end inside the {warmup}-step warm-up" in warn.call_args[0][0]
     assert module.kl_coef == 0.1
+
+
+def test_the_callback_holds_beta_on_a_step_that_observes_no_kl():
+    """``kl_observation_tokens`` 0 (every group of the step abstained): no update of the controller; a step
+    with tokens updates it; a module that does not count its tokens is always observed."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from ttrl_lightning.callbacks import PIDKLController
+
+    strategy = SimpleNamespace(reduce=lambda value, reduce_op: value)
+    trainer = SimpleNamespace(strategy=strategy)
+    logged = {}
+    module = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0), kl_observation_tokens=torch.tensor(0.0),
+                             device="cpu", log_dict=lambda d, **kw: logged.update(d))
+    cb = PIDKLController(warmup_steps=0)
+    cb.on_train_batch_end(trainer, module, None, None, 0)
+    assert module.kl_coef == 0.1 and cb.controller.state.step == 0 and cb.last_reduced_kl is None
+    assert logged == {"pid/beta": 0.1}
+    module.kl_observation, module.kl_observation_tokens = torch.tensor(0.4), torch.tensor(6.0)
+    cb.on_train_batch_end(trainer, module, None, None, 1)
+    assert cb.controller.state.step == 1 and cb.last_reduced_kl == pytest.approx(0.4) and module.kl_coef > 0.1
+    bare = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0), device="cpu", log_dict=lambda d, **kw: None)
+    other = PIDKLController(warmup_steps=0)
+    other.on_train_batch_end(trainer, bare, None, None, 0)
+    assert other.controller.state.step == 1 and other.last_reduced_kl == 0.0

@@ -244,7 +244,7 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
 
     masked, d_masked, logs_masked = step(full, rewards, abstain=(0,))
     kept, d_kept, logs_kept = step(_rows(full, list(range(4, 12))), rewards[4:])
-    unmasked, d_unmasked, _ = step(full, rewards)
+    unmasked, d_unmasked, logs_unmasked = step(full, rewards)
 
     assert masked.last_advantages[:4].tolist() == [0.0] * 4
     assert masked.last_advantages[4:].abs().min() > 0.1
@@ -257,6 +257,13 @@ def test_abstained_group_gets_zero_advantage_and_no_gradient(aggregation):
         torch.testing.assert_close(d_masked[k], d_kept[k], rtol=1e-4, atol=1e-7, msg=k)
     moved = max(float((d_unmasked[k] - d_kept[k]).abs().max()) for k in d_kept)
     assert moved > 1e-4  # group 0's rows do contribute when they are not masked
+    # (v) the KL observation (the PID controller's input, train/kl) is the one of the batch without group 0:
+    # the abstained rows' KL is not observed; with them (every row averaged) it would differ
+    torch.testing.assert_close(masked.kl_observation, kept.kl_observation, rtol=1e-5, atol=1e-8)
+    torch.testing.assert_close(logs_masked["train/kl"], logs_kept["train/kl"], rtol=1e-5, atol=1e-8)
+    assert float(masked.kl_observation_tokens) == float(kept.kl_observation_tokens) > 0
+    assert abs(float(masked.kl_observation) - float(unmasked.kl_observation)) > 1e-6
+    assert float(logs_unmasked["train/kl"]) == pytest.approx(float(unmasked.kl_observation))
 
 
 def test_score_hook_must_return_rollout_rewards():
@@ -305,10 +312,51 @@ def test_a_dropped_row_carries_no_policy_or_kl_term_and_no_weight(aggregation):
     d_full, _ = step(full)
     d_full_rewritten, _ = step(rewritten)
     torch.testing.assert_close(logs_drop["train/loss"], logs_rewritten["train/loss"], rtol=1e-6, atol=1e-8)
+    # nor does its KL enter the KL observation (train/kl, the PID controller's input)
+    torch.testing.assert_close(logs_drop["train/kl"], logs_rewritten["train/kl"], rtol=1e-6, atol=1e-8)
     for k in d_drop:
         torch.testing.assert_close(d_drop[k], d_drop_rewritten[k], rtol=1e-5, atol=1e-8, msg=k)
     assert float(logs_drop["train/dropped_rows"]) == 1
     assert max(float((d_full[k] - d_full_rewritten[k]).abs().max()) for k in d_full) > 1e-5
+
+
+def test_the_kl_observation_averages_the_tokens_that_carry_loss_only():
+    """A hand-built step: token KL 1 on the abstained group's rows, 9 on a dropped row, 2 and 4 on the kept
+    rows' tokens. The observation (the PID controller's input, train/kl) is the mean over the tokens that
+    carry loss, 3, not the mean over every trained token; a step that trains no token observes nothing."""
+    from ttrl_lightning.modules.step_records import StepStats
+
+    m = GRPOModule(policy=TINY, num_generations=2, sampling=SamplingSpec(max_new_tokens=2))
+    token_kl = torch.tensor([[1.0, 1.0], [1.0, 1.0], [2.0, 4.0], [9.0, 9.0]])  # groups of 2: [0, 1], [2, 3]
+    kept = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])  # group 0 abstains, row 3 dropped
+    stats = StepStats(torch.zeros(()), token_kl, torch.zeros(4, 2, dtype=torch.bool), kept)
+    kl, tokens = m.observed_kl(stats)
+    assert float(kl) == pytest.approx(3.0) and float(tokens) == 2
+    kl, tokens = m.observed_kl(StepStats(torch.zeros(()), token_kl, stats.clipped, torch.zeros(4, 2)))
+    assert float(kl) == 0 and float(tokens) == 0
+
+
+def test_a_step_where_every_group_abstains_holds_beta():
+    """No token trained: no KL observation. The PID controller holds beta and its state (it used to read the
+    abstained rows' KL and move beta), and train/kl is not logged (a mean over no token is not 0)."""
+    from ttrl_lightning.models import load_model
+
+    source = GRPOModule(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5))
+    source.configure_model()
+    full = source.rollout({"prompt": ["1+2=", "30-4="]})
+    m = FixedBatch(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5),
+                   grpo=GRPOSpec(kl_coef=0.5, reference="external", max_grad_norm=None))
+    m.fixed, m.fixed_rewards, m.abstain = full, torch.tensor([1.0, 0.0] * 4), (0, 1)
+    m.set_reference_model(load_model("tiny:qwen2", source.tokenizer, seed=1))
+    m.configure_model()
+    pid = PIDKLController(warmup_steps=0)
+    trainer = _trainer(2, callbacks=[pid])
+    trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+    assert float(m.kl_observation_tokens) == 0
+    assert pid.controller.state.step == 0 and pid.controller.state.kl_smoothed is None
+    assert m.kl_coef == pytest.approx(0.5) and pid.last_reduced_kl is None
+    assert "train/kl" not in trainer.callback_metrics
+    assert float(trainer.callback_metrics["pid/beta"]) == pytest.approx(0.5)
 
 
 # ----------------------------------------------------------------------------- log-probs

@@ -1,7 +1,9 @@
 """PID control of the KL coefficient beta (Pixelis appendix 6.1), as a plain object and a Lightning callback.
 
-Every form observes the mean token KL k_t of optimizer batch t (one update per batch, dt = 1) and shares
-the smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, chosen by ``form``):
+Every form observes the mean token KL k_t of optimizer batch t over the tokens that carry loss (the kept
+groups' kept rows: an abstained question or a dropped row is no part of the update and no part of k_t; a batch
+that trains no token is no observation, and beta is held; one update per batch, dt = 1) and shares the
+smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, chosen by ``form``):
 
     s_t  = k_0 (t = 0);  s_t = tau * s_{t-1} + (1 - tau) * k_t (t > 0)     smoothed KL, EMA with tau = 0.9
     Kd_t = 0 for t < warmup (100), else Kd                                 no derivative kick in warm-up
@@ -46,7 +48,8 @@ state (e = 0) is beta_0 + Ki * I with |I| <= I_max, i.e. beta_0 +- 0.25 with the
 set near the beta that holds KL at target; the velocity forms reach the whole [beta_min, beta_max].
 Measured step responses of every form: ``benchmarks/kl_control.py`` and docs/training.md.
 Timing: the update runs after each training batch, so the loss of batch t uses beta_{t-1} (beta_0 first).
-Under DDP the callback all-reduces k_t (mean over ranks) first, so every rank computes the same beta.
+Under DDP the callback all-reduces k_t (mean over the ranks that trained a token) first, so every rank
+computes the same beta.
 """
 from __future__ import annotations
 
@@ -193,7 +196,10 @@ class PIDController:
 
 class PIDKLController(pl.Callback):
     """Drives ``pl_module.kl_coef`` with a ``PIDController`` from ``pl_module.kl_observation`` (the mean
-    token KL of the last training batch); logs ``pid/beta``, ``pid/p``, ``pid/i``, ``pid/d``,
+    token KL of the last training batch over the tokens that carry loss: ``GRPOModule.observed_kl``). A step
+    whose ``pl_module.kl_observation_tokens`` is 0 on every rank (every group abstained) is no observation:
+    beta and the controller's state are held. Under DDP the observation is the mean over the ranks that
+    trained a token. Logs ``pid/beta``, ``pid/p``, ``pid/i``, ``pid/d``,
     ``pid/kl_smoothed``, ``pid/in_corridor``. Its state is saved in checkpoints. ``beta_0=None`` takes the
     module's initial ``kl_coef``. ``form`` picks the update rule (``PID_FORMS``: positional, incremental,
     log, ziegler, fixed); ``integral_start``, ``error_clip`` and ``horizon`` are read by the forms that use
@@ -242,10 +248,20 @@ class PIDKLController(pl.Callback):
         if kl is None:
             raise RuntimeError("the module did not set `kl_observation` in training_step")
         kl = torch.as_tensor(kl, dtype=torch.float32, device=pl_module.device).detach().clone()
-        self.last_local_kl = float(kl)
-        kl = trainer.strategy.reduce(kl, reduce_op="mean")  # same beta on every rank
-        self.last_reduced_kl = float(kl)
+        tokens = getattr(pl_module, "kl_observation_tokens", None)  # None: a module that does not count them
+        observed = torch.ones((), device=kl.device) if tokens is None else (
+            torch.as_tensor(tokens, device=kl.device) > 0).float()
+        self.last_local_kl = float(kl) if observed else None
+        # the mean over the ranks that observed a KL (trained a token); same beta on every rank
+        both = trainer.strategy.reduce(torch.stack([kl * observed, observed]), reduce_op="mean")
         ctl = self._ensure(pl_module)
+        if float(both[1]) == 0:  # no rank trained a token (every group abstained): no observation, beta held
+            self.last_reduced_kl = None
+            pl_module.kl_coef = ctl.beta
+            pl_module.log_dict({"pid/beta": ctl.beta}, on_step=True, on_epoch=False)
+            return
+        kl = both[0] / both[1]
+        self.last_reduced_kl = float(kl)
         pl_module.kl_coef = ctl.update(float(kl))
         s = ctl.state
         pl_module.log_dict({"pid/beta": s.beta, "pid/p": s.p_term, "pid/i": s.i_term, "pid/d": s.d_term,

@@ -36,7 +36,9 @@ without a pseudo-label abstains through ``group_mask``; TTRL scores M votes and 
 ``RolloutRewards.rollouts``) or ``compute_advantages`` (value-weighted baselines) without copying the step.
 The KL reference is a frozen copy of the initial policy (``reference="initial"``), or the EMA policy set by the
 ``EMAAnchor`` callback; ``beta`` (``self.kl_coef``) is fixed or driven by the ``PIDKLController`` callback,
-which reads ``self.kl_observation`` (mean token KL of the last step) after every batch.
+which reads ``self.kl_observation`` after every batch: the mean token KL of the last step over the tokens
+that carry loss (kept groups, kept rows), logged as ``train/kl``; an abstained group or a dropped row adds no
+KL term to the loss and none to the observation (``observed_kl``).
 """
 from __future__ import annotations
 
@@ -133,6 +135,7 @@ class GRPOModule(PolicyModule):
         resolve_prompt_format(prompt_format, self.tokenizer)  # "chat" without a chat template: refused here
         self.kl_coef = float(self.grpo.kl_coef)
         self.kl_observation: torch.Tensor | None = None
+        self.kl_observation_tokens: torch.Tensor | None = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of this module's parameters
         self._pending_reference_state: dict | None = None
         self.train_reward = MeanMetric()
@@ -323,14 +326,25 @@ class GRPOModule(PolicyModule):
         stats = self.optimize(scored.rollouts, scored, advantages)
         self.engine.sync_weights(self.policy)
         with torch.no_grad():
-            self.kl_observation = (masked_token_mean(stats.token_kl, scored.rollouts.completion_mask.float())
-                                   if stats.token_kl is not None else torch.zeros((), device=self.device))
+            self.kl_observation, self.kl_observation_tokens = self.observed_kl(stats)
             kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
             if kept.numel():
                 self.train_reward(kept)
                 self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
             self.log_dict(self.step_metrics(batch, scored, stats))
         return stats.loss
+
+    def observed_kl(self, stats: StepStats) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's KL observation and the number of tokens it averages: the mean token KL over the tokens
+        that carry loss (``stats.kept_tokens``: the kept groups' kept rows), the rows the update trained on.
+        An abstained group or a dropped row adds no KL term to the loss, so it adds none to the observation
+        either (nor to ``train/kl``, ``train/kl_p95``). 0 tokens (every group abstained): the observation is 0
+        and the controller holds beta (``PIDKLController``). Without a KL term (``reference: none``) the
+        observation is 0."""
+        tokens = stats.kept_tokens.sum()
+        if stats.token_kl is None:
+            return torch.zeros((), device=self.device), tokens
+        return masked_token_mean(stats.token_kl, stats.kept_tokens), tokens
 
     def kept_rows(self, scored: RolloutRewards) -> torch.Tensor:
         """[R] bool on the module's device: the rows of kept groups that the row mask keeps."""
@@ -382,7 +396,6 @@ class GRPOModule(PolicyModule):
         kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
         out = {
             "train/loss": stats.loss,
-            "train/kl": self.kl_observation,
             "train/beta": torch.tensor(self.kl_coef),
             "train/clip_frac": masked_token_mean(stats.clipped.float(), stats.kept_tokens),
             "train/completion_len": completion_mask.sum(1).mean(),
@@ -391,6 +404,8 @@ class GRPOModule(PolicyModule):
             "train/abstained_groups": (~scored.mask(R // n)).sum().float(),
             "train/dropped_rows": (~scored.rows(R)).sum().float(),
         }
+        if self.kl_observation_tokens is not None and self.kl_observation_tokens > 0:
+            out["train/kl"] = self.kl_observation  # a mean over no token is not 0: not logged then
         if stats.sampler is not None:
             out.update(stats.sampler.metrics(stats.kept_tokens))
         out.update({f"train/{k}": v for k, v in scored.metrics.items()})

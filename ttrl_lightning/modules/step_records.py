@@ -66,12 +66,15 @@ class RolloutRewards:
     the step counts them (``train/abstained_groups``). None: every group is kept. Our reading of Pixelis sec.
     3.2.3's "we abstain; KL safety remains active": the KL-to-EMA corridor (the controller and its beta on
     the step's updated rows) stays in force while questions abstain, but an abstained question's own rows
-    carry no KL term either. Its rows would contribute only a pull toward the anchor on questions nobody
-    labelled, and their token KL would enter the step's KL observation, moving beta for updates that did not
-    happen.
+    carry no KL term either: they would contribute only a pull toward the anchor on questions nobody labelled.
+    For the same reason the step's KL observation (``GRPOModule.observed_kl``: the controller's input,
+    ``train/kl``; and ``train/kl_p95``) averages the tokens that carry loss only, so an abstained question's
+    KL does not move beta for an update that did not happen; a step where every group abstains is no
+    observation (beta held).
     row_mask: [R] bool, False for a single rollout left out of the update (Pixelis' near-duplicates): it
     still counts in its group's advantage statistics (its reward is a vote's), but carries no policy or KL
-    term and no weight in the aggregation (``train/dropped_rows``). None: every row is kept.
+    term, no weight in the aggregation and no part in the KL observation (``train/dropped_rows``). None: every
+    row is kept.
     rollouts: the rows these rewards score, when the hook trains on a subset of what ``rollout`` sampled
     (TTRL: the first N of every prompt's M votes); None: all of them (``scored`` fills it in).
     metrics: scalars of the reward stage, logged as ``train/<name>`` by ``step_metrics`` (CC-RFT's reward

@@ -14,7 +14,8 @@ checkpointed with the module):
   the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
   contributed gradient) per 1,000 processed questions, cumulative over the run;
 * ``vote_tokens``: completion tokens sampled for the votes (every view), the step's sampling work;
-* ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the trained tokens;
+* ``kl_p50``, ``kl_p95``: quantiles of the token KL to the reference over the tokens that carry loss (kept
+  questions, kept rows: the tokens ``train/kl``, the PID controller's observation, averages);
 * ``vote_accuracy``: the share of the original view's M votes whose answer is right (avg@M of the batch's
   questions under the policy sampling them: the trained-on accuracy over steps, measured at no extra cost);
 * ``online_accuracy``: the original view's majority vote vs gold when a question is seen (the pre-update
@@ -73,7 +74,7 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
                  ) -> dict[str, float]:
     """This step's TTRL metrics (module docstring), counted into ``counters``. ``golds``: the batch's gold
     answers (None, or None entries: not monitored); ``token_kl`` / ``completion_mask``: [R, C] of the trained
-    rows (the quantiles are taken over the tokens of the kept questions)."""
+    rows (the quantiles are taken over the tokens of the kept questions' kept rows)."""
     step = scored.detail
     Q = len(step.labels)
     counters.questions_seen += Q
@@ -88,7 +89,8 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
         "vote_tokens": float(step.votes.num_completion_tokens),
     }
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
-        rows = scored.mask(len(scored.rewards) // step.num_trained).repeat_interleave(step.num_trained)
+        R = len(scored.rewards)
+        rows = scored.mask(R // step.num_trained).repeat_interleave(step.num_trained) & scored.rows(R)
         rows = rows.to(token_kl.device)
         vals = token_kl[rows[:, None] & completion_mask.to(token_kl.device).bool()].float()
         if vals.numel():
