@@ -17,12 +17,29 @@ def test_smoothing_and_the_plateau_by_hand():
     assert stop_decision({MAJORITY_RATIO: ratios[:7]}, rule) is None
     # still rising: never fires
     assert stop_decision({MAJORITY_RATIO: [0.1 * i for i in range(10)]}, rule) is None
-    # length collapse fires first, with its reason
+    # length collapse fires first, with its reason: below half at step 3 (smoothing 0), at step 4 = min_steps
     step, reason = stop_decision({MAJORITY_RATIO: [0.1 * i for i in range(10)],
                                   COMPLETION_LEN: [20, 19, 12, 9, 8, 8, 8, 8, 8, 8]}, rule)
-    assert step == 3 and "completion length" in reason
+    assert step == 4 and "completion length" in reason
     with pytest.raises(ValueError, match="patience"):
         StoppingRule(patience=0)
+
+
+def test_min_steps_holds_both_signals_until_step_min_steps():
+    """``t >= min_steps`` (0-based) under either signal: a flat majority ratio with patience 2 and min_steps 5
+    fires at step 5, not 4 (it fired one step early), and a length that collapses at step 1 fires at step 5,
+    not 1 (the length rule ignored min_steps)."""
+    rule = StoppingRule(smoothing=0.0, patience=2, min_delta=0.01, min_steps=5)
+    flat = [0.5] * 10
+    assert stop_decision({MAJORITY_RATIO: flat}, rule)[0] == 5
+    assert stop_decision({MAJORITY_RATIO: flat[:5]}, rule) is None  # steps 0-4 only: never
+    rising = [0.1 * i for i in range(10)]
+    step, reason = stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20, 4, 4, 4, 4, 4, 4, 4, 4, 4]}, rule)
+    assert step == 5 and "completion length" in reason
+    # min_steps below patience: the plateau waits for its window (t >= patience), the length does not
+    short = StoppingRule(smoothing=0.0, patience=4, min_delta=0.01, min_steps=1)
+    assert stop_decision({MAJORITY_RATIO: flat}, short)[0] == 4
+    assert stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20, 4] + [4] * 8}, short)[0] == 1
 
 
 class _Strategy:
@@ -36,16 +53,20 @@ def test_the_callback_decides_as_the_function(mode):
     cb = LabelFreeStopping(mode=mode, smoothing=0.0, patience=3, min_steps=4)
     logged = {}
     module = SimpleNamespace(device="cpu", log=lambda k, v, **kw: logged.__setitem__(k, v))
-    trainer = SimpleNamespace(callback_metrics={}, strategy=_Strategy(), global_step=0, should_stop=False)
+    trainer = SimpleNamespace(callback_metrics={}, strategy=_Strategy(), global_step=0, should_stop=False,
+                              fit_loop=SimpleNamespace(total_batch_idx=0))
     stopped_at = None
     for step, r in enumerate(ratios):
-        trainer.global_step = step + 1
+        # after batch `step`: 2 optimizer steps per batch (num_iterations 2), so global_step is not the step
+        trainer.global_step, trainer.fit_loop.total_batch_idx = 2 * (step + 1), step
         trainer.callback_metrics = {MAJORITY_RATIO: torch.tensor(r), COMPLETION_LEN: torch.tensor(10.0)}
         cb.on_train_batch_end(trainer, module, None, None, step)
         if trainer.should_stop and stopped_at is None:
-            stopped_at = trainer.global_step
-    assert cb.flagged["step"] == 8 and logged["stop/flagged_step"] == 8.0
-    assert stopped_at == (8 if mode == "stop" else None)
+            stopped_at = step
+    # the logged step is the 0-based index of the batch that fired, the index stop_decision returns (7)
+    assert stop_decision(cb.history, cb.rule)[0] == 7
+    assert cb.flagged["step"] == 7 and logged["stop/flagged_step"] == 7.0
+    assert stopped_at == (7 if mode == "stop" else None)
     # its history survives a checkpoint; another rule is refused on resume
     again = LabelFreeStopping(mode=mode, smoothing=0.0, patience=3, min_steps=4)
     again.load_state_dict(cb.state_dict())

@@ -162,6 +162,25 @@ def test_gold_never_reaches_a_reward():
     assert a.counters.label_history == b.counters.label_history
 
 
+def test_kl_quantiles_are_taken_over_the_tokens_that_carry_loss():
+    """``kl_p50`` / ``kl_p95`` read the kept questions' kept rows only, the tokens the KL observation
+    (``train/kl``, the PID controller's input) averages: not the abstained question's, not a dropped row's."""
+    import dataclasses
+
+    m = _module(SCRIPT)
+    scored = m.scored(m.rollout(BATCH), BATCH)  # 3 questions x 3 trained rows; b (rows 3-5) abstains
+    token_kl = torch.tensor([[1.0], [1.0], [100.0], [50.0], [50.0], [50.0], [3.0], [3.0], [3.0]])
+    mask = torch.ones(9, 1)
+    rows = torch.ones(9, dtype=torch.bool)
+    rows[2] = False  # a near-duplicate left out of the update
+    dropped = dataclasses.replace(scored, row_mask=rows)
+    got = ttrl_metrics(dropped, None, None, m.counters, step_index=0, token_kl=token_kl, completion_mask=mask)
+    assert got["kl_p50"] == pytest.approx(3.0) and got["kl_p95"] == pytest.approx(3.0)  # over 1, 1, 3, 3, 3
+    kept = ttrl_metrics(scored, None, None, m.counters, step_index=1, token_kl=token_kl, completion_mask=mask)
+    assert kept["kl_p95"] > 50  # row 2 kept: its 100 counts; b's 50s never do
+    assert kept["kl_p50"] == pytest.approx(3.0)
+
+
 def test_self_harmony_samples_the_fused_view_and_gates_its_rewards():
     fused = "STRATEGY: swap\nREWRITTEN PROBLEM: 4+1=\nSOLUTION: {}"
     script = {"1+4=": ["5", "6", "6", "5", "6", "9"],
@@ -424,7 +443,8 @@ def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built()
 
 def test_label_free_stopping_ends_a_ttrl_run():
     """LabelFreeStopping reads the step's logged majority ratio from the trainer: with a rule that fires at
-    the second step (min_delta 1: no value can set a new high), the run ends there, not at max_steps."""
+    the second step (min_delta 1: no value can set a new high), the run ends there, not at max_steps, and
+    the step it records is that batch's 0-based index (1), the step its metrics are logged under."""
     from ttrl_lightning.callbacks import LabelFreeStopping
 
     m = _module(SCRIPT)
@@ -434,5 +454,5 @@ def test_label_free_stopping_ends_a_ttrl_run():
                          callbacks=[stopper])
     rows = [{k: BATCH[k][i] for k in BATCH} for i in range(len(BATCH["prompt"]))]
     trainer.fit(m, DataLoader(rows * 5, batch_size=len(rows), collate_fn=collate_prompts))
-    assert trainer.global_step == 2 and stopper.flagged["step"] == 2
+    assert trainer.global_step == 2 and stopper.flagged["step"] == 1
     assert len(stopper.history["train/majority_ratio"]) == 2

@@ -10,12 +10,21 @@ label-free answer. This rule reads only what every TTRL step logs without gold:
   whose last ``patience`` smoothed values set no new high by more than ``min_delta`` over the best before
   them: the labels have stopped moving, and further steps only sharpen the policy on them.
 * **length collapse.** ``train/completion_len`` smoothed the same way falls below ``length_floor`` times its
-  first value: the collapse that precedes the fall.
+  first value, at a step ``t >= min_steps``: the collapse that precedes the fall.
+
+Steps are counted from 0: ``t`` is the index of the training batch whose logged values fired the rule, so
+``min_steps`` steps (0 to ``min_steps - 1``) always run before the rule may fire, under either signal (and,
+for the plateau, at least ``patience`` steps before the window, ``t >= patience``).
 
 ``stop_decision(history, rule)`` is the pure function (``history``: the per-step values in step order); the
 callback feeds it each step's values (averaged over ranks, so every rank decides alike), logs
 ``stop/majority_ratio_smoothed`` and, once, ``stop/flagged_step``; ``mode="stop"`` ends the run there,
 ``mode="flag"`` only records it (``flagged``), to validate the rule against a gold curve on full runs.
+The step logged (``stop/flagged_step``, ``flagged["step"]``) is that 0-based index of the training batch
+across epochs (``trainer.fit_loop.total_batch_idx``), the ``step`` under which the batch's ``train/*`` values
+are logged (the CSV log's ``step`` column; the README's step index), not ``trainer.global_step`` (the count
+of optimizer steps: one more after the batch, and ``num_iterations`` per batch). ``mode="stop"`` ends the
+run after that step: ``trainer.global_step`` is then its optimizer-step count.
 
 The rule was validated on one task and one model (``benchmarks/real_model_ttrl.py``: SmolLM2-135M-Instruct on
 reasoning-gym ``chain_sum``; the README reports the step it picks against the best held-out step). It is a
@@ -67,14 +76,15 @@ def smoothed(values: Sequence[float], a: float) -> list[float]:
 
 def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = StoppingRule()
                   ) -> tuple[int, str] | None:
-    """``(index, reason)`` of the first step (0-based, in ``history``'s order) at which the rule fires, or None.
+    """``(index, reason)`` of the first step (0-based, in ``history``'s order; ``index >= rule.min_steps``)
+    at which the rule fires, or None.
     ``history[MAJORITY_RATIO]`` is required; ``history[COMPLETION_LEN]`` is optional."""
     ratio = smoothed(history[MAJORITY_RATIO], rule.smoothing)
     length = smoothed(history.get(COMPLETION_LEN, ()), rule.smoothing)
-    for t in range(len(ratio)):
+    for t in range(rule.min_steps, len(ratio)):  # t >= min_steps for either signal
         if length and t < len(length) and length[t] < rule.length_floor * length[0]:
             return t, f"completion length fell below {rule.length_floor:g} x its first value"
-        if t + 1 < max(rule.min_steps, rule.patience + 1):
+        if t < rule.patience:  # the plateau's window needs a step before it
             continue
         before = max(ratio[: t + 1 - rule.patience])
         if max(ratio[t + 1 - rule.patience: t + 1]) <= before + rule.min_delta:
@@ -85,7 +95,10 @@ def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = S
 
 class LabelFreeStopping(pl.Callback):
     """Stops (``mode="stop"``) or flags (``mode="flag"``) a TTRL run by :func:`stop_decision` (module
-    docstring); its history is saved in checkpoints, so a resumed run decides as the uninterrupted one."""
+    docstring); its history is saved in checkpoints, so a resumed run decides as the uninterrupted one.
+    ``stop/flagged_step`` and ``flagged["step"]`` are the 0-based index of the training batch that fired the
+    rule (``trainer.fit_loop.total_batch_idx``, the step its ``train/*`` values are logged under), not
+    ``trainer.global_step``."""
 
     def __init__(self, mode: str = "stop", smoothing: float = 0.7, patience: int = 8, min_delta: float = 0.01,
                  min_steps: int = 8, length_floor: float = 0.5):
@@ -106,7 +119,7 @@ class LabelFreeStopping(pl.Callback):
             if key in metrics:
                 value = torch.as_tensor(metrics[key], dtype=torch.float32, device=pl_module.device).detach().clone()
                 self.history[key].append(float(trainer.strategy.reduce(value, reduce_op="mean")))
-        self.steps.append(int(trainer.global_step))
+        self.steps.append(int(trainer.fit_loop.total_batch_idx))  # 0-based, the batch's logged step
         ratio = smoothed(self.history[MAJORITY_RATIO], self.rule.smoothing)[-1]
         pl_module.log("stop/majority_ratio_smoothed", ratio, on_step=True, on_epoch=False)
         if self.flagged is not None:
@@ -120,7 +133,7 @@ class LabelFreeStopping(pl.Callback):
         if self.mode == "stop":
             from lightning.pytorch.utilities import rank_zero_info
 
-            rank_zero_info(f"LabelFreeStopping: stopping after step {self.steps[index]}: {reason}")
+            rank_zero_info(f"LabelFreeStopping: stopping after step {self.steps[index]} (0-based): {reason}")
             trainer.should_stop = True
 
     def state_dict(self) -> dict:
