@@ -1,4 +1,4 @@
-"""A real pretrained model improves itself without labels (or does not): TTRL arms on SmolLM2-135M-Instruct with
+"""A real pretrained model under test-time RL without labels (it may improve or collapse): TTRL arms on SmolLM2-135M-Instruct with
 reasoning-gym tasks, against a random-reward and a gold-reward control.
 
 Every split is cut from one pool of distinct questions per candidate (``data.splits``, seed 0, the instruction
@@ -23,7 +23,8 @@ is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200
    answers: the upper bound).
 4. **Evaluation** of the checkpoint and of every run's final policy with the same sampling seed: avg@k and maj@k
    on the trained-on questions (TTRL's protocol), on the held-out split of the same task and on the other
-   task. Per run also label accuracy, token-KL P95 (mean of the per-step P95), sampled vote tokens per second
+   task. Per run also label accuracy (mean of the per-step ``train/label_accuracy``, over the questions each
+   step labelled), token-KL P95 (mean of the per-step P95), sampled vote tokens per second
    of training and wall time; per step the trained-on vote accuracy (``train/vote_accuracy``: avg@M of the
    batch's votes).
 
@@ -402,8 +403,9 @@ def _mean(points) -> float | None:
 
 def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
     """The long-horizon view of one run: its held-out curve (step 0: the checkpoint's held-out avg@k, then
-    avg@val_k every --val-every steps; avg@k estimates one sample's accuracy whatever k), its peak, the step
-    of the peak and the final point, and where the label-free stopping rule (``callbacks.stopping``, applied
+    avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
+    estimates one sample's accuracy whatever k), its peak, the step of the peak and the last evaluation
+    (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and where the label-free stopping rule (``callbacks.stopping``, applied
     to the run's logged majority ratio and completion length, no gold) would have stopped: the step, the
     held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
     from ttrl_lightning.callbacks.stopping import COMPLETION_LEN, MAJORITY_RATIO, stop_decision
@@ -431,7 +433,7 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
     before = report["before"][task]["held_out"]["avg"]
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
              "(step 0: the checkpoint), and the label-free stopping rule",
-             f"{'run':<34} {'peak (step)':>12} {'final (step)':>13} {'stop step':>9} {'at stop':>8} {'lost':>6}"]
+             f"{'run':<34} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} {'lost':>6}"]
     for key, run in report["runs"].items():
         h = _horizon(run, before, val_k) if run["task"] == task else None
         if h is None:
@@ -439,7 +441,7 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
         stop = "none" if h["stop_step"] is None else str(h["stop_step"])
         at = "" if h["at_stop"] is None else f"{100 * h['at_stop']:.1f}"
         lost = "" if h["lost_at_stop"] is None else f"{100 * h['lost_at_stop']:+.1f}"
-        lines.append(f"{key:<34} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:7.1f} "
+        lines.append(f"{key:<34} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:10.1f} "
                      f"({h['final_step']:>3}) {stop:>9} {at:>8} {lost:>6}")
     return "\n".join(lines)
 
@@ -475,8 +477,9 @@ def _table(report: dict, task: str, k: int) -> str:
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
     head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
-    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7}"
-    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first", head, "-" * len(head)]
+    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7}"  # label acc, KL P95: step means
+    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over the "
+             "questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
     row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
                                           for sp in splits)
     lines.append(row)
