@@ -5,7 +5,7 @@ from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_la
 
 def test_registry_names_every_labeler():
     assert PSEUDO_LABELERS.names() == ["entropy", "gold_reward", "majority", "pixel", "random_reward",
-                                       "self_certainty", "self_harmony", "visconf"]
+                                       "self_certainty", "self_harmony", "soft_majority", "visconf"]
 
 
 def test_unknown_method_lists_the_known_ones():

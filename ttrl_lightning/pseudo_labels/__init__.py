@@ -10,7 +10,9 @@ Every labeler also takes ``choices`` for multiple-choice answer extraction from 
 ==================  ===============================================================  ======================
 name                label and reward                                                 source
 ==================  ===============================================================  ======================
-``majority``        most frequent answer; ``1[y = y*]``                              TTRL (:mod:`.majority`)
+``majority``        most frequent answer; ``1[y = y*]`` (optional SCRL gate,          TTRL (:mod:`.majority`)
+                    ``max_share`` lock)
+``soft_majority``   most frequent answer; ``share(y)`` of the extractable votes         SRT ``soft_reward``
 ``self_harmony``    HMS over two views; ``R_solve`` and gated ``R_fused``            Self-Harmony
 ``visconf``         RWC over ``Z = V C``; ``1[y = y*]``                              VisConf sec. 4-5
 ``pixel``           vote weighted by ``exp(-H) Cal VisFid r``; ``1[y = y*]``         Pixelis sec. 3.2.3

@@ -27,6 +27,9 @@ class PseudoLabel:
         row_mask: per rollout, ``False`` for one the labeler leaves out of the update while its reward still
             counts in the question's statistics (Pixelis' near-duplicate rollouts, sec. 3.2.3); ``None``:
             every rollout is updated. The same name from here to the loss (``RolloutRewards.row_mask``).
+        negative: ``True`` for an abstention that says the votes agree too little to label (``majority``'s
+            consensus gate): under RESTRAIN's negative branch (``AdvantageSpec.negative_shift`` delta > 0) the
+            question's rows are trained with reward 0 and advantage ``-delta`` instead of left out.
     """
 
     label: str | None
@@ -34,10 +37,13 @@ class PseudoLabel:
     abstain: bool = False
     info: dict = field(default_factory=dict)
     row_mask: list[bool] | None = None
+    negative: bool = False
 
     def __post_init__(self):
         if self.row_mask is not None and len(self.row_mask) != len(self.rewards):
             raise ValueError(f"row_mask has {len(self.row_mask)} entries for {len(self.rewards)} rewards")
+        if self.negative and not self.abstain:
+            raise ValueError("a negative-branch label (negative=True) is an abstention (abstain=True)")
 
 
 #: ``name -> labeler(votes, *, choices=None, **options) -> PseudoLabel``; ``votes`` (one question's) is a
