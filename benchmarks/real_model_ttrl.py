@@ -1,5 +1,5 @@
-"""A real pretrained model under test-time RL without labels (it may improve or collapse): TTRL arms on SmolLM2-135M-Instruct with
-reasoning-gym tasks, against a random-reward and a gold-reward control.
+"""A real pretrained model under test-time RL without labels (it may improve or collapse): TTRL arms on
+SmolLM2-135M-Instruct with reasoning-gym tasks, against a random-reward and a gold-reward control.
 
 Every split is cut from one pool of distinct questions per candidate (``data.splits``, seed 0, the instruction
 appended): the scan, the trained-on, the held-out and pixel's calibration split of a trained task, and the
@@ -405,9 +405,9 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
     """The long-horizon view of one run: its held-out curve (step 0: the checkpoint's held-out avg@k, then
     avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
     estimates one sample's accuracy whatever k), its peak, the step of the peak and the last evaluation
-    (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and where the label-free stopping rule (``callbacks.stopping``, applied
-    to the run's logged majority ratio and completion length, no gold) would have stopped: the step, the
-    held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
+    (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and
+    where the label-free stopping rule (``callbacks.stopping``, applied to the run's logged majority ratio and
+    completion length, no gold) would have stopped: the step, the held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
     from ttrl_lightning.callbacks.stopping import COMPLETION_LEN, MAJORITY_RATIO, stop_decision
 
     points = sorted(run["curves"].get(f"val/avg@{val_k}", []))
@@ -433,7 +433,8 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
     before = report["before"][task]["held_out"]["avg"]
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
              "(step 0: the checkpoint), and the label-free stopping rule",
-             f"{'run':<34} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} {'lost':>6}"]
+             f"{'run':<34} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
+             f"{'lost':>6}"]
     for key, run in report["runs"].items():
         h = _horizon(run, before, val_k) if run["task"] == task else None
         if h is None:
@@ -478,8 +479,8 @@ def _table(report: dict, task: str, k: int) -> str:
     head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
     head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7}"  # label acc, KL P95: step means
-    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over the "
-             "questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
+    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over "
+             "the questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
     row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
                                           for sp in splits)
     lines.append(row)

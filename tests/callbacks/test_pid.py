@@ -104,8 +104,9 @@ def test_the_callback_holds_beta_on_a_step_that_observes_no_kl():
     strategy = SimpleNamespace(reduce=lambda value, reduce_op: value)
     trainer = SimpleNamespace(strategy=strategy)
     logged = {}
-    module = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0), kl_observation_tokens=torch.tensor(0.0),
-                             device="cpu", log_dict=lambda d, **kw: logged.update(d))
+    module = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0),
+                             kl_observation_tokens=torch.tensor(0.0), device="cpu",
+                             log_dict=lambda d, **kw: logged.update(d))
     cb = PIDKLController(warmup_steps=0)
     cb.on_train_batch_end(trainer, module, None, None, 0)
     assert module.kl_coef == 0.1 and cb.controller.state.step == 0 and cb.last_reduced_kl is None
@@ -113,7 +114,8 @@ def test_the_callback_holds_beta_on_a_step_that_observes_no_kl():
     module.kl_observation, module.kl_observation_tokens = torch.tensor(0.4), torch.tensor(6.0)
     cb.on_train_batch_end(trainer, module, None, None, 1)
     assert cb.controller.state.step == 1 and cb.last_reduced_kl == pytest.approx(0.4) and module.kl_coef > 0.1
-    bare = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0), device="cpu", log_dict=lambda d, **kw: None)
+    bare = SimpleNamespace(kl_coef=0.1, kl_observation=torch.tensor(0.0), device="cpu",
+                           log_dict=lambda d, **kw: None)
     other = PIDKLController(warmup_steps=0)
     other.on_train_batch_end(trainer, bare, None, None, 0)
     assert other.controller.state.step == 1 and other.last_reduced_kl == 0.0

@@ -34,7 +34,7 @@ def test_min_steps_holds_both_signals_until_step_min_steps():
     assert stop_decision({MAJORITY_RATIO: flat}, rule)[0] == 5
     assert stop_decision({MAJORITY_RATIO: flat[:5]}, rule) is None  # steps 0-4 only: never
     rising = [0.1 * i for i in range(10)]
-    step, reason = stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20, 4, 4, 4, 4, 4, 4, 4, 4, 4]}, rule)
+    step, reason = stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20] + [4] * 9}, rule)
     assert step == 5 and "completion length" in reason
     # min_steps below patience: the plateau waits for its window (t >= patience), the length does not
     short = StoppingRule(smoothing=0.0, patience=4, min_delta=0.01, min_steps=1)

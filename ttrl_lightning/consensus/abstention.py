@@ -1,7 +1,9 @@
-"""Abstention: vote margin and split-conformal prediction sets (Pixelis sec. 5.2 and appendix 6).
+"""Abstention: vote margin and split-conformal prediction sets (Pixelis sec. 3.2.3, "Consensus and
+abstention"; supp. S6, "Masks" and step 4 of its pseudo-code. Supp. S6 points to "Sec. 5.2" for the consensus
+answer, a section the paper does not have: the vote is in sec. 3.2.3).
 
 Pixelis abstains (mask ``m(q) = 0``) "if the uncertainty-weighted vote margin < delta or the conformal set
-has |C| > 1". Here:
+has |C| > 1" (supp. S6). Here:
 
 * margin ``= (s_(1) - s_(2)) / sum_a s(a)``, the gap between the two largest answer supports normalised by
   the total vote mass (1.0 when one answer holds all the mass);

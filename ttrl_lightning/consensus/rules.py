@@ -11,7 +11,7 @@ name            vote / selection                                       source
 ``rwc``         ``Vote(a) = sum_i 1[a_i=a] (N - r_i)/(N - 1)``         VisConf sec. 5 (RWC)
 ``wc``          ``Vote(a) = sum_i 1[a_i=a] Q_i`` (raw scores)          VisConf sec. 7.2 (ablation)
 ``borda``       ``Vote(a) = sum_i 1[a_i=a] (N - r_i + 1)^p``           Self-Certainty (Kang et al.)
-``weighted``    ``Vote(a) = sum_i 1[a_i=a] w_i`` (given weights)       Pixelis sec. 5.2 / appendix 6
+``weighted``    ``Vote(a) = sum_i 1[a_i=a] w_i`` (given weights)       Pixelis sec. 3.2.3 / supp. S6
 ==============  =====================================================  ================================
 
 Answer ties go to the answer whose earliest supporting rollout has the lowest index (VisConf appendix A).
@@ -111,7 +111,8 @@ def weighted(answers: Sequence[str], scores=None):
 
 
 def pixelis_weights(entropy, calibration, visual_fidelity=None, reliability=None) -> torch.Tensor:
-    """Pixelis uncertainty-weighted voting weights (sec. 5.2, appendix 6):
+    """Pixelis uncertainty-weighted voting weights (sec. 3.2.3, "Consensus and abstention", without ``r_j``;
+    supp. S6, "Calibrated voting weights" and step 3 of its pseudo-code, with it):
     ``w_j = exp(-H_j) * Cal_j * VisFid_j * r_j`` (factors left out count as 1).
 
     Args (all ``[N]``): ``entropy`` decisive-step entropy ``H_j``; ``calibration`` calibrated confidence

@@ -1,5 +1,5 @@
-"""Process metrics of agent trajectories (Pixelis 4.1, 4.2, appendix "Process metrics"): RaPR, RaCPR, chain
-length, tool error rate, per-tool latency.
+"""Process metrics of agent trajectories (Pixelis 4.1, 4.2, supp. S5 "Process metrics vs. correctness"): RaPR,
+RaCPR, chain length, tool error rate, per-tool latency.
 
 The paper names RaPR / RaCPR "rationalized process recall" and "chain precision-recall for tool use and
 composition" and gives their knobs (Table 3: adjacency gate tau = 0.30, L_min = 3, gamma = 0.20) but not

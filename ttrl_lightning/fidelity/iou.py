@@ -1,4 +1,4 @@
-"""Intersection over union of boxes and masks (Pixelis 4, tool fidelity: "IoU (boxes/masks)").
+"""Intersection over union of boxes and masks (Pixelis 4.1, tool fidelity: "IoU (boxes/masks)").
 
 ``IoU(A, B) = |A ∩ B| / |A ∪ B|``; boxes are ``[x0, y0, x1, y1]`` with ``x1, y1`` exclusive edges (any
 consistent unit: pixels or normalised), masks ``[H, W]`` boolean arrays or the RLE dicts of tool artifacts.

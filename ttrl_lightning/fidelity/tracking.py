@@ -1,5 +1,5 @@
 """Tracking fidelity: HOTA (Luiten et al. 2021) and CLEAR-MOT (Bernardin & Stiefelhagen 2008) through
-TrackEval, the official implementation (Pixelis 4 / appendix: "HOTA/CLEAR-MOT via TrackEval ... official
+TrackEval, the official implementation (Pixelis 4.1 / supp. S10: "HOTA/CLEAR-MOT via TrackEval ... official
 defaults"): similarity = box IoU, CLEAR / Identity match threshold 0.5, HOTA averaged over the 19 thresholds
 alpha = 0.05 .. 0.95.
 

@@ -1,4 +1,4 @@
-"""VisFid, the pixel fidelity of a trajectory (Pixelis 3.4, "Pixel fidelity and pseudo-references").
+"""VisFid, the pixel fidelity of a trajectory (Pixelis sec. 3.2.3, "Pixel fidelity and pseudo-references").
 
 The paper: "we only score decisive tool steps (SEG/ZOOM, TRK, OCR, TEMP, PROP). At each such step we compare
 the tool output with a pseudo-reference drawn from other successful trajectories or retrieved neighbours,
@@ -127,9 +127,9 @@ def group_visfid(evidence: Sequence[Sequence[Step]], successful: Sequence[bool])
     """VisFid of each of one question's rollouts against the others: rollout ``j``'s steps
     ``evidence[j]`` are scored (:func:`visfid`) with the steps of every *other* successful rollout
     (``successful[k]``: in Pixelis' successful set S; agent TTRL passes the votes that predict the question's
-    unweighted majority answer, ``modules.ttrl.labelers.pixel_inputs``) as the pseudo-references (Pixelis 3.4:
-    "a pseudo-reference drawn from other successful trajectories"). None where nothing is scored (no decisive
-    step, or no other successful rollout calls its tools)."""
+    unweighted majority answer, ``modules.ttrl.labelers.pixel_inputs``) as the pseudo-references (Pixelis
+    sec. 3.2.3: "a pseudo-reference drawn from other successful trajectories"). None where nothing is scored (no
+    decisive step, or no other successful rollout calls its tools)."""
     if len(evidence) != len(successful):
         raise ValueError(f"{len(evidence)} rollouts' evidence but {len(successful)} success flags")
     return [visfid(steps, [evidence[k] for k in range(len(evidence)) if k != j and successful[k]])

@@ -6,7 +6,7 @@ Pixelis supp. S6 ("Neighborhood value and baseline"):
     b(q)        = EMA_rho(v_bar(N(q))),  rho = 0.99           (query-level baseline, constant in the gradient)
     A(tau_j, q) = v_bar(N(q)) * [r(tau_j) - b(q)]
 
-Pixelis 4 ("Pixel-grounded retrieval"): VisFid is "the fraction of retrieved exemplars whose evidence
+Pixelis 4.4 ("Pixel-grounded retrieval"): VisFid is "the fraction of retrieved exemplars whose evidence
 matches the query footprint". Our reading (:func:`neighbour_visual_fidelity`): a neighbour matches when one
 of its decisive footprints matches one of the query's footprints of the same kind with a score >=
 ``threshold`` (0.5), the score being IoU for boxes and masks and ANLS's per-pair similarity for text

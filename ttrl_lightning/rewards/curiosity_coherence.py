@@ -7,7 +7,7 @@
 * Curiosity: a tool-conditioned dynamics head ``h([E_t || onehot(a_t)]) -> v_{t+1}``
   (:class:`DynamicsHead`); its prediction error ``e_t = mean((mu_t - v_{t+1})^2)`` is gated by
   ``1 / (1 + beta sigma_t^2)``, ``mu_t`` and ``sigma_t^2`` the mean and the (per-dimension mean) variance
-  of S MC-dropout predictions (S = 4, p = 0.1, beta = 5: appendix "Uncertainty gate in curiosity").
+  of S MC-dropout predictions (S = 4, p = 0.1, beta = 5: supp. S7, "Uncertainty gate in curiosity").
 * Coherence: ``c_t = cos(E_t, E_{t+1})``, z-scored over all transitions of the batch
   (:func:`zscore`); a trajectory's coherence is the mean of its z-scores.
 * A trajectory's curiosity / coherence is the mean over its transitions; one without a transition gets 0.
