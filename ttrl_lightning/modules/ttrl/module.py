@@ -194,7 +194,16 @@ class TTRLModule(GRPOModule):
     def fused_prompt(self, prompt: str) -> str:
         """Self-Harmony's fused Reframe-and-Solve prompt of one question: ``voting.fused_prompt_template``
         around the question's text, inside the user turn when the question already holds the chat template
-        (``prompt_format.with_user_text``; ``prompt_format: plain`` fuses the text as written)."""
+        (``prompt_format.with_user_text``; ``prompt_format: plain`` fuses the text as written).
+
+        Departure from Self-Harmony, which gives the reframe instruction as a system prompt: here it is text
+        of the user turn, around the question. The template wraps each question (``{prompt}``) rather than
+        standing apart from it; the ``plain`` format (the tiny models, whose SFT traces show the instruction
+        after the question) has no system turn, and chat templates differ in theirs (some refuse a system
+        role, some add a default system prompt when none is given), so one placement that holds for every
+        model is the user turn; and every view's instruction is placed by the same rule, so the two views
+        differ in the instruction only. A chat model tuned to follow system prompts may follow the instruction
+        less well in the user turn (docs/ttrl.md, the prompt rule)."""
         template = self.voting.fused_prompt_template
         if self.hparams.get("prompt_format", "auto") == "plain":
             return template.format(prompt=prompt)
