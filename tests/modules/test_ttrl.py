@@ -125,7 +125,8 @@ def test_monitoring_metrics_by_hand():
     assert c.questions_seen == 6 and c.questions_accepted == 4
     # without gold: the label-free metrics only, nothing counted against gold
     assert set(ttrl_metrics(step, None, None, c, step_index=2)) == {"coverage", "abstention_rate",
-                                                                     "accepted_per_1k", "majority_ratio", "vote_tokens"}
+                                                                     "accepted_per_1k", "majority_ratio", "vote_tokens",
+                                                                     "flip_rate"}
     assert c.label_vs_majority["both_right"] == 2
     # a continuous or random reward says nothing about correctness: no reward accuracy for it
     assert "reward_accuracy" not in ttrl_metrics(step, BATCH["gold"], None, c, step_index=3,
@@ -436,7 +437,7 @@ def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
 def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built():
     with pytest.raises(UserError, match="voting.options: pixel has no option 'detla'; its options: delta, "):
         TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"detla": 0.2}})
-    with pytest.raises(UserError, match="majority has no option 'alpha'; its options: none"):
+    with pytest.raises(UserError, match="majority has no option 'alpha'; its options: min_share, min_margin, max_share"):
         TTRLModule(policy=TINY, voting={"options": {"alpha": 0.1}})
     TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"alpha": 0.2, "delta": 0.05}})
 

@@ -198,26 +198,35 @@ class EvalSpec:
         check_bounds(asdict(self), EVAL_RULES, "eval.")
 
 
-#: advantage rules: "group" (GRPO) or "ema_baseline" (Pixelis appendix 6)
-ADVANTAGES = ("group", "ema_baseline")
-ADVANTAGE_RULES: dict[str, Bounds] = {"baseline_momentum": Bounds(low=0, high=1, high_open=True)}
+#: advantage rules: "group" (GRPO), "ema_baseline" (Pixelis appendix 6) or "fixed" (DDRL's fixed +-1)
+ADVANTAGES = ("group", "ema_baseline", "fixed")
+ADVANTAGE_RULES: dict[str, Bounds] = {"baseline_momentum": Bounds(low=0, high=1, high_open=True),
+                                      "negative_shift": Bounds(low=0)}
 
 
 @dataclass(frozen=True)
 class AdvantageSpec:
     """How test-time RL turns rewards into advantages.
 
-    rule: ``"group"`` (GRPO's group-relative advantage) or ``"ema_baseline"`` (Pixelis appendix 6:
-    A_j = vbar [r_j - b], b an EMA of the accepted questions' mean reward); None: the labeler's default
-    (``LabelerSpec.advantage``: ema_baseline for pixel, else group), saved resolved; baseline_momentum: rho of
-    the EMA baseline (Pixelis: 0.99); retrieval: ``{"index": <file>, "k": 8, "rho": 0.99, "whitelist": [...]}``,
-    with ema_baseline only: the per-query baseline b(q) and value vbar(N(q)) of the question's retrieved
-    neighbours (Pixelis supp. S6; ``modules.ttrl.retrieval``); None: the global baseline with vbar = 1.
+    rule: ``"group"`` (GRPO's group-relative advantage), ``"ema_baseline"`` (Pixelis appendix 6:
+    A_j = vbar [r_j - b], b an EMA of the accepted questions' mean reward) or ``"fixed"`` (DDRL's fixed
+    advantages: ``A_j = sign(r_j - mean_g r)``, +1 above the group's mean reward, -1 below, 0 in a group of equal
+    rewards: GRPO's direction without its std normalisation, under which one dissenter among 16 agreeing votes
+    gets -3.87); None: the labeler's default (``LabelerSpec.advantage``: ema_baseline for pixel, else group),
+    saved resolved; baseline_momentum: rho of the EMA baseline (Pixelis: 0.99); retrieval: ``{"index": <file>,
+    "k": 8, "rho": 0.99, "whitelist": [...]}``, with ema_baseline only: the per-query baseline b(q) and value
+    vbar(N(q)) of the question's retrieved neighbours (Pixelis supp. S6; ``modules.ttrl.retrieval``); None: the
+    global baseline with vbar = 1.
+    negative_shift: RESTRAIN's negative branch, delta >= 0: a question whose votes agree too little to label
+    (``PseudoLabel.negative``: ``majority``'s consensus gate, ``min_share`` / ``min_margin``) is trained instead
+    of left out, every one of its rows with reward 0 and advantage ``-delta`` (the group's advantages, all 0 for
+    equal rewards, shifted by ``-delta``); 0 (default): such a question abstains like any other.
     """
 
     rule: str | None = None
     baseline_momentum: float = 0.99
     retrieval: Mapping[str, Any] | None = None
+    negative_shift: float = 0.0
 
     def __post_init__(self) -> None:
         check_bounds(asdict(self), ADVANTAGE_RULES, "advantage.")

@@ -256,7 +256,10 @@ class TTRLModule(GRPOModule):
         step = VoteStep(votes, labels, [list(group.answers) for group in groups], ids, M, N)
         trained = step.trained_rows()
         device = trained.completion_ids.device
-        group_mask = torch.tensor([not lab.abstain for lab in labels], dtype=torch.bool).repeat(V)
+        # RESTRAIN's negative branch (advantage.negative_shift > 0) trains a question that failed the gate
+        negative = self.advantage.negative_shift > 0
+        group_mask = torch.tensor([not lab.abstain or (negative and lab.negative) for lab in labels],
+                                  dtype=torch.bool).repeat(V)
         return RolloutRewards(trained_layout(rewards, V, M, N).to(device), group_mask.to(device),
                               trained_layout(row_mask, V, M, N).to(device), rollouts=trained, detail=step)
 
@@ -342,13 +345,36 @@ class TTRLModule(GRPOModule):
         return out
 
     def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
-        """GRPO's advantages (``"group"``) or Pixelis' EMA-baseline advantages (``"ema_baseline"``); rows the
-        labeler rejected from the update (``scored.row_mask``) get 0."""
+        """GRPO's advantages (``"group"``), Pixelis' EMA-baseline advantages (``"ema_baseline"``) or DDRL's fixed
+        ones (``"fixed"``: ``sign(r - mean_g r)``); rows the labeler rejected from the update
+        (``scored.row_mask``) get 0; the rows of a question on RESTRAIN's negative branch
+        (``advantage.negative_shift`` delta, ``PseudoLabel.negative``) get ``-delta``, and take no part in the
+        other questions' advantages (the EMA baseline's batch mean)."""
+        R, n = rollouts.completion_ids.shape[0], rollouts.n
+        negative = self.negative_groups(scored, R // n)
+        if negative is not None:
+            scored = replace(scored, group_mask=scored.mask(R // n) & ~negative)
         if self.advantage.rule == "group":
             adv = super().group_advantages(rollouts, scored)
+        elif self.advantage.rule == "fixed":
+            adv = fixed_advantages(scored.rewards.view(R // n, n), scored.mask(R // n)).reshape(R)
         else:
             adv = self.ema_baseline_advantages(rollouts, scored)
+        if negative is not None:
+            shift = torch.full_like(adv, -float(self.advantage.negative_shift))
+            adv = torch.where(negative.to(adv.device).repeat_interleave(n), shift, adv)
         return adv * scored.rows(adv.shape[0]).to(adv.device)
+
+    def negative_groups(self, scored: RolloutRewards, num_groups: int) -> torch.Tensor | None:
+        """[G] bool: the trained groups (prompt-major, ``v * Q + q``) of questions on RESTRAIN's negative
+        branch; None when the branch is off or no question is on it."""
+        if self.advantage.negative_shift <= 0 or not isinstance(scored.detail, VoteStep):
+            return None
+        labels = scored.detail.labels
+        flags = torch.tensor([lab.negative for lab in labels], dtype=torch.bool)
+        if not bool(flags.any()):
+            return None
+        return flags.repeat(num_groups // len(labels)).to(scored.rewards.device)
 
     def ema_baseline_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
         """Pixelis appendix 6: ``A_j = vbar [r_j - b]``, ``b <- rho b + (1 - rho) mean(r of accepted
@@ -422,7 +448,8 @@ class TTRLModule(GRPOModule):
         metrics = ttrl_metrics(scored, batch.get("gold"), batch.get("choices"), self.counters,
                                step_index=int(self.global_step), token_kl=stats.token_kl,
                                completion_mask=scored.rollouts.completion_mask,
-                               rewards_are_labels=self.labeler.labels)
+                               rewards_are_labels=self.labeler.labels,
+                               negative_branch=self.advantage.negative_shift > 0)
         out.update({f"train/{k}": torch.tensor(float(v)) for k, v in metrics.items()})
         return out
 
@@ -461,6 +488,15 @@ class TTRLModule(GRPOModule):
                             extract=ANSWER_EXTRACTORS[self.voting.answer_extractor])
         self.log_dict({f"val/avg@{e.k}": m.avg_at_k, f"val/maj@{e.k}": m.maj_at_k, f"val/pass@{e.k}": m.pass_at_k},
                       batch_size=len(texts), on_epoch=True, prog_bar=False)
+
+
+def fixed_advantages(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """DDRL's fixed advantages, [G, N] rewards -> [G, N]: ``sign(r_ij - mean_j r_ij)`` (+1 / -1, 0 for a reward
+    within 1e-6 of its group's mean, so a group of equal rewards gets 0 whatever the rounding of its mean); groups
+    not in ``keep`` [G] get 0."""
+    gap = rewards - rewards.mean(dim=1, keepdim=True)
+    adv = torch.where(gap.abs() <= 1e-6, torch.zeros_like(gap), torch.sign(gap))
+    return torch.where(keep.to(adv.device)[:, None], adv, torch.zeros_like(adv))
 
 
 def trained_layout(per_vote: torch.Tensor, num_views: int, num_votes: int, num_trained: int) -> torch.Tensor:

@@ -5,11 +5,19 @@
 checkpointed with the module):
 
 * ``label_accuracy``: labelled questions whose pseudo-label equals gold (answer equivalence);
-* ``reward_accuracy``: trained rollouts whose reward agrees with gold correctness (``reward > 0`` iff the
-  answer is right; most wrong rollouts correctly get 0, so it is high even when labels are often wrong);
-  only for labelling methods (``rewards_are_labels``): a continuous reward (self-certainty, entropy) or a
-  random one is not a statement about correctness, so it is not logged for them;
+* ``reward_accuracy``: over the trained rollouts of the kept questions, how far the pseudo-reward agrees with the
+  gold reward ``1[answer right]``: ``1 - |min(max(r, 0), 1) - 1[right]|``, averaged. For a 0/1 reward that is the
+  share of rows whose reward equals the gold reward (TTRL's reward hit rate, its working condition: above 80%
+  in the TTRL maintainers' runs; most wrong rollouts correctly get 0, so it is high even when labels are often
+  wrong); for a soft or gated reward in [0, 1] (``soft_majority``, Self-Harmony's gated fused reward) one minus
+  the mean absolute gap. Only for labelling methods (``rewards_are_labels``): a continuous reward
+  (self-certainty, entropy) or a random one is not a statement about correctness, so it is not logged for them;
 * ``majority_ratio``: the most frequent answer's share of the votes (all labelers);
+* ``flip_rate`` (TTRL-Guard's early warning of lock-in): among the batch's questions labelled before, the share
+  whose original-view majority answer differs (answer equivalence) from the last time the question was labelled;
+  not logged on a step where no question was seen before (an online stream's first pass);
+* ``negative_rate``: questions trained on RESTRAIN's negative branch (``PseudoLabel.negative`` with
+  ``advantage.negative_shift`` > 0; ``negative_branch``), counted as abstained in ``coverage``;
 * ``coverage`` / ``abstention_rate``: questions labelled / abstained; ``err_at_sel``: error of the labels on
   the labelled (selected) questions (Pixelis' Err@Sel); ``accepted_per_1k``: accepted updates (questions that
   contributed gradient) per 1,000 processed questions, cumulative over the run;
@@ -55,23 +63,39 @@ class TTRLCounters:
     questions_accepted: int = 0
     label_vs_majority: dict[str, int] = field(default_factory=_agreement_counts)
     label_history: list[tuple[int, str, str | None]] = field(default_factory=list)
+    last_majority: dict[str, str] = field(default_factory=dict)
 
     def state_dict(self) -> dict:
         return {"questions_seen": self.questions_seen, "questions_accepted": self.questions_accepted,
                 "label_vs_majority": dict(self.label_vs_majority),
-                "label_history": [list(x) for x in self.label_history]}
+                "label_history": [list(x) for x in self.label_history],
+                "last_majority": dict(self.last_majority)}
 
     def load_state_dict(self, state: dict) -> None:
         self.questions_seen = int(state.get("questions_seen", 0))
         self.questions_accepted = int(state.get("questions_accepted", 0))
         self.label_vs_majority.update(state.get("label_vs_majority", {}))
         self.label_history = [tuple(x) for x in state.get("label_history", [])]
+        self.last_majority = dict(state.get("last_majority", {}))
+
+    def flips(self, ids: Sequence[str], majorities: Sequence[str]) -> tuple[int, int]:
+        """``(flipped, seen before)`` over the questions ``ids`` whose majority answers are ``majorities``, and
+        remember these answers: a question flips when its answer is not equivalent to the last one."""
+        flipped = again = 0
+        for qid, answer in zip(ids, majorities):
+            last = self.last_majority.get(qid)
+            if last is not None:
+                again += 1
+                flipped += int(not (last == answer or (NO_ANSWER not in (last, answer)
+                                                       and answers_equal(last, answer))))
+            self.last_majority[qid] = answer
+        return flipped, again
 
 
 def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequence | None, counters: TTRLCounters, *,
                  step_index: int, token_kl: torch.Tensor | None = None,
-                 completion_mask: torch.Tensor | None = None, rewards_are_labels: bool = True
-                 ) -> dict[str, float]:
+                 completion_mask: torch.Tensor | None = None, rewards_are_labels: bool = True,
+                 negative_branch: bool = False) -> dict[str, float]:
     """This step's TTRL metrics (module docstring), counted into ``counters``. ``golds``: the batch's gold
     answers (None, or None entries: not monitored); ``token_kl`` / ``completion_mask``: [R, C] of the trained
     rows (the quantiles are taken over the tokens of the kept questions' kept rows)."""
@@ -81,6 +105,7 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
     accepted = [not lab.abstain for lab in step.labels]
     counters.questions_accepted += sum(accepted)
     counters.label_history.extend((step_index, qid, lab.label) for qid, lab in zip(step.ids, step.labels))
+    M = step.num_votes
     out: dict[str, float] = {
         "coverage": sum(accepted) / Q,
         "abstention_rate": 1 - sum(accepted) / Q,
@@ -88,6 +113,11 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
         "majority_ratio": sum(_majority_ratio(a) for a in step.answers) / Q,
         "vote_tokens": float(step.votes.num_completion_tokens),
     }
+    if negative_branch:
+        out["negative_rate"] = sum(lab.negative for lab in step.labels) / Q
+    flipped, again = counters.flips(step.ids, [aggregate(a[:M], "majority").answer for a in step.answers])
+    if again:
+        out["flip_rate"] = flipped / again
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
         R = len(scored.rewards)
         rows = scored.mask(R // step.num_trained).repeat_interleave(step.num_trained) & scored.rows(R)
@@ -101,7 +131,7 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
     choices = choices or [None] * Q
     labelled, right, online, votes_right = 0, 0, [], []
     rew_agree, rew_total = 0, 0
-    N, M = step.num_trained, step.num_votes
+    N = step.num_trained
     rewards = scored.rewards.view(-1, N)
     for q, (lab, gold) in enumerate(zip(step.labels, golds)):
         if gold is None:
@@ -122,7 +152,8 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
             continue
         for v in range(rewards.shape[0] // Q):
             for j in range(N):
-                rew_agree += int((float(rewards[v * Q + q, j]) > 0) == (step.answers[q][v * M + j] in correct))
+                r = min(max(float(rewards[v * Q + q, j]), 0.0), 1.0)
+                rew_agree += 1.0 - abs(r - float(step.answers[q][v * M + j] in correct))
                 rew_total += 1
     if online:
         out["online_accuracy"] = sum(online) / len(online)
