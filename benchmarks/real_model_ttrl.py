@@ -67,7 +67,7 @@ ARMS: dict[str, list[str]] = {
 }
 #: the per-step metrics kept per run (the plot's and the table's)
 CURVES = ("train/vote_accuracy", "train/label_accuracy", "train/kl_p95", "train/vote_tokens", "train/coverage",
-          "train/majority_ratio", "train/completion_len")
+          "train/majority_ratio", "train/completion_len", "train/flip_rate", "train/reward_accuracy")
 #: the seed of every candidate's question stream: all its splits are cut from it (data.splits)
 QUESTION_SEED = 0
 #: the trained-on questions a large task gives by default (--n-train)
@@ -406,9 +406,9 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
     avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
     estimates one sample's accuracy whatever k), its peak, the step of the peak and the last evaluation
     (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and
-    where the label-free stopping rule (``callbacks.stopping``, applied to the run's logged majority ratio and
-    completion length, no gold) would have stopped: the step, the held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
-    from ttrl_lightning.callbacks.stopping import COMPLETION_LEN, MAJORITY_RATIO, stop_decision
+    where the label-free stopping rule (``callbacks.stopping``, applied to the run's logged majority ratio,
+    completion length and flip rate, no gold) would have stopped: the step, the held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
+    from ttrl_lightning.callbacks.stopping import COMPLETION_LEN, FLIP_RATE, MAJORITY_RATIO, stop_decision
 
     points = sorted(run["curves"].get(f"val/avg@{val_k}", []))
     if not points:
@@ -416,8 +416,10 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
     curve = [(0, before_held_out)] + [(int(step), v) for step, v in points]
     peak_step, peak = max(curve, key=lambda p: (p[1], -p[0]))
     ratio = sorted(run["curves"].get(MAJORITY_RATIO, []))
+    flips = dict(run["curves"].get(FLIP_RATE, []))  # logged once questions come round again
     history = {MAJORITY_RATIO: [v for _, v in ratio],
-               COMPLETION_LEN: [v for _, v in sorted(run["curves"].get(COMPLETION_LEN, []))]}
+               COMPLETION_LEN: [v for _, v in sorted(run["curves"].get(COMPLETION_LEN, []))],
+               FLIP_RATE: [flips.get(step, float("nan")) for step, _ in ratio]}
     decision = stop_decision(history) if ratio else None
     out = {"curve": curve, "peak": peak, "peak_step": peak_step, "final": curve[-1][1], "final_step": curve[-1][0],
            "stop_step": None, "stop_reason": None, "at_stop": None, "lost_at_stop": None}

@@ -75,3 +75,55 @@ def test_the_callback_decides_as_the_function(mode):
         LabelFreeStopping(patience=5).load_state_dict(cb.state_dict())
     with pytest.raises(RuntimeError, match="majority_ratio"):
         LabelFreeStopping().on_train_batch_end(SimpleNamespace(callback_metrics={}), module, None, None, 0)
+
+
+def test_lock_in_by_hand():
+    """TTRL-Guard's lock-in: the flip rate (logged once questions come round again, NaN before) low while the
+    majority ratio is high fires at the first such step t >= min_steps, even with the length kept; the plateau is
+    held off here by a ratio that keeps rising."""
+    from ttrl_lightning.callbacks.stopping import FLIP_RATE
+
+    rule = StoppingRule(smoothing=0.0, patience=50, min_steps=3, lock_ratio=0.9, lock_flip_rate=0.05)
+    ratios = [0.60, 0.70, 0.80, 0.85, 0.91, 0.95, 0.97, 0.99]
+    nan = float("nan")
+    flips = [nan, nan, 0.30, 0.10, 0.06, 0.04, 0.0, 0.0]
+    step, reason = stop_decision({MAJORITY_RATIO: ratios, FLIP_RATE: flips, COMPLETION_LEN: [9.0] * 8}, rule)
+    assert step == 5 and "locked in" in reason  # step 4: flips 0.06 > 0.05; step 5: 0.04 with ratio 0.95
+    # a high ratio with labels still moving, or labels still with a low ratio: no lock
+    assert stop_decision({MAJORITY_RATIO: ratios, FLIP_RATE: [0.2] * 8}, rule) is None
+    assert stop_decision({MAJORITY_RATIO: [0.5] * 8, FLIP_RATE: [0.0] * 8},
+                         StoppingRule(smoothing=0.0, patience=50, min_steps=3)) is None
+    # off with lock_ratio None; smoothing runs over the steps that logged a flip rate only
+    assert stop_decision({MAJORITY_RATIO: ratios, FLIP_RATE: flips}, StoppingRule(
+        smoothing=0.0, patience=50, min_steps=3, lock_ratio=None)) is None
+    from ttrl_lightning.callbacks.stopping import smoothed_present
+
+    assert smoothed_present([nan, 1.0, None, 0.0], 0.5) == [None, 1.0, None, 0.5]
+    with pytest.raises(ValueError, match="lock_flip_rate"):
+        StoppingRule(lock_flip_rate=1.5)
+
+
+def test_the_callback_reads_the_flip_rate_of_this_step_only():
+    from ttrl_lightning.callbacks.stopping import FLIP_RATE
+
+    cb = LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2)
+    module = SimpleNamespace(device="cpu", log=lambda *a, **kw: None, last_step_metrics={})
+    trainer = SimpleNamespace(callback_metrics={}, strategy=_Strategy(), should_stop=False,
+                              fit_loop=SimpleNamespace(total_batch_idx=0))
+    for step, (ratio, flip) in enumerate([(0.95, None), (0.95, None), (0.96, 0.0), (0.97, 0.0)]):
+        trainer.fit_loop.total_batch_idx = step
+        module.last_step_metrics = {} if flip is None else {FLIP_RATE: torch.tensor(flip)}
+        # callback_metrics keeps the last logged flip rate on steps that log none: it must not be read
+        trainer.callback_metrics = {MAJORITY_RATIO: torch.tensor(ratio), FLIP_RATE: torch.tensor(0.0)}
+        cb.on_train_batch_end(trainer, module, None, None, step)
+    assert [f != f for f in cb.history[FLIP_RATE]] == [True, True, False, False]
+    assert cb.flagged["step"] == 2 and "locked in" in cb.flagged["reason"]
+    # a checkpoint of a rule without the lock signal resumes only under lock_ratio None, its history padded
+    old = cb.state_dict()
+    old["rule"] = {k: v for k, v in old["rule"].items() if not k.startswith("lock")}
+    old["history"] = {k: v for k, v in old["history"].items() if k != FLIP_RATE}
+    with pytest.raises(ValueError, match="rule"):
+        LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2).load_state_dict(old)
+    again = LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2, lock_ratio=None)
+    again.load_state_dict(old)
+    assert len(again.history[FLIP_RATE]) == 4

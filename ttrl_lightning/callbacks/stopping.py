@@ -11,6 +11,12 @@ label-free answer. This rule reads only what every TTRL step logs without gold:
   them: the labels have stopped moving, and further steps only sharpen the policy on them.
 * **length collapse.** ``train/completion_len`` smoothed the same way falls below ``length_floor`` times its
   first value, at a step ``t >= min_steps``: the collapse that precedes the fall.
+* **lock-in** (TTRL-Guard's warning; ``lock_ratio`` None turns it off). ``train/flip_rate`` (the share of the
+  batch's questions seen before whose majority answer changed since; logged once questions come round again)
+  and the majority ratio, each smoothed the same way over the steps that logged it: at a step ``t >= min_steps``
+  with a flip rate, smoothed flip rate <= ``lock_flip_rate`` while the smoothed majority ratio >= ``lock_ratio``:
+  the labels no longer move and the votes have become one answer, whether or not the length fell (the
+  collapse the length rule misses).
 
 Steps are counted from 0: ``t`` is the index of the training batch whose logged values fired the rule, so
 ``min_steps`` steps (0 to ``min_steps - 1``) always run before the rule may fire, under either signal (and,
@@ -41,7 +47,7 @@ import torch
 __all__ = ["StoppingRule", "stop_decision", "smoothed", "LabelFreeStopping"]
 
 #: the logged metrics the rule reads
-MAJORITY_RATIO, COMPLETION_LEN = "train/majority_ratio", "train/completion_len"
+MAJORITY_RATIO, COMPLETION_LEN, FLIP_RATE = "train/majority_ratio", "train/completion_len", "train/flip_rate"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,8 @@ class StoppingRule:
     min_delta: float = 0.01
     min_steps: int = 8
     length_floor: float = 0.5
+    lock_ratio: float | None = 0.9
+    lock_flip_rate: float = 0.05
 
     def __post_init__(self) -> None:
         if not 0 <= self.smoothing < 1:
@@ -64,6 +72,12 @@ class StoppingRule:
         if not self.min_delta >= 0 or not 0 <= self.length_floor < 1:
             raise ValueError(f"need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
                              f"{self.length_floor}")
+        for name in ("lock_ratio", "lock_flip_rate"):
+            v = getattr(self, name)
+            if (v is not None or name == "lock_flip_rate") and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                                                  or not 0 <= v <= 1):
+                raise ValueError(f"{name} must be a share in [0, 1]" + (" or null" if name == "lock_ratio" else "")
+                                 + f", got {v!r}")
 
 
 def smoothed(values: Sequence[float], a: float) -> list[float]:
@@ -74,16 +88,35 @@ def smoothed(values: Sequence[float], a: float) -> list[float]:
     return out
 
 
+def smoothed_present(values: Sequence[float | None], a: float) -> list[float | None]:
+    """:func:`smoothed` over the values that are present (not None or NaN), None at the steps without one."""
+    out: list[float | None] = []
+    last: float | None = None
+    for x in values:
+        if x is None or x != x:
+            out.append(None)
+            continue
+        last = float(x) if last is None else a * last + (1 - a) * float(x)
+        out.append(last)
+    return out
+
+
 def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = StoppingRule()
                   ) -> tuple[int, str] | None:
     """``(index, reason)`` of the first step (0-based, in ``history``'s order; ``index >= rule.min_steps``)
     at which the rule fires, or None.
-    ``history[MAJORITY_RATIO]`` is required; ``history[COMPLETION_LEN]`` is optional."""
+    ``history[MAJORITY_RATIO]`` is required; ``history[COMPLETION_LEN]`` and ``history[FLIP_RATE]`` (None or NaN
+    at the steps that logged none) are optional."""
     ratio = smoothed(history[MAJORITY_RATIO], rule.smoothing)
     length = smoothed(history.get(COMPLETION_LEN, ()), rule.smoothing)
-    for t in range(rule.min_steps, len(ratio)):  # t >= min_steps for either signal
+    flips = smoothed_present(history.get(FLIP_RATE, ()), rule.smoothing)
+    for t in range(rule.min_steps, len(ratio)):  # t >= min_steps for every signal
         if length and t < len(length) and length[t] < rule.length_floor * length[0]:
             return t, f"completion length fell below {rule.length_floor:g} x its first value"
+        if (rule.lock_ratio is not None and t < len(flips) and flips[t] is not None
+                and flips[t] <= rule.lock_flip_rate and ratio[t] >= rule.lock_ratio):
+            return t, (f"locked in: smoothed flip rate {flips[t]:.3f} <= {rule.lock_flip_rate:g} with smoothed "
+                       f"majority ratio {ratio[t]:.3f} >= {rule.lock_ratio:g}")
         if t < rule.patience:  # the plateau's window needs a step before it
             continue
         before = max(ratio[: t + 1 - rule.patience])
@@ -101,12 +134,13 @@ class LabelFreeStopping(pl.Callback):
     ``trainer.global_step``."""
 
     def __init__(self, mode: str = "stop", smoothing: float = 0.7, patience: int = 8, min_delta: float = 0.01,
-                 min_steps: int = 8, length_floor: float = 0.5):
+                 min_steps: int = 8, length_floor: float = 0.5, lock_ratio: float | None = 0.9,
+                 lock_flip_rate: float = 0.05):
         if mode not in ("stop", "flag"):
             raise ValueError(f"mode must be 'stop' or 'flag', got {mode!r}")
         self.mode = mode
-        self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor)
-        self.history: dict[str, list[float]] = {MAJORITY_RATIO: [], COMPLETION_LEN: []}
+        self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor, lock_ratio, lock_flip_rate)
+        self.history: dict[str, list[float]] = {MAJORITY_RATIO: [], COMPLETION_LEN: [], FLIP_RATE: []}
         self.steps: list[int] = []
         self.flagged: dict | None = None
 
@@ -119,6 +153,12 @@ class LabelFreeStopping(pl.Callback):
             if key in metrics:
                 value = torch.as_tensor(metrics[key], dtype=torch.float32, device=pl_module.device).detach().clone()
                 self.history[key].append(float(trainer.strategy.reduce(value, reduce_op="mean")))
+        # the flip rate is logged only once questions come round again: NaN at the steps without it (the same
+        # on every rank: each rank's step sees its own questions again after the same number of epochs)
+        flip = getattr(pl_module, "last_step_metrics", {}).get(FLIP_RATE)
+        value = torch.as_tensor(float("nan") if flip is None else flip, dtype=torch.float32,
+                                device=pl_module.device).detach().clone()
+        self.history.setdefault(FLIP_RATE, []).append(float(trainer.strategy.reduce(value, reduce_op="mean")))
         self.steps.append(int(trainer.fit_loop.total_batch_idx))  # 0-based, the batch's logged step
         ratio = smoothed(self.history[MAJORITY_RATIO], self.rule.smoothing)[-1]
         pl_module.log("stop/majority_ratio_smoothed", ratio, on_step=True, on_epoch=False)
@@ -140,9 +180,14 @@ class LabelFreeStopping(pl.Callback):
         return {"history": self.history, "steps": self.steps, "flagged": self.flagged, "rule": asdict(self.rule)}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        if state_dict.get("rule") not in (None, asdict(self.rule)):
+        saved = state_dict.get("rule")
+        if saved is not None:  # a rule saved before the lock-in signal existed had none
+            saved = {"lock_ratio": None, "lock_flip_rate": StoppingRule.lock_flip_rate, **saved}
+        if saved not in (None, asdict(self.rule)):
             raise ValueError(f"LabelFreeStopping: the checkpoint's rule {state_dict['rule']} is not this run's "
                              f"{asdict(self.rule)}")
         self.history = {k: list(v) for k, v in state_dict.get("history", self.history).items()}
         self.steps = list(state_dict.get("steps", []))
+        flips = self.history.setdefault(FLIP_RATE, [])  # a history saved before the flip rate was read
+        flips[:0] = [float("nan")] * (len(self.history[MAJORITY_RATIO]) - len(flips))
         self.flagged = state_dict.get("flagged")

@@ -331,7 +331,9 @@ class GRPOModule(PolicyModule):
             if kept.numel():
                 self.train_reward(kept)
                 self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
-            self.log_dict(self.step_metrics(batch, scored, stats))
+            # this step's scalars, kept for callbacks that must tell a metric logged now from an earlier one
+            self.last_step_metrics = self.step_metrics(batch, scored, stats)
+            self.log_dict(self.last_step_metrics)
         return stats.loss
 
     def observed_kl(self, stats: StepStats) -> tuple[torch.Tensor, torch.Tensor]:
