@@ -43,3 +43,24 @@ def test_ttrl_eval_with_yes_on_stdin_runs_nothing(remote_code_folder, tmp_path):
                           timeout=300, cwd=tmp_path)
     assert proc.returncode == 1 and "asks to run its own code" in proc.stderr, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize("file", ["video_preprocessor_config.json", "preprocessor_config.json",
+                                  "processor_config.json", "tokenizer_config.json", "generation_config.json",
+                                  "image_processor_config.json", "feature_extractor_config.json",
+                                  "some_future_config.json"])
+@pytest.mark.parametrize("load", [lambda f: load_model(f, None), load_processor, load_tokenizer])
+def test_auto_map_in_any_json_file_of_the_folder_is_refused(tmp_path, file, load):
+    """Every JSON file transformers' sub-loaders may read, not a list of names: the video processor's config
+    was not checked, and AutoProcessor asked [y/N] on stdin to run the folder's module."""
+    from ttrl_lightning.models import load_model as build
+
+    folder = tmp_path / "m"
+    build("tiny:llama", load_tokenizer("tiny:llama")).save_pretrained(folder)
+    load_tokenizer("tiny:llama").save_pretrained(folder)
+    (folder / file).write_text(json.dumps({"auto_map": {"AutoVideoProcessor": "custom_code.Video"}}))
+    with pytest.raises(UserError, match=rf"asks to run its own code to load \(auto_map in {file}\)"):
+        load(str(folder))
+    # a file that only mentions the words, not as its own key, is no reason to refuse
+    (folder / file).write_text(json.dumps({"note": "auto_map", "nested": {"auto_map": {}}}))
+    load_tokenizer(str(folder))

@@ -303,25 +303,40 @@ def _auto_model_class(config):
     return AutoModelForImageTextToText if is_vision_config(config) else AutoModelForCausalLM
 
 
-#: the files of a model folder that can map the Auto classes to the folder's own code (``auto_map``)
-AUTO_MAP_FILES = ("config.json", "tokenizer_config.json", "preprocessor_config.json", "processor_config.json")
+def auto_mapped_file(folder: str) -> str | None:
+    """The first JSON file of ``folder`` (sorted by name) that maps a class to the folder's own code: a top-level
+    ``auto_map`` key. Every ``*.json`` file is read, not a list of names: transformers' sub-loaders read config,
+    tokenizer, processor, image-, video- and feature-processor and generation files, some of them without passing
+    ``trust_remote_code`` on (the video processor asked ``[y/N]`` on stdin). A file that does not hold the bytes
+    ``"auto_map"`` is not parsed (a large tokenizer.json costs one scan)."""
+    try:
+        names = sorted(f for f in os.listdir(folder) if f.endswith(".json"))
+    except OSError:
+        return None
+    for file in names:
+        path = os.path.join(folder, file)
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read()
+            if b'"auto_map"' not in raw:
+                continue
+            content = json.loads(raw.decode("utf-8"))
+        except (OSError, ValueError):
+            continue  # transformers reports an unreadable file of its own itself
+        if isinstance(content, dict) and "auto_map" in content:
+            return file
+    return None
 
 
 def from_pretrained(cls, name: str, **kwargs):
     """``cls.from_pretrained(name, trust_remote_code=False, **kwargs)``: a model folder's own code is never
-    run, and transformers never asks on stdin whether to run it. A folder whose config files map a class to
-    its own module (``auto_map``) is one ``UserError`` before transformers reads it."""
-    for file in AUTO_MAP_FILES:
-        path = os.path.join(name, file)
-        if os.path.isfile(path):
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    mapped = "auto_map" in json.load(fh)
-            except (OSError, ValueError, TypeError):
-                mapped = False  # transformers reports an unreadable file itself
-            if mapped:
-                raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
-                                "ttrl never runs a model folder's code (trust_remote_code=False)")
+    run, and transformers never asks on stdin whether to run it. A folder any of whose JSON files maps a class
+    to its own module (``auto_map``, :func:`auto_mapped_file`) is one ``UserError`` before transformers reads
+    it."""
+    file = auto_mapped_file(name) if os.path.isdir(name) else None
+    if file is not None:
+        raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
+                        "ttrl never runs a model folder's code (trust_remote_code=False)")
     with _held_load_report():
         try:
             return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
