@@ -48,6 +48,60 @@ def test_a_call_stuck_inside_one_c_call_is_killed_and_the_next_call_gets_a_warm_
         pool.close()
 
 
+_PARENT = textwrap.dedent("""
+    import sys
+    from ttrl_lightning.answers.symbolic_worker import SymbolicWorkerPool
+    pool = SymbolicWorkerPool()
+    worker = pool._take()
+    worker.wait_ready()
+    print(worker.pid, flush=True)
+    pool._give_back(worker)
+    # a comparison stuck in one C call that holds the interpreter for minutes
+    pool.call((10 ** 7,), 3600.0, target="math:factorial")
+""")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("thread", [False, True])
+def test_the_worker_dies_with_a_sigkilled_parent_mid_comparison(thread):
+    """A parent killed with SIGKILL (the OOM killer, ``timeout -s KILL``) closes no pipe in time: the worker, stuck
+    in a C call that holds its interpreter, is ended by the kernel's parent-death signal (a worker started by the
+    main thread); a worker started by another thread (no such signal: that thread's end would kill it) is ended by
+    its watchdog thread, here while it sleeps in a call."""
+    code = _PARENT
+    if thread:  # a worker started by another thread, then given a call that sleeps: its watchdog ends it
+        code = textwrap.dedent("""
+            import threading
+            from ttrl_lightning.answers.symbolic_worker import SymbolicWorkerPool
+            pool = SymbolicWorkerPool()
+            def start():
+                worker = pool._take()
+                worker.wait_ready()
+                print(worker.pid, flush=True)
+                pool._give_back(worker)
+            t = threading.Thread(target=start)
+            t.start(); t.join()
+            pool.call((3600.0,), 7200.0, target="time:sleep")
+        """)
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        time.sleep(1.0)  # the worker is inside the factorial (or idle)
+        assert _alive(worker)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30.0  # the kernel's signal is at once; the watchdog polls every 0.5 s
+        while _alive(worker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(worker)
+    finally:
+        parent.kill()
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError, NameError):
+            pass
+
+
 def test_an_error_inside_the_worker_is_raised_by_the_caller_and_the_worker_stays():
     pool = SymbolicWorkerPool()
     try:

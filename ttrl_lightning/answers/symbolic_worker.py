@@ -11,7 +11,12 @@ done, in any thread, and delays Ctrl-C as long. So :func:`.equivalence.answers_e
 * waiting is a ``select`` on the pipe, so Ctrl-C and SIGTERM reach the caller at once (the worker, mid-call,
   is killed; it ignores SIGINT and runs in its own session, so a terminal's Ctrl-C never reaches it);
 * workers are a small pool shared by the process's threads (one per concurrent caller); a forked child (a
-  DataLoader worker) starts its own, and a worker exits when its parent's end of the pipe closes.
+  DataLoader worker) starts its own, and a worker exits when its parent's end of the pipe closes;
+* a worker dies with its parent even mid-call, when its parent is killed (``SIGKILL``, the OOM killer) and no
+  pipe closes in time: the kernel sends it ``SIGKILL`` when the thread that started it ends
+  (``prctl(PR_SET_PDEATHSIG)``, Linux; set only for a worker started by the main thread, since another thread's
+  end would kill a worker the process still uses), and a watchdog thread in the worker exits when its parent
+  process is gone (between Python bytecodes: a stuck C call holds it, the kernel's signal does not wait).
 
 Requests are ``(target, args)`` with ``target`` a ``"module:function"`` name; replies ``("ok", value)`` or
 ``("error", message)``. The pipes are private to the two processes (``pass_fds``), never a socket.
@@ -26,6 +31,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 
 logger = logging.getLogger(__name__)
@@ -38,6 +44,8 @@ KILL_GRACE_S = 0.5
 STARTUP_TIMEOUT_S = 60.0
 #: idle workers kept per process (more concurrent callers start more, which are closed when idle)
 MAX_IDLE = 4
+#: seconds between a worker's checks that its parent process is alive
+WATCHDOG_S = 0.5
 
 DEFAULT_TARGET = "ttrl_lightning.answers.symbolic:compare_pair"
 _ENTRY = "import sys; from ttrl_lightning.answers.symbolic_worker import main; main(sys.argv[1:])"
@@ -66,8 +74,9 @@ class _Worker:
         # the parent's import path (a source checkout, pytest's rootdir), so the child imports the same package
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         try:
+            main_thread = threading.current_thread() is threading.main_thread()
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _ENTRY, str(req_r), str(rep_w)],
+                [sys.executable, "-c", _ENTRY, str(req_r), str(rep_w), str(os.getpid()), str(int(main_thread))],
                 pass_fds=(req_r, rep_w), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 start_new_session=True, env=env)
         except OSError as err:
@@ -234,8 +243,33 @@ def _close_default_pool() -> None:
         _POOL.close()
 
 
+def _die_with_parent(parent: int, started_by_main_thread: bool) -> None:
+    """Exit when the parent process ``parent`` is gone (module docstring): the kernel's parent-death signal where
+    it is safe, and a watchdog thread that polls the parent's pid."""
+    if started_by_main_thread and sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(0)
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCHDOG_S)
+            if os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
-    """The worker: answer requests until the parent closes its end."""
+    """The worker: answer requests until the parent closes its end, or the parent dies."""
+    if len(argv) >= 4:
+        _die_with_parent(int(argv[2]), argv[3] == "1")
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     requests = Connection(int(argv[0]), writable=False)
     replies = Connection(int(argv[1]), readable=False)
