@@ -5,13 +5,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from ttrl_lightning.errors import UserError
+
 from benchmarks.kl_control import PLANTS, BoundController, simulate, step_metrics
 from ttrl_lightning.callbacks.pid import PID_FORMS, PIDController, PIDKLController
 
 
 def test_registry_lists_every_form():
     assert PID_FORMS.names() == ["fixed", "incremental", "log", "positional", "ziegler"]
-    with pytest.raises(KeyError, match="unknown PID form"):
+    with pytest.raises(UserError, match="form must be one of fixed, incremental, log, positional, ziegler"):
         PIDController(form="velocity")
     with pytest.raises(ValueError, match="integral_start"):
         PIDController(form="log", integral_start="never")

@@ -4,6 +4,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from ttrl_lightning.errors import UserError
+
 from ttrl_lightning.callbacks.stopping import (COMPLETION_LEN, MAJORITY_RATIO, LabelFreeStopping, StoppingRule,
                                                smoothed, stop_decision)
 
@@ -73,7 +75,7 @@ def test_the_callback_decides_as_the_function(mode):
     assert again.history == cb.history and again.flagged == cb.flagged
     with pytest.raises(ValueError, match="rule"):
         LabelFreeStopping(patience=5).load_state_dict(cb.state_dict())
-    with pytest.raises(RuntimeError, match="majority_ratio"):
+    with pytest.raises(UserError, match="majority_ratio"):
         LabelFreeStopping().on_train_batch_end(SimpleNamespace(callback_metrics={}), module, None, None, 0)
 
 

@@ -154,3 +154,43 @@ def test_sigterm_during_fit_exits_143(tmp_path, monkeypatch, capsys):
     rc = main(["fit", *GRPO, f"--trainer.default_root_dir={tmp_path / 'run'}", "--trainer.max_steps=2"])
     assert rc == 143 and "ttrl fit: terminated (SIGTERM)" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+@pytest.mark.parametrize("callback, message", [
+    ("{class_path: ttrl_lightning.callbacks.LabelFreeStopping, init_args: {mode: halt}}",
+     "LabelFreeStopping: mode must be 'stop' or 'flag', got 'halt'"),
+    ("{class_path: ttrl_lightning.callbacks.LabelFreeStopping, init_args: {smoothing: 1.0}}",
+     "LabelFreeStopping: smoothing must be in [0, 1), got 1.0"),
+    ("{class_path: ttrl_lightning.callbacks.LabelFreeStopping, init_args: {patience: 0}}",
+     "LabelFreeStopping: patience must be an integer >= 1, got 0"),
+    ("{class_path: ttrl_lightning.callbacks.LabelFreeStopping, init_args: {min_delta: .nan}}",
+     "LabelFreeStopping: need min_delta >= 0"),
+    ("{class_path: ttrl_lightning.callbacks.EMAAnchor, init_args: {rho: 2}}", "EMAAnchor: rho must be in [0, 1)"),
+    ("{class_path: ttrl_lightning.callbacks.EMAAnchor, init_args: {rho: -0.5}}", "EMAAnchor: rho must be in [0, 1)"),
+    ("{class_path: ttrl_lightning.callbacks.EMAAnchor, init_args: {update_every: 0}}",
+     "EMAAnchor: update_every must be an integer >= 1, got 0"),
+    ("{class_path: ttrl_lightning.callbacks.PIDKLController, init_args: {corridor: [0.3, 0.1]}}",
+     "PIDKLController: corridor must be two finite numbers [low, high] with 0 <= low < high"),
+    ("{class_path: ttrl_lightning.callbacks.PIDKLController, init_args: {target: -1}}",
+     "PIDKLController: target -1.0 must be > 0 and inside the corridor"),
+    ("{class_path: ttrl_lightning.callbacks.PIDKLController, init_args: {beta_0: .nan}}",
+     "PIDKLController: beta_0 must be a finite number, got nan"),
+])
+def test_callback_argument_errors_are_one_line(callback, message, capsys, tmp_path):
+    extra = tmp_path / "callbacks.yaml"
+    extra.write_text(f"trainer:\n  callbacks:\n    - {callback}\n")
+    rc = main(["fit", *GRPO, "--config", str(extra), f"--trainer.default_root_dir={tmp_path / 'run'}"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.startswith(f"ttrl fit: {message}"), err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_label_free_stopping_on_a_module_without_votes_is_one_line(capsys, tmp_path):
+    extra = tmp_path / "callbacks.yaml"
+    extra.write_text("trainer:\n  callbacks:\n    - {class_path: ttrl_lightning.callbacks.LabelFreeStopping}\n")
+    rc = main(["fit", *GRPO, "--config", str(extra), "--trainer.max_steps=1",
+               f"--trainer.default_root_dir={tmp_path / 'run'}"])
+    out, err = capsys.readouterr()
+    assert rc == 1 and err.startswith("ttrl fit: LabelFreeStopping reads 'train/majority_ratio', which only "
+                                      "TTRLModule logs; the run's module is GRPOModule"), err
+    assert err.count("\n") == 1 and "Traceback" not in err

@@ -20,6 +20,8 @@ from __future__ import annotations
 import lightning.pytorch as pl
 import torch
 
+from ttrl_lightning.errors import UserError
+
 from ttrl_lightning.modules.fsdp import (
     checkpoint_entry,
     frozen_copy,
@@ -73,10 +75,10 @@ class EMAAnchor(pl.Callback):
     """
 
     def __init__(self, rho: float = 0.99, update_every: int = 1):
-        if not 0 <= rho < 1:
-            raise ValueError(f"rho must be in [0, 1), got {rho}")
-        if update_every < 1:
-            raise ValueError(f"update_every must be >= 1, got {update_every}")
+        if isinstance(rho, bool) or not isinstance(rho, (int, float)) or not 0 <= rho < 1:
+            raise UserError(f"EMAAnchor: rho must be in [0, 1), got {rho!r}")
+        if isinstance(update_every, bool) or not isinstance(update_every, int) or update_every < 1:
+            raise UserError(f"EMAAnchor: update_every must be an integer >= 1, got {update_every!r}")
         self.rho = rho
         self.update_every = update_every
         self.ema_model: torch.nn.Module | None = None

@@ -61,6 +61,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_warn
 import torch
 
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.registry import Registry
 
 INTEGRAL_STARTS = ("immediate", "warmup", "corridor")
@@ -143,16 +144,34 @@ class PIDController:
                  beta_max: float = 1e2, integral_max: float = 5.0, warmup_steps: int = 100,
                  smoothing: float = 0.9, form: str = "log", integral_start: str = "warmup",
                  error_clip: tuple[float, float] | None = None, horizon: float = 10_000.0):
+        numbers = dict(beta_0=beta_0, target=target, kp=kp, ki=ki, kd=kd, beta_min=beta_min, beta_max=beta_max,
+                       integral_max=integral_max, smoothing=smoothing, horizon=horizon)
+        for name, value in numbers.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise UserError(f"PIDKLController: {name} must be a finite number, got {value!r}")
+        if (not isinstance(corridor, (list, tuple)) or len(corridor) != 2
+                or any(isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) for c in corridor)
+                or not 0 <= corridor[0] < corridor[1]):
+            raise UserError(f"PIDKLController: corridor must be two finite numbers [low, high] with 0 <= low < high, "
+                            f"got {corridor!r}")
+        if not 0 <= beta_min <= beta_max:
+            raise UserError(f"PIDKLController: need 0 <= beta_min <= beta_max, got {beta_min}, {beta_max}")
         if not beta_min <= beta_0 <= beta_max:
-            raise ValueError(f"beta_0={beta_0} outside [{beta_min}, {beta_max}]")
-        if not corridor[0] <= target <= corridor[1]:
-            raise ValueError(f"target {target} outside the corridor {corridor}")
+            raise UserError(f"PIDKLController: beta_0={beta_0} outside [{beta_min}, {beta_max}]")
+        if not corridor[0] <= target <= corridor[1] or target <= 0:
+            raise UserError(f"PIDKLController: target {target} must be > 0 and inside the corridor {list(corridor)}")
         if not 0 <= smoothing < 1:
-            raise ValueError(f"smoothing must be in [0, 1), got {smoothing}")
+            raise UserError(f"PIDKLController: smoothing must be in [0, 1), got {smoothing}")
+        if integral_max < 0 or horizon <= 0:
+            raise UserError(f"PIDKLController: need integral_max >= 0 and horizon > 0, got {integral_max}, {horizon}")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise UserError(f"PIDKLController: warmup_steps must be an integer >= 0, got {warmup_steps!r}")
         if integral_start not in INTEGRAL_STARTS:
-            raise ValueError(f"integral_start must be one of {INTEGRAL_STARTS}, got {integral_start!r}")
+            raise UserError(f"PIDKLController: integral_start must be one of {INTEGRAL_STARTS}, got {integral_start!r}")
         if form == "log" and beta_min <= 0:
-            raise ValueError("the log form needs beta_min > 0")
+            raise UserError("PIDKLController: the log form needs beta_min > 0")
+        if form not in PID_FORMS:
+            raise UserError(f"PIDKLController: form must be one of {', '.join(PID_FORMS.names())}, got {form!r}")
         self.rule = PID_FORMS[form]
         self.form = form
         self.beta_0, self.target, self.corridor = beta_0, target, tuple(corridor)
@@ -189,7 +208,7 @@ class PIDController:
     def load_state_dict(self, state: dict) -> None:
         state = {"form": "positional", **state}  # checkpoints written before the forms existed
         if state["form"] != self.form:
-            raise ValueError(f"checkpoint holds the state of the {state['form']!r} PID form, "
+            raise UserError(f"checkpoint holds the state of the {state['form']!r} PID form, "
                              f"this controller is {self.form!r}")
         self.state = PIDState(**state)
 
@@ -211,7 +230,13 @@ class PIDKLController(pl.Callback):
                  warmup_steps: int = 100, smoothing: float = 0.9, form: str = "log",
                  integral_start: str = "warmup", error_clip: tuple[float, float] | None = None,
                  horizon: float = 10_000.0):
-        PID_FORMS[form]  # fail early on a typo
+        # every argument checked now, as the module's are (one line at parse time), not at the first step
+        probe = min(max(0.1, beta_min), beta_max) if isinstance(beta_min, (int, float)) and \
+            isinstance(beta_max, (int, float)) else 0.1
+        PIDController(beta_0=probe if beta_0 is None else beta_0, target=target, corridor=corridor, kp=kp, ki=ki,
+                      kd=kd, beta_min=beta_min, beta_max=beta_max, integral_max=integral_max,
+                      warmup_steps=warmup_steps, smoothing=smoothing, form=form, integral_start=integral_start,
+                      error_clip=error_clip, horizon=horizon)
         self.kwargs = dict(target=target, corridor=tuple(corridor), kp=kp, ki=ki, kd=kd, beta_min=beta_min,
                            beta_max=beta_max, integral_max=integral_max, warmup_steps=warmup_steps,
                            smoothing=smoothing, form=form, integral_start=integral_start,
@@ -233,7 +258,8 @@ class PIDKLController(pl.Callback):
 
     def on_fit_start(self, trainer, pl_module) -> None:
         if not hasattr(pl_module, "kl_coef") or not hasattr(pl_module, "kl_observation"):
-            raise TypeError("PIDKLController needs a module with `kl_coef` and `kl_observation` (e.g. GRPOModule)")
+            raise UserError(f"PIDKLController needs a module with `kl_coef` and `kl_observation` (GRPOModule and its "
+                            f"subclasses), got {type(pl_module).__name__}")
         pl_module.kl_coef = self._ensure(pl_module).beta
         steps, warmup = trainer.max_steps, self.kwargs["warmup_steps"]
         if self.kwargs["form"] not in ("ziegler", "fixed") and 0 < steps <= warmup:

@@ -44,6 +44,8 @@ from typing import Mapping, Sequence
 import lightning.pytorch as pl
 import torch
 
+from ttrl_lightning.errors import UserError
+
 __all__ = ["StoppingRule", "stop_decision", "smoothed", "LabelFreeStopping"]
 
 #: the logged metrics the rule reads
@@ -64,19 +66,20 @@ class StoppingRule:
 
     def __post_init__(self) -> None:
         if not 0 <= self.smoothing < 1:
-            raise ValueError(f"smoothing must be in [0, 1), got {self.smoothing}")
+            raise UserError(f"LabelFreeStopping: smoothing must be in [0, 1), got {self.smoothing!r}")
         for name in ("patience", "min_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+                raise UserError(f"LabelFreeStopping: {name} must be an integer >= 1, got {v!r}")
         if not self.min_delta >= 0 or not 0 <= self.length_floor < 1:
-            raise ValueError(f"need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
+            raise UserError(f"LabelFreeStopping: need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
                              f"{self.length_floor}")
         for name in ("lock_ratio", "lock_flip_rate"):
             v = getattr(self, name)
             if (v is not None or name == "lock_flip_rate") and (isinstance(v, bool) or not isinstance(v, (int, float))
                                                                   or not 0 <= v <= 1):
-                raise ValueError(f"{name} must be a share in [0, 1]" + (" or null" if name == "lock_ratio" else "")
+                raise UserError(f"LabelFreeStopping: {name} must be a share in [0, 1]"
+                                + (" or null" if name == "lock_ratio" else "")
                                  + f", got {v!r}")
 
 
@@ -137,17 +140,22 @@ class LabelFreeStopping(pl.Callback):
                  min_steps: int = 8, length_floor: float = 0.5, lock_ratio: float | None = 0.9,
                  lock_flip_rate: float = 0.05):
         if mode not in ("stop", "flag"):
-            raise ValueError(f"mode must be 'stop' or 'flag', got {mode!r}")
+            raise UserError(f"LabelFreeStopping: mode must be 'stop' or 'flag', got {mode!r}")
         self.mode = mode
         self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor, lock_ratio, lock_flip_rate)
         self.history: dict[str, list[float]] = {MAJORITY_RATIO: [], COMPLETION_LEN: [], FLIP_RATE: []}
         self.steps: list[int] = []
         self.flagged: dict | None = None
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        if not hasattr(pl_module, "voting"):  # TTRLModule logs the majority ratio the rule reads
+            raise UserError(f"LabelFreeStopping reads {MAJORITY_RATIO!r}, which only TTRLModule logs; the run's "
+                            f"module is {type(pl_module).__name__}")
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         metrics = trainer.callback_metrics
         if MAJORITY_RATIO not in metrics:
-            raise RuntimeError(f"LabelFreeStopping reads {MAJORITY_RATIO!r}, which the module does not log "
+            raise UserError(f"LabelFreeStopping reads {MAJORITY_RATIO!r}, which the module does not log "
                                "(use it with TTRLModule)")
         for key in (MAJORITY_RATIO, COMPLETION_LEN):
             if key in metrics:
@@ -184,7 +192,7 @@ class LabelFreeStopping(pl.Callback):
         if saved is not None:  # a rule saved before the lock-in signal existed had none
             saved = {"lock_ratio": None, "lock_flip_rate": StoppingRule.lock_flip_rate, **saved}
         if saved not in (None, asdict(self.rule)):
-            raise ValueError(f"LabelFreeStopping: the checkpoint's rule {state_dict['rule']} is not this run's "
+            raise UserError(f"LabelFreeStopping: the checkpoint's rule {state_dict['rule']} is not this run's "
                              f"{asdict(self.rule)}")
         self.history = {k: list(v) for k, v in state_dict.get("history", self.history).items()}
         self.steps = list(state_dict.get("steps", []))
