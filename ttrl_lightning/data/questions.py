@@ -19,7 +19,8 @@ the file's content and name (``.parquet`` must be Parquet; any other name is JSO
 or gzip), and every bad row raises :class:`QuestionError` (a :class:`~ttrl_lightning.errors.UserError`:
 one line, exit 1) naming the file, the row (``line N`` of a JSONL file counted from 1, ``row N`` of a
 Parquet file counted from 0) and the field: a missing or empty prompt, both ``prompt`` and ``question``, a
-duplicate id (both rows named), an image that is missing or that PIL cannot open and verify, a column the
+duplicate id (both rows named), an image that is missing or that does not decode whole, or is out of bounds
+(:mod:`.image_files`: aspect ratio, images and pixels per question), a column the
 schema does not name, a value of the wrong type, bytes that are not UTF-8, a line that is not JSON.
 
 :func:`questions_from_task` gives the generated tasks of :mod:`.tasks` in the same shape, and
@@ -29,14 +30,14 @@ or Pixelis' online stream read once in file order).
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any, Iterable, Iterator
 
 import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
-from ..errors import UserError, first_line
+from ..errors import UserError
 from .loaders import EpochSeededSampler, ResumableDataLoader, collate_prompts
+from .image_files import MAX_IMAGES_PER_QUESTION, MAX_PIXELS_PER_QUESTION, ImageFileError, check_image
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
 from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
@@ -162,35 +163,28 @@ def _choices(row: dict, where: str) -> dict[str, str] | None:
     return dict(choices)
 
 
-def _images(row: dict, where: str, folder: str) -> list[str]:
-    """The row's image paths, resolved against ``folder``, each opened and verified with PIL."""
+def _images(row: dict, where: str, folder: str, max_images: int, max_pixels: int) -> list[str]:
+    """The row's image paths, resolved against ``folder``, each opened, bounded and fully decoded
+    (:func:`.image_files.check_image`): at most ``max_images`` of them and ``max_pixels`` pixels together."""
     value = row.get("image")
     if value is None:
         return []
     paths = [value] if isinstance(value, str) else value
     if not isinstance(paths, list) or not all(isinstance(p, str) and p.strip() for p in paths):
         raise QuestionError(f"{where}: field 'image' must be a path or a list of paths, got {value_kind(value)}")
-    from PIL import Image, UnidentifiedImageError
-
-    out = []
+    if len(paths) > max_images:
+        raise QuestionError(f"{where}: field 'image' names {len(paths)} images, above the limit of {max_images} "
+                            "per question")
+    out, pixels = [], 0
     for k, p in enumerate(paths):
         name = "image" if isinstance(value, str) else f"image[{k}]"
         full = os.path.normpath(os.path.join(folder, os.path.expanduser(p)))
         if not os.path.isfile(full):
             raise QuestionError(f"{where}: field {name!r}: image {full} not found")
         try:
-            with warnings.catch_warnings():  # PIL only warns between MAX_IMAGE_PIXELS and twice that
-                warnings.simplefilter("error", Image.DecompressionBombWarning)
-                with Image.open(full) as img:
-                    img.verify()
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as e:
-            size = str(e).split("could be")[0].strip(" ,")
-            raise QuestionError(f"{where}: field {name!r}: image {full} is too large to decode safely ({size}; "
-                                f"the limit is PIL.Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS:,} pixels)") \
-                from None
-        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
-            reason = first_line(e, None)
-            raise QuestionError(f"{where}: field {name!r}: image {full} is not readable ({reason})") from None
+            pixels += check_image(full, pixels, max_pixels)
+        except ImageFileError as e:
+            raise QuestionError(f"{where}: field {name!r}: {e}") from None
         out.append(full)
     return out
 
@@ -204,8 +198,10 @@ def _unknown_column(row: dict, where: str) -> None:
                         f"{', '.join(QUESTION_COLUMNS)}")
 
 
-def question_from_row(row: Any, where: str, folder: str) -> dict:
-    """One validated question (keys :data:`QUESTION_KEYS`) from a raw row; ``where`` names the row."""
+def question_from_row(row: Any, where: str, folder: str, max_images: int = MAX_IMAGES_PER_QUESTION,
+                      max_pixels: int = MAX_PIXELS_PER_QUESTION) -> dict:
+    """One validated question (keys :data:`QUESTION_KEYS`) from a raw row; ``where`` names the row; its images
+    bounded by ``max_images`` and ``max_pixels`` (:mod:`.image_files`)."""
     if not isinstance(row, dict):
         raise QuestionError(f"{where}: must be a JSON object, got {value_kind(row)}")
     qid = row.get("id")
@@ -220,16 +216,16 @@ def question_from_row(row: Any, where: str, folder: str) -> dict:
         raise QuestionError(f"{where}: missing field 'prompt' (or 'question')")
     prompt = _text(row, "prompt" if has_prompt else "question", where, required=True)
     return {"id": qid, "prompt": prompt, "gold": _gold(row, where), "choices": _choices(row, where),
-            "images": _images(row, where, folder),
+            "images": _images(row, where, folder, max_images, max_pixels),
             "reframed_prompt": _text(row, "reframed_prompt", where), "generator": _generator(row, where)}
 
 
-def _checked_questions(located: Iterable[tuple[str, Any]], source: str, folder: str) -> list[dict]:
+def _checked_questions(located: Iterable[tuple[str, Any]], source: str, folder: str, **bounds) -> list[dict]:
     questions: list[dict] = []
     seen: dict[str, str] = {}
     prefix = f"{source}, "
     for loc, row in located:
-        q = question_from_row(row, loc, folder)
+        q = question_from_row(row, loc, folder, **bounds)
         short = loc[len(prefix):] if loc.startswith(prefix) else loc
         if q["id"] in seen:
             raise QuestionError(f"{loc} (id={q['id']!r}): duplicate id {q['id']!r}, already used by "
@@ -241,13 +237,16 @@ def _checked_questions(located: Iterable[tuple[str, Any]], source: str, folder: 
     return questions
 
 
-def read_questions(path: str | os.PathLike) -> list[dict]:
-    """The questions of a ``.jsonl`` or ``.parquet`` file, validated (module docstring), in file order.
+def read_questions(path: str | os.PathLike, max_images: int = MAX_IMAGES_PER_QUESTION,
+                   max_pixels: int = MAX_PIXELS_PER_QUESTION) -> list[dict]:
+    """The questions of a ``.jsonl`` or ``.parquet`` file, validated (module docstring), in file order; every
+    image decoded whole, at most ``max_images`` per question and ``max_pixels`` pixels over a question's images
+    (:mod:`.image_files`).
 
     Raises :class:`QuestionError` naming the file, the row and the field of the first bad row."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    return _checked_questions(_rows(path), path, folder)
+    return _checked_questions(_rows(path), path, folder, max_images=max_images, max_pixels=max_pixels)
 
 
 def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dict]:
