@@ -127,3 +127,18 @@ def test_ttrl_questions_exclude_prints_the_overlap(tmp_path, capsys):
     assert main([*common, "--n", "10", "--seed", "3", "--out", str(tmp_path / "c.jsonl"), "--exclude", a, b]) == 1
     err = capsys.readouterr().err
     assert "0 distinct questions found" in err and "besides the 200 excluded ones" in err
+
+
+def test_a_split_far_larger_than_its_task_is_refused_after_a_bounded_number_of_draws():
+    """``--n 1000000`` on a task of a few thousand questions read 16 million draws before saying so; the patience
+    is capped (data.splits.MAX_PATIENCE), so the refusal comes after the task's questions plus the cap."""
+    import re
+
+    from ttrl_lightning.data.splits import MAX_PATIENCE
+
+    pytest.importorskip("reasoning_gym")
+    with pytest.raises(SplitError, match=r"chain_sum \(seed 0, .*\): 200 distinct questions found in \d+ draws, but "
+                                         r"the splits need 1000000") as err:
+        task_splits("reasoning_gym:chain_sum", 0, {"train": 1_000_000}, **CHAIN_SUM)
+    draws = int(re.search(r"found in (\d+) draws", str(err.value)).group(1))
+    assert draws <= 10_000 + MAX_PATIENCE  # the last new question comes within a few thousand draws

@@ -10,7 +10,8 @@ So every split of one source comes from one stream (one seed), read in order: a 
 (:func:`question_key`) was already taken -- by an earlier question of the stream, by an excluded file, or by a
 split of another source -- is skipped, and the distinct questions left are cut into the splits in the order they
 are named. The stream is read until the splits are filled; a source that stops giving new questions (the last
-``patience`` draws added none; by default max(1000, 16 x the questions needed)) is refused with one line that
+``patience`` draws added none; by default max(1000, 16 x the questions needed), at most
+:data:`MAX_PATIENCE`, so a split far larger than its task is refused in seconds) is refused with one line that
 says how many distinct questions it gave (:class:`SplitError`). Streams are prefix-stable (the first ``n``
 items of a longer draw are the items of a draw of ``n``), so a split's questions do not depend on how far the
 stream had to be read.
@@ -47,6 +48,9 @@ __all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "prompt_
            "keys_of"]
 
 _SPACE = re.compile(r"\s+")
+#: the most draws in a row without a new question before a source counts as exhausted (the default patience's
+#: cap: ``ttrl questions --n 1000000`` on a task of 10,000 questions drew 16 million first)
+MAX_PATIENCE = 20_000
 
 
 class SplitError(UserError):
@@ -182,7 +186,7 @@ class SplitSpec:
 def _distinct(source: QuestionSource, need: int, taken: set[str], patience: int | None) -> tuple[list[dict], int]:
     """The first ``need`` questions of ``source``'s stream whose key is not in ``taken`` (nor repeated), and how
     many items were read; fewer when the stream stops giving new questions for ``patience`` draws."""
-    patience = patience if patience is not None else max(1000, 16 * need)
+    patience = patience if patience is not None else max(1000, min(16 * need, MAX_PATIENCE))
     found: list[dict] = []
     seen = set(taken)
     read, since_new, batch = 0, 0, min(max(2 * need, 64), 1024)
