@@ -133,3 +133,27 @@ def test_visconf_qwen2_5_vl_recipe_runs_one_step_on_a_tiny_qwen2_5_vl(tmp_path, 
     assert signals == ["visconf"] * 4  # every question of the step scored by Z = V * C
     rows = list(csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))))
     assert any(r.get("train/completion_len") for r in rows)
+
+
+def test_agent_pixel_recipe_calibrates_on_its_dev_cal_split(tmp_path, monkeypatch):
+    """configs/ttrl/tiny_agent_pixel.yaml fits pixel's calibration (temperature, conformal threshold) on a
+    labelled dev-cal split of the generated visual tasks before training: the recipe through the YAML, one
+    step of a tiny agent at smoke size."""
+    pytest.importorskip("cv2")
+    monkeypatch.chdir(tmp_path)
+    cfg = ROOT / "configs" / "ttrl" / "tiny_agent_pixel.yaml"
+    raw = yaml.safe_load(cfg.read_text())
+    assert raw["data"]["init_args"]["n_calibration"] > 0 and raw["model"]["init_args"].get("calibrate", True)
+    cli = make_cli(["--config", str(cfg), "--model.init_args.policy.model", "tiny:qwen2",
+                    "--model.init_args.policy.tiny_kwargs", "{max_pos: 1024}",
+                    "--model.init_args.voting.num_votes", "2", "--model.init_args.voting.num_trained", "1",
+                    "--model.init_args.agent", "{max_steps: 1, max_turn_tokens: 8}",
+                    "--data.init_args.n_train", "2", "--data.init_args.n_val", "1",
+                    "--data.init_args.batch_size", "2", "--data.init_args.n_calibration", "2",
+                    "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",
+                    "--trainer.logger", "false", "--trainer.enable_checkpointing", "false",
+                    "--trainer.enable_progress_bar", "false"], run=False)
+    cli.trainer.fit(cli.model, cli.datamodule)
+    assert cli.trainer.global_step >= 1
+    assert cli.model.calibration["num_questions"] == 2
+    assert set(cli.model.calibration["options"]) == {"temperature", "conformal_qhat"}

@@ -388,6 +388,49 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
     assert bool(torch.isnan(trained.signals["entropy"][trained.observation_mask.bool()]).all())
 
 
+def test_agent_pixel_fits_its_calibration_on_the_datamodules_dev_cal_split(tmp_path):
+    """Agent Pixel-TTRL with ``AgentPromptDataModule(n_calibration=...)``: the dev-cal split is drawn after
+    train and validation (which it leaves as they were, sharing no task with them), and at fit start the
+    module samples agent votes on it and fits pixel's temperature and conformal threshold, which the steps
+    then label with."""
+    pytest.importorskip("cv2")
+    from tests.rollout._scripted import ScriptedAgentEngine
+    from ttrl_lightning.data.cota import AgentPromptDataModule
+
+    plain = AgentPromptDataModule(kinds=["count"], n_train=2, n_val=1, batch_size=2)
+    dm = AgentPromptDataModule(kinds=["count"], n_train=2, n_val=1, batch_size=2, n_calibration=3)
+    plain.setup(), dm.setup()
+    assert plain.calibration_questions() == []
+    cal = dm.calibration_questions()
+    assert len(cal) == 3 and all(row["gold"] is not None for row in cal)
+    assert [r["id"] for r in dm._train + dm._val] == [r["id"] for r in plain._train + plain._val]
+    assert not {r["id"] for r in cal} & {r["id"] for r in dm._train + dm._val}
+    with pytest.raises(ValueError, match="n_calibration"):
+        AgentPromptDataModule(n_calibration=-1)
+
+    policy = PolicySpec(model="tiny:qwen2", lr=1e-2, tiny_kwargs={"max_pos": 1024})
+    m = TTRLModule(policy=policy, voting={"labeler": "pixel", "num_votes": 4, "num_trained": 2,
+                                          "answer_extractor": "agent_answer", "options": {"delta": 0.0}},
+                   agent={"max_steps": 2, "max_turn_tokens": 16})
+    m.engine = ScriptedAgentEngine(m.tokenizer, lambda prompt, turn: "Answer: 2<eos>", max_steps=2,
+                                   record_signals=True)
+    fitted = {}
+    original = m.fit_calibration
+
+    def spy(questions):
+        fitted["ids"] = [q["id"] for q in questions]
+        return original(questions)
+
+    m.fit_calibration = spy
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+                         limit_val_batches=0, default_root_dir=tmp_path)
+    trainer.fit(m, AgentPromptDataModule(kinds=["count"], n_train=2, n_val=1, batch_size=2, n_calibration=3))
+    assert fitted["ids"] == [r["id"] for r in cal]
+    assert m.calibration["num_questions"] == 3
+    assert set(m.calibration["options"]) == {"temperature", "conformal_qhat"}
+
+
 def test_agent_option_is_checked():
     with pytest.raises(UserError, match="agent: .*max_steps"):
         TTRLModule(policy=TINY, agent={"max_steps": 0})
@@ -414,12 +457,12 @@ def test_gold_reward_control_is_handed_gold_and_random_reward_a_seed_per_step_an
 
 def test_pixel_warns_when_its_conformal_threshold_leaves_nothing_to_label():
     """qhat >= 1 (the gold answer without a vote on the dev-cal split) puts every voted answer in every
-    prediction set: pixel would abstain on every question, and the fit says so."""
+    prediction set: pixel would abstain on every question whose votes disagree, and the fit says so."""
     def questions(golds):
         return [{"id": i, "prompt": p, "gold": g} for i, (p, g) in enumerate(zip(BATCH["prompt"], golds))]
 
     m = _module(SCRIPT, voting={"labeler": "pixel", "options": {"alpha": 0.5}})
-    with pytest.warns(UserWarning, match="qhat = 1 .*abstains on every question"):
+    with pytest.warns(UserWarning, match="qhat = 1 .*whose votes give more than one answer"):
         fitted = m.fit_calibration(questions(["99", "98", "97"]))  # no vote is ever right
     assert fitted["options"]["conformal_qhat"] >= 1
     import warnings

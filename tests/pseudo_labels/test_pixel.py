@@ -149,6 +149,11 @@ def test_conformal_non_singleton_abstains():
     empty = pseudo_label("pixel", rollouts, conformal_qhat=0.2)
     assert empty.info["prediction_set"] == [] and empty.abstain
     assert "prediction_set" not in pseudo_label("pixel", rollouts).info
+    # qhat >= 1 (a dev-cal split where the gold often got no vote): every voted answer is in the set, so only
+    # unanimous votes label
+    assert pseudo_label("pixel", rollouts, conformal_qhat=1.0).abstain
+    unanimous = pseudo_label("pixel", [ro("5")] * 3, conformal_qhat=1.0, duplicate_threshold=None)
+    assert unanimous.info["prediction_set"] == ["5"] and not unanimous.abstain and unanimous.label == "5"
 
 
 def test_zero_weights_abstain():

@@ -182,18 +182,35 @@ class CoTADataModule(ProcessorFromModule, SFTDataModule):
 
 
 class AgentPromptDataModule(PromptRowsDataModule):
-    """Agent prompts of the generated visual tasks for CC-RFT: batches ``{"prompt": [AgentPrompt],
-    "gold": [str], "kind": [str], "id": [str]}``; train and validation cut from the distinct tasks of ``seed``
-    (:func:`agent_prompt_splits`: they share no question with the same pixels). The train loader
-    is resumable mid-epoch; no shuffling (the tasks are drawn at random already)."""
+    """Agent prompts of the generated visual tasks for CC-RFT and agent TTRL: batches ``{"prompt":
+    [AgentPrompt], "gold": [str], "kind": [str], "id": [str]}``; train, validation and (``n_calibration`` > 0)
+    a labelled dev-cal split cut in that order from the distinct tasks of ``seed``
+    (:func:`agent_prompt_splits`: they share no question with the same pixels; the calibration split changes
+    neither of the others). ``calibration_questions()`` returns the dev-cal split, which
+    ``TTRLModule(calibrate=True)`` reads to fit its labeler's calibration (pixel: temperature and conformal
+    threshold) before training. The train loader is resumable mid-epoch; no shuffling (the tasks are drawn
+    at random already)."""
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 56, n_val: int = 14,
-                 batch_size: int = 4, seed: int = 0):
+                 batch_size: int = 4, seed: int = 0, n_calibration: int = 0):
+        if isinstance(n_calibration, bool) or not isinstance(n_calibration, int) or n_calibration < 0:
+            raise ValueError(f"n_calibration must be an integer >= 0, got {n_calibration!r}")
         super().__init__()
         self.save_hyperparameters()
         self.kinds = list(kinds) if kinds else None
+        self._calibration: list[dict[str, Any]] | None = None
 
     def setup(self, stage: str | None = None) -> None:
         h = self.hparams
-        splits = agent_prompt_splits(h.seed, {"train": h.n_train, "validation": h.n_val}, self.kinds)
+        sizes = {"train": h.n_train, "validation": h.n_val}
+        if h.n_calibration:
+            sizes["calibration"] = h.n_calibration
+        splits = agent_prompt_splits(h.seed, sizes, self.kinds)
         self._train, self._val = splits["train"], splits["validation"]
+        self._calibration = splits.get("calibration", [])
+
+    def calibration_questions(self) -> list[dict[str, Any]]:
+        """The labelled dev-cal rows (``[]`` when ``n_calibration`` is 0)."""
+        if self._calibration is None:
+            self.setup()
+        return list(self._calibration)

@@ -141,13 +141,14 @@ def pixel_calibration(module, votes: Rollouts, groups: list[QuestionVotes], gold
         kwargs["visual_fidelity"] = fidelity
     cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
                           reliability=[e["reliability"] for e in extra], **kwargs)
-    if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: pixel can never label
+    if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: only unanimous votes label
         from lightning.pytorch.utilities import rank_zero_warn
 
         rank_zero_warn(f"pixel: the conformal threshold fitted on the {len(golds)} dev-cal questions is qhat = "
                        f"{cal.conformal_qhat:g} (the gold answer got no vote on too many of them), so every "
-                       "prediction set holds every voted answer and pixel abstains on every question. Use a "
-                       "larger or easier dev-cal split, more votes, or a larger voting.options alpha")
+                       "prediction set holds every voted answer and pixel abstains on every question whose "
+                       "votes give more than one answer (it labels only unanimous ones). Use a larger or "
+                       "easier dev-cal split, more votes, or a larger voting.options alpha")
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
