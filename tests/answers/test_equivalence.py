@@ -253,3 +253,24 @@ def test_numbers_past_pythons_int_digit_limit_compare_and_never_raise():
     label = pseudo_label("majority", [{"text": "x", "answer": a}, {"text": "x", "answer": a + ".0"},
                                       {"text": "x", "answer": "5"}])
     assert label.rewards == [1.0, 1.0, 0.0]
+
+
+@pytest.mark.parametrize("answer, value", [(r"\Pi_{k=1}^{3} k", "1"), (r"x_{k=1}", "1"), (r"f_{n=5}", "5"),
+                                           (r"a_{i=2} + 1", "2")])
+def test_a_subscript_assignment_is_not_read_as_the_value(answer, value):
+    """math-verify reads ``x_{k=1}`` as the assignment ``k = 1`` and the answer as 1; such an answer is compared
+    as text (answers.symbolic.subscript_assignment), so it equals itself only."""
+    from ttrl_lightning.answers.symbolic import subscript_assignment
+
+    assert subscript_assignment(answer)
+    assert not answers_equal(answer, value)
+    assert answers_equal(answer, answer)
+
+
+@pytest.mark.parametrize("answer, value", [(r"\prod_{k=1}^{3} k", "6"), (r"\sum_{k=1}^{3} k", "6"),
+                                           (r"\sum_{ k = 1 }^{3} 2k", "12")])
+def test_big_operators_keep_their_index(answer, value):
+    from ttrl_lightning.answers.symbolic import subscript_assignment
+
+    assert not subscript_assignment(answer)
+    assert answers_equal(answer, value)

@@ -25,7 +25,7 @@ from .budget import ComparisonTimeout, too_costly
 from .label import NO_ANSWER
 from .latex import strip_math_delimiters, unwrap_text_macros
 from .symbolic import compare_pair, far_apart
-from .symbolic_worker import KILL_GRACE_S, WorkerUnavailable, default_pool
+from .symbolic_worker import KILL_GRACE_S, STARTUP_TIMEOUT_S, WorkerUnavailable, default_pool
 
 logger = logging.getLogger(__name__)
 
@@ -252,6 +252,9 @@ def _compare_in_worker(a: str, b: str, budget: float) -> tuple[str, str | None]:
         if not _IN_PROCESS_WARNED:
             _IN_PROCESS_WARNED = True
             logger.warning("%s; comparing answers in this process, where work inside one C call is not bounded", err)
+            # import and warm math-verify and sympy outside any comparison's budget, as a worker does before it
+            # says ready: the first import alone can take the whole budget on a busy machine
+            compare_pair("1/2", "0.5", STARTUP_TIMEOUT_S)
         try:
             decision, culprit, stats = compare_pair(a, b, budget)
         except ComparisonTimeout:  # surfaced as the block was left

@@ -9,6 +9,7 @@ arithmetic) does not, and is what the worker's hard limit, a kill, is for.
 from __future__ import annotations
 
 import logging
+import re
 from functools import lru_cache
 
 from .budget import ComparisonTimeout, time_limit
@@ -98,6 +99,24 @@ def _verify(pa, pb) -> bool:
         return False
 
 
+#: LaTeX operators whose subscript binds an index (``\\prod_{k=1}^{3}``): math-verify reads them as operators
+_BIG_OPERATORS = {"prod", "sum", "coprod", "bigcup", "bigcap", "bigoplus", "bigotimes", "bigvee", "bigwedge",
+                  "lim", "int", "oint", "max", "min", "sup", "inf", "limsup", "liminf"}
+_ASSIGNING_SUBSCRIPT = re.compile(r"_\{[^{}]*=")
+_COMMAND_BEFORE = re.compile(r"\\([A-Za-z]+)\s*$")
+
+
+def subscript_assignment(text: str) -> bool:
+    """Whether ``text`` holds a subscript with ``=`` on anything but a big operator (``\\Pi_{k=1}^{3} k``,
+    ``x_{k=1}``, ``f_{n=5}``): math-verify reads such a subscript as an assignment and the whole answer as the
+    assigned value (``\\Pi_{k=1}^{3} k`` "equals" 1), so such an answer is compared as text only."""
+    for m in _ASSIGNING_SUBSCRIPT.finditer(text):
+        before = _COMMAND_BEFORE.search(text[:m.start()])
+        if before is None or before.group(1) not in _BIG_OPERATORS:
+            return True
+    return False
+
+
 def compare_pair(a: str, b: str, budget_s: float) -> tuple[str, str | None, dict[str, int]]:
     """Decide whether two answers are equal symbolically within ``budget_s`` seconds of Python-level work.
 
@@ -111,6 +130,8 @@ def compare_pair(a: str, b: str, budget_s: float) -> tuple[str, str | None, dict
         it is undecidable against anything), else None; ``stats`` what this call added to :data:`STATS`.
     """
     before = dict(STATS)
+    if subscript_assignment(a) or subscript_assignment(b):  # math-verify would read the subscript as the value
+        return "different", None, {k: 0 for k in STATS}
     stage: str | None = "a"
     try:
         with time_limit(budget_s):
