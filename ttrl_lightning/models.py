@@ -328,11 +328,22 @@ def auto_mapped_file(folder: str) -> str | None:
     return None
 
 
+def _looks_like_a_path(name: str) -> bool:
+    """A name that can only be a local path, never a hub id (``namespace/name``): absolute, ``./`` / ``../`` /
+    ``~`` first, or more than one ``/``."""
+    return (os.path.isabs(name) or name.startswith(("./", "../", "~", "." + os.sep)) or name.count("/") > 1
+            or name in (".", ".."))
+
+
 def from_pretrained(cls, name: str, **kwargs):
     """``cls.from_pretrained(name, trust_remote_code=False, **kwargs)``: a model folder's own code is never
     run, and transformers never asks on stdin whether to run it. A folder any of whose JSON files maps a class
     to its own module (``auto_map``, :func:`auto_mapped_file`) is one ``UserError`` before transformers reads
     it."""
+    if not os.path.isdir(name) and _looks_like_a_path(name):  # HF would take it for a hub id: a traceback
+        what = "is a file, not a model folder" if os.path.exists(name) else "does not exist"
+        raise UserError(f"{name} {what}; give tiny:<arch>, a Hugging Face checkpoint folder or a .ckpt written by "
+                        "`ttrl fit`")
     file = auto_mapped_file(name) if os.path.isdir(name) else None
     if file is not None:
         raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "

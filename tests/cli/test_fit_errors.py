@@ -194,3 +194,17 @@ def test_label_free_stopping_on_a_module_without_votes_is_one_line(capsys, tmp_p
     assert rc == 1 and err.startswith("ttrl fit: LabelFreeStopping reads 'train/majority_ratio', which only "
                                       "TTRLModule logs; the run's module is GRPOModule"), err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_missing_model_a_non_utf8_config_and_a_negative_max_steps_are_one_line(capsys, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(b'seed_everything: 0\nx: "\xff"\n')
+    for extra, message in (
+            (["--model.init_args.policy.model=/nonexistent/model"],  # was 152 lines of traceback
+             "/nonexistent/model does not exist; give tiny:<arch>, a Hugging Face checkpoint folder or a .ckpt"),
+            (["--config", str(bad)], f"{bad}: not UTF-8 text (byte 0xff at position 23)"),
+            (["--trainer.max_steps=-5"], "`max_steps` must be a non-negative integer or -1")):
+        rc = main(["fit", *GRPO, *extra, f"--trainer.default_root_dir={tmp_path / 'run'}"])
+        out, err = capsys.readouterr()
+        assert rc == 1 and err.startswith(f"ttrl fit: {message}"), err
+        assert err.count("\n") == 1 and "Traceback" not in err

@@ -293,12 +293,41 @@ class _ParseOnlyCLI(TTRLCLI):
         pass
 
 
+def _check_config_files(args: list[str]) -> None:
+    """Every ``--config FILE`` is UTF-8 text: jsonargparse's reader ended in a ``UnicodeDecodeError`` traceback."""
+    for k, arg in enumerate(args):
+        path = args[k + 1] if arg == "--config" and k + 1 < len(args) else (
+            arg.split("=", 1)[1] if arg.startswith("--config=") else None)
+        if path is None or not os.path.isfile(path):
+            continue
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at position {err.start}); "
+                            "save the config as UTF-8") from None
+
+
 def make_cli(args: list[str] | None, run: bool = True, cli_class: type[TTRLCLI] = TTRLCLI) -> TTRLCLI:
     """Build (and with ``run=True`` run) the CLI; ``args=None`` reads ``sys.argv``; ``--debug`` is taken out
-    (it keeps jsonargparse's full error reports)."""
+    (it keeps jsonargparse's full error reports). Lightning's own refusal of a trainer setting
+    (``MisconfigurationException``: ``max_steps=-5``) is a one-line user error."""
+    from lightning.fabric.utilities.exceptions import MisconfigurationException
+
     os.environ.setdefault("WANDB_MODE", "offline")
     args = list(sys.argv[1:] if args is None else args)
     ShortErrorParser.verbose = debug_requested(args)
+    _check_config_files(args)
+    try:
+        return _build_cli(args, run, cli_class)
+    except MisconfigurationException as err:
+        if ShortErrorParser.verbose:
+            raise
+        raise UserError(" ".join(str(err).split())) from None
+
+
+def _build_cli(args: list[str], run: bool, cli_class: type[TTRLCLI]) -> TTRLCLI:
     with _command_line([a for a in args if a != DEBUG_FLAG]):
         return cli_class(
             pl.LightningModule,
