@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import string
 from dataclasses import dataclass
@@ -328,6 +329,83 @@ def auto_mapped_file(folder: str) -> str | None:
     return None
 
 
+#: the JSON files of a model folder that transformers reads as settings: each must be an object of finite values
+SETTINGS_FILES = ("config.json", "tokenizer_config.json", "generation_config.json", "preprocessor_config.json",
+                  "processor_config.json", "video_preprocessor_config.json")
+
+
+def _non_finite(value, where: str) -> str | None:
+    """The path of the first non-finite float (``NaN``, ``Infinity``) in a parsed JSON value, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def estimated_parameters(config: dict) -> int:
+    """The parameters a decoder config describes, from its sizes alone (before anything is built): per layer the
+    attention (q, k, v, o) and the gated MLP, plus the embeddings (twice when untied); a vision-language config's
+    ``text_config`` when it has one. Rough (biases, norms and a vision tower are left out): a bound's estimate."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+
+    def size(key: str, default: int = 0) -> int:
+        value = text.get(key, config.get(key, default))
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 0
+
+    h, layers, vocab = size("hidden_size"), size("num_hidden_layers"), size("vocab_size")
+    inter = size("intermediate_size") or 4 * h
+    heads = size("num_attention_heads") or 1
+    kv = size("num_key_value_heads") or heads
+    head_dim = size("head_dim") or (h // heads if heads else 0)
+    attention = h * heads * head_dim * 2 + h * kv * head_dim * 2
+    embeddings = vocab * h * (1 if text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)) else 2)
+    return layers * (attention + 3 * h * inter) + embeddings
+
+
+def max_parameters() -> int:
+    """The most parameters a model folder may describe here: this machine's memory over 4 bytes (float32), so a
+    config that cannot fit is refused before its build starts (``num_hidden_layers: 1000000`` built for minutes)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):
+        return 10**11
+
+
+def check_settings_files(folder: str) -> None:
+    """Each settings file of ``folder`` (:data:`SETTINGS_FILES`) that exists is a JSON object of finite numbers,
+    and ``config.json`` describes a model this machine can hold (:func:`max_parameters`); else one ``UserError``
+    naming the file and the key."""
+    for file in SETTINGS_FILES:
+        path = os.path.join(folder, file)
+        if not os.path.isfile(path):
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                content = json.load(fh)
+        except (OSError, ValueError):
+            continue  # unreadable or not JSON: transformers' own error says so, one line (_bad_config)
+        if not isinstance(content, dict):
+            raise UserError(f"{path}: must be a JSON object of settings, got a JSON {type(content).__name__}")
+        bad = _non_finite(content, "")
+        if bad is not None:
+            raise UserError(f"{path}: {bad} is not a finite number ({_lookup(content, bad)!r})")
+        if file == "config.json":
+            count, limit = estimated_parameters(content), max_parameters()
+            if count > limit:
+                raise UserError(f"{path}: the sizes describe about {count:,} parameters, more than this machine's "
+                                f"memory holds in float32 ({limit:,})")
+
+
+def _lookup(content, dotted: str):
+    for key in dotted.split("."):
+        content = content[int(key)] if isinstance(content, list) else content[key]
+    return content
+
+
 def _looks_like_a_path(name: str) -> bool:
     """A name that can only be a local path, never a hub id (``namespace/name``): absolute, ``./`` / ``../`` /
     ``~`` first, or more than one ``/``."""
@@ -345,6 +423,8 @@ def from_pretrained(cls, name: str, **kwargs):
         raise UserError(f"{name} {what}; give tiny:<arch>, a Hugging Face checkpoint folder or a .ckpt written by "
                         "`ttrl fit`")
     file = auto_mapped_file(name) if os.path.isdir(name) else None
+    if file is None and os.path.isdir(name):
+        check_settings_files(name)
     if file is not None:
         raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
                         "ttrl never runs a model folder's code (trust_remote_code=False)")
