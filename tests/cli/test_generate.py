@@ -350,6 +350,17 @@ def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
     write_records(_records(pools[1]), pools[1], settings[0])
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.parquet")]) == 0
     assert read_settings(str(tmp_path / "m.parquet")) == settings[0]
+    # the same question file under another spelling (a trailing slash, a link) with the same content: merged;
+    # another content under the same spelling: refused
+    assert settings[0].get("data_sha256")
+    for data_path in (data + "/../" + os.path.basename(data), str(tmp_path / "link.jsonl")):
+        if data_path.endswith("link.jsonl") and not os.path.exists(data_path):
+            os.symlink(data, data_path)
+        write_records(_records(pools[1]), pools[1], {**settings[0], "data": data_path})
+        assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 0, capsys.readouterr().err
+    write_records(_records(pools[1]), pools[1], {**settings[0], "data": data, "data_sha256": "0" * 64})
+    assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m.jsonl")]) == 1
+    assert "was made with data_sha256=" in capsys.readouterr().err
     write_records(_records(pools[1]), pools[1])  # written by another tool: no settings
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl")]) == 1
     assert f"{pools[1]}: has no settings" in capsys.readouterr().err

@@ -9,7 +9,8 @@ reader and writer (:mod:`ttrl_lightning.data.pool`); the output is written atomi
 file, engine, sampling, seed, ...) inside the pool file (``data.pool_files``: a JSONL header line, Parquet
 metadata), so a copy or a conversion keeps them. Pools merge only when their settings agree (a rank pool made
 with another model, engine, temperature or token limit is refused, naming the setting), and the merged pool
-gets them too. A pool without settings (written by other tools) is refused unless ``allow_unknown_settings``
+gets them too (the first pool's). A model or question file is compared by its content hash where both pools
+have it, not by the spelling of its path (``models/x`` and ``models/x/``, a path through a symlink). A pool without settings (written by other tools) is refused unless ``allow_unknown_settings``
 (``ttrl pool merge --allow-unknown-settings``); the merged pool then has no settings.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Iterable, Sequence
 from ..data.pool import PoolError, read_records, read_settings, write_records
 from ..data.pool_files import UNKNOWN_SETTINGS_FLAG
 from ..data.questions import few_ids
+from .store import CONTENT_KEYS
 
 __all__ = ["merge_records", "merge_pool_files", "common_settings"]
 
@@ -42,6 +44,9 @@ def common_settings(paths: Sequence[str], allow_unknown: bool = False) -> dict |
     common = {k: v for k, v in first.items() if k not in _PER_RANK}
     for path, settings in found[1:]:
         for key in sorted(set(common) | set(settings) - set(_PER_RANK)):
+            digest = CONTENT_KEYS.get(key)
+            if digest and settings.get(digest) is not None and settings.get(digest) == common.get(digest):
+                continue  # the same content under another spelling of its path (models/x vs models/x/, a link)
             if settings.get(key) != common.get(key):
                 raise PoolError(f"{path} was made with {key}={settings.get(key)!r}, but {first_path} with "
                                 f"{key}={common.get(key)!r}; only pools of the same settings merge")
