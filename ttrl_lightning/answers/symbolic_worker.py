@@ -275,7 +275,10 @@ def main(argv: list[str]) -> None:
     replies = Connection(int(argv[1]), readable=False)
     compare = _resolve(DEFAULT_TARGET)
     compare("1/2", "0.5", STARTUP_TIMEOUT_S)  # import and warm math-verify and sympy before saying ready
-    replies.send(("ready", os.getpid()))
+    try:
+        replies.send(("ready", os.getpid()))
+    except (BrokenPipeError, OSError):  # the parent (a DataLoader worker) exited while this one started
+        return
     functions = {DEFAULT_TARGET: compare}
     while True:
         try:
