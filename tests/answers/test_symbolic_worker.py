@@ -335,3 +335,19 @@ def test_an_interrupt_during_a_stuck_comparison_ends_pool_validate_at_once(tmp_p
     while _alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(worker)
+
+
+@pytest.mark.subprocess
+def test_a_worker_whose_parent_left_while_it_started_ends_quietly():
+    """A replacement worker started for a DataLoader worker that then exited printed a BrokenPipeError traceback
+    when it said ready: now it ends quietly."""
+    from ttrl_lightning.answers.symbolic_worker import _ENTRY
+
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    os.close(rep_r)  # nobody will read the ready message
+    proc = subprocess.run([sys.executable, "-c", _ENTRY, str(req_r), str(rep_w)], pass_fds=(req_r, rep_w),
+                          capture_output=True, text=True, timeout=120)
+    for fd in (req_r, req_w, rep_w):
+        os.close(fd)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
