@@ -49,6 +49,8 @@ from _memory import write_json  # noqa: E402
 CONFIG = "ttrl/real_smollm2.yaml"
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 INSTRUCTION = "Answer with just the number."
+#: --adamw foreach / single: AdamW's implementation for the run (None: torch's default, single-tensor on CPU)
+FOREACH: bool | None = None
 STAGES = ("sampling", "labelling", "reference", "policy_fwd", "backward", "optimizer", "evaluation", "rest")
 
 
@@ -153,6 +155,9 @@ def attach(module, clock: StageClock) -> None:
             clock.tokens = defaultdict(int)
             clock.eval_time = 0.0
             opt = trainer.optimizers[0]
+            if FOREACH is not None:  # the lever measured: AdamW's multi-tensor (foreach) path, or the default
+                for group in opt.param_groups:
+                    group["foreach"] = FOREACH
             if not getattr(opt, "_timed", False):
                 opt.step = clock.timed("optimizer", opt.step)
                 opt._timed = True
@@ -185,8 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--engine", default="hf")
     p.add_argument("--extra", nargs="*", default=[], help="more `ttrl fit` options (e.g. a lever to measure)")
+    p.add_argument("--adamw", choices=("default", "foreach", "single"), default="default",
+                   help="AdamW's implementation (torch's default on CPU: single-tensor)")
     p.add_argument("--out", default="outputs/bench/ttrl_step_breakdown.json")
     args = p.parse_args(argv)
+    global FOREACH
+    FOREACH = {"default": None, "foreach": True, "single": False}[args.adamw]
 
     import torch
 
