@@ -81,3 +81,18 @@ def test_command_line_is_restored():
     with _command_line(["fit", "--config", "x.yaml"]):
         assert sys.argv[1:] == ["fit", "--config", "x.yaml"] and sys.argv[0] == before[0]
     assert sys.argv == before
+
+
+def test_a_second_run_into_the_same_folder_keeps_the_first_runs_config(tmp_path, monkeypatch, capsys):
+    """Without a logger the run folder is default_root_dir: a second fit there overwrote the first run's
+    config.yaml, leaving its checkpoint beside a config of another run. The second gets config-v1.yaml."""
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "run"
+    common = ["fit", "--config", config_path("rft/tiny_grpo_fast.yaml"), "--trainer.logger=false",
+              "--trainer.max_steps=1", f"--trainer.default_root_dir={root}"]
+    assert main([*common, "--model.init_args.policy.lr=0.001"]) == 0
+    assert main([*common, "--model.init_args.policy.lr=0.002"]) == 0
+    out = capsys.readouterr().out
+    assert "lr: 0.001" in (root / "config.yaml").read_text()
+    assert "lr: 0.002" in (root / "config-v1.yaml").read_text()
+    assert f"config:     {root / 'config-v1.yaml'}" in out

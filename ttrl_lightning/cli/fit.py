@@ -119,8 +119,22 @@ def run_dir(trainer: pl.Trainer) -> str:
     return trainer.default_root_dir
 
 
+def _free_config_path(folder: str, filename: str) -> str:
+    """``folder/filename``, or ``config-v1.yaml``, ``config-v2.yaml``, ... when an earlier run into the same folder
+    (no logger: the run folder is ``default_root_dir``) left its config there: a run never overwrites another's
+    config, as ModelCheckpoint never overwrites another's checkpoint."""
+    path = os.path.join(folder, filename)
+    stem, ext = os.path.splitext(filename)
+    k = 0
+    while os.path.exists(path):
+        k += 1
+        path = os.path.join(folder, f"{stem}-v{k}{ext}")
+    return path
+
+
 class RunConfigSaver(SaveConfigCallback):
-    """Saves the resolved config as ``<run dir>/config.yaml`` (:func:`run_dir`), beside the checkpoints.
+    """Saves the resolved config as ``<run dir>/config.yaml`` (:func:`run_dir`), beside the checkpoints; a second run
+    into the same folder gets ``config-v1.yaml`` (:func:`_free_config_path`).
 
     LightningCLI's own callback writes to ``trainer.log_dir``, which for a W&B logger is the shared
     ``save_dir``: every run overwrote one ``config.yaml`` there.
@@ -131,7 +145,7 @@ class RunConfigSaver(SaveConfigCallback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.already_saved:
             return
-        path = os.path.join(run_dir(trainer), self.config_filename) if trainer.is_global_zero else None
+        path = _free_config_path(run_dir(trainer), self.config_filename) if trainer.is_global_zero else None
         path = trainer.strategy.broadcast(path)
         if trainer.is_global_zero:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
