@@ -20,8 +20,10 @@ rest            logging, metrics, callbacks, data loading: the step's wall time 
 The floor of a model stage is its matmul FLOPs divided by this machine's matmul throughput in that stage's dtype,
 measured in the same run on the stage's own GEMM shapes (``[tokens, hidden] x [hidden, out]`` of the model's
 projections and its LM head; no datasheet number): forward ``2 P T`` FLOPs over the tokens ``T`` a pass
-processes (P the projection and head parameters a token multiplies), backward ``4 P T``; sampling ``2 P`` per
-generated token plus the prompt prefill. Attention's own FLOPs (prompts of ~60 tokens) and the elementwise ops
+processes (P the projection parameters a token multiplies; the LM head's only on the completion positions,
+where the training passes compute it), backward twice the forward; sampling ``2 P`` per generated token plus
+the prompt prefill, the head included (every decode step and the prompt's last position need logits; the
+prefill's other positions are counted with the head too: an upper bound of a few percent). Attention's own FLOPs (prompts of ~60 tokens) and the elementwise ops
 are not in the floor: the ratio shows how far the step is from the matmul bound.
 
 Prints one table (seconds per step, GFLOP, floor, ratio), the step's total against its floor, peak resident
@@ -92,7 +94,7 @@ def gemm_rate(shapes: list[tuple[int, int, int]], dtype, seconds: float = 1.0) -
 
 def model_shapes(config) -> tuple[list[tuple[int, int]], int]:
     """The ``(in, out)`` of every projection a token multiplies (per layer: q, k, v, o, gate, up, down; then the
-    LM head) and their parameter count P."""
+    LM head) and their parameter count P (the head's ``hidden x vocab`` the last term)."""
     h, inter, L = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     heads, kv = config.num_attention_heads, config.num_key_value_heads
     d = getattr(config, "head_dim", None) or h // heads
@@ -142,6 +144,8 @@ def attach(module, clock: StageClock) -> None:
         out = inner(model, rollouts, *args, **kwargs)
         clock.current[stage] += time.perf_counter() - t0
         clock.tokens[stage] += int(rollouts.prompt_mask.sum() + rollouts.completion_mask.sum())
+        # the LM head runs on the completion positions only (fused log-probs, logits_to_keep)
+        clock.tokens[stage + "_head"] += int(rollouts.completion_mask.shape[0] * rollouts.completion_mask.shape[1])
         return out
 
     module.sequence_logprobs = logprobs
@@ -231,14 +235,18 @@ def main(argv: list[str] | None = None) -> int:
     shapes, P = model_shapes(config)
     dtype = next(cli.model.policy.parameters()).dtype
     rows = {st: sum(s.get("tokens", {}).get(st, 0) for s in timed) / len(timed)
-            for st in ("reference", "policy_fwd", "sampling")}
+            for st in ("reference", "policy_fwd", "sampling", "reference_head", "policy_fwd_head")}
+    head = config.hidden_size * config.vocab_size
+    body = P - head
     sample_tokens = rows["sampling"]
     decode_shapes = [(args.questions * args.votes, i, o) for i, o in shapes[:7] + shapes[-1:]]
     train_shapes = [(int(rows["policy_fwd"]) or 1, i, o) for i, o in shapes[:7] + shapes[-1:]]
     rate_decode = gemm_rate(decode_shapes, dtype)
     rate_train = gemm_rate(train_shapes, dtype)
-    flops = {"sampling": 2.0 * P * sample_tokens, "reference": 2.0 * P * rows["reference"],
-             "policy_fwd": 2.0 * P * rows["policy_fwd"], "backward": 4.0 * P * rows["policy_fwd"]}
+    # training passes: the body on every prompt and completion position, the head on the completion positions
+    passes = {st: body * rows[st] + head * rows[st + "_head"] for st in ("reference", "policy_fwd")}
+    flops = {"sampling": 2.0 * P * sample_tokens, "reference": 2.0 * passes["reference"],
+             "policy_fwd": 2.0 * passes["policy_fwd"], "backward": 4.0 * passes["policy_fwd"]}
     rate = {"sampling": rate_decode, "reference": rate_train, "policy_fwd": rate_train, "backward": rate_train}
     mean = {st: sum(s.get(st, 0.0) for s in timed) / len(timed) for st in STAGES if st not in ("rest", "evaluation")}
     total = sum(s["total_excl_eval"] for s in timed) / len(timed)
