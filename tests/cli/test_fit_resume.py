@@ -152,3 +152,17 @@ def test_an_override_onto_another_architecture_is_one_line(two_step_checkpoint, 
     assert rc == 1
     assert err[-1].startswith("ttrl fit: the checkpoint's weights do not fit the model this run builds ("), err
     assert "Traceback" not in "\n".join(err)
+
+
+def test_a_checkpoint_whose_hyperparameters_are_not_a_mapping_is_one_line(two_step_checkpoint, tmp_path, capsys):
+    """hyper_parameters saved as a string was a traceback (dict() of a str) before anything was resumed."""
+    checkpoint = torch.load(two_step_checkpoint, weights_only=False)
+    checkpoint["hyper_parameters"] = "lr=0.1"
+    path = str(tmp_path / "odd.ckpt")
+    torch.save(checkpoint, path)
+    rc = main(["fit", *FAST, "--trainer.max_steps=3", f"--trainer.default_root_dir={tmp_path / 'run'}",
+               "--ckpt_path", path])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.startswith("ttrl fit: the checkpoint's hyper_parameters must be a mapping of the "
+                                      "module's arguments, got str 'lr=0.1'"), err
+    assert err.count("\n") == 1 and "Traceback" not in err

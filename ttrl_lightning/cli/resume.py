@@ -54,7 +54,11 @@ def check_training_state(path: str, checkpoint: Mapping) -> None:
 def saved_model_config(checkpoint: Mapping) -> dict[str, Any]:
     """The model's hyperparameters saved in ``checkpoint`` as ``{"class_path"?, <init args>}`` (empty if
     none)."""
-    saved = dict(checkpoint.get("hyper_parameters") or {})
+    raw = checkpoint.get("hyper_parameters") or {}
+    if not isinstance(raw, Mapping):
+        raise UserError(f"the checkpoint's hyper_parameters must be a mapping of the module's arguments, got "
+                        f"{type(raw).__name__} {str(raw)[:60]!r}: not a checkpoint ttrl fit wrote")
+    saved = dict(raw)
     hparams = {k: v for k, v in saved.items() if k not in _BOOKKEEPING}
     if "_class_path" in hparams:
         hparams["class_path"] = hparams.pop("_class_path")
