@@ -7,8 +7,10 @@ SFT model on another CPU (measured: the demo's SFT checkpoint under ``ATEN_CPU_C
 on one machine has different weights), and every figure after it moved.
 
 So the demo runs under :data:`PORTABLE_ENV`: PyTorch's AVX2 kernels on every CPU that has them, MKL's
-conditional numerical reproducibility at AVX2 (``MKL_CBWR=AVX2``), and a fixed thread count (the split of a
-parallel reduction depends on it). The variables must be set before PyTorch and MKL start, so
+conditional numerical reproducibility at AVX2 (``MKL_CBWR=AVX2``), oneDNN's kernels capped at AVX2
+(``ONEDNN_MAX_CPU_ISA=AVX2``: PyTorch runs convolutions through oneDNN, which picks its kernels by the CPU's ISA
+whatever ``ATEN_CPU_CAPABILITY`` says; the vision tower's patch embedding of the VLM demo is a ``Conv3d``), and a
+fixed thread count (the split of a parallel reduction depends on it). The variables must be set before PyTorch and MKL start, so
 :func:`run_portable` runs the command again in a child process with them and passes its output and exit
 code through; a process that already runs under them (:func:`is_portable`) goes on. ``--numerics native``
 keeps the machine's own kernels (faster on AVX-512, and machine-specific).
@@ -23,7 +25,8 @@ import sys
 __all__ = ["PORTABLE_ENV", "is_portable", "run_portable", "reexec_portable", "numerics_report"]
 
 #: the environment of portable numerics (module docstring)
-PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
 
 
 def is_portable(env=None) -> bool:
