@@ -469,32 +469,39 @@ def _bad_config(name: str, err: BaseException) -> UserError:
 
 @contextlib.contextmanager
 def _held_load_report():
-    """Hold back transformers' loading report (a table of every mismatched weight) while loading: shown as it
-    was when the load succeeds, dropped when it fails, where the one-line error says what went wrong."""
+    """Hold back what transformers logs while loading (its loading report, a table of every mismatched weight,
+    and its warnings about the weights: "This checkpoint seem corrupted", "add is_decoder=True"): shown as it was
+    when the load succeeds, dropped when it fails, where the one-line error says what went wrong. A load refused
+    after transformers returned (``load_model``'s check that every weight was loaded) runs inside the hold too.
+    Nested holds pass what they held to the outer one."""
     import logging
 
-    # the report goes to the logger its caller passes (modeling_utils'), else to loading_report's own
+    # the report goes to the logger its caller passes (modeling_utils'), else to loading_report's own; every other
+    # record of the library reaches the handlers of its root logger ("transformers", which does not propagate)
     loggers = [logging.getLogger(n) for n in ("transformers.modeling_utils", "transformers.utils.loading_report")]
-    held: list[tuple[logging.Logger, logging.LogRecord]] = []
+    handlers = list(logging.getLogger("transformers").handlers)
+    held: list[logging.LogRecord] = []
+    seen: set[int] = set()
 
-    def holder(logger):
-        def hold(record: logging.LogRecord) -> bool:
-            if "LOAD REPORT" not in str(record.msg):
-                return True
-            held.append((logger, record))
-            return False
-        return hold
+    def hold(record: logging.LogRecord) -> bool:
+        if id(record) not in seen:  # a record passes a logger's filter and then its handler's: held once
+            seen.add(id(record))
+            held.append(record)
+        return False
 
-    filters = [(logger, holder(logger)) for logger in loggers]
-    for logger, f in filters:
-        logger.addFilter(f)
+    for logger in loggers:
+        logger.addFilter(hold)
+    for handler in handlers:
+        handler.addFilter(hold)
     try:
         yield
     finally:
-        for logger, f in filters:
-            logger.removeFilter(f)
-    for logger, record in held:  # reached only when the load succeeded
-        logger.handle(record)
+        for logger in loggers:
+            logger.removeFilter(hold)
+        for handler in handlers:
+            handler.removeFilter(hold)
+    for record in held:  # reached only when the load succeeded
+        logging.getLogger(record.name).handle(record)
 
 
 def load_processor(name: str):
@@ -611,19 +618,20 @@ def load_model(
 
         from transformers import AutoConfig
 
-        try:
-            config = from_pretrained(AutoConfig, name)
-            model, info = from_pretrained(_auto_model_class(config), name, output_loading_info=True, **kwargs)
-        except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
-            blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
-            raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "
-                            f"({blocked})") from None
-        except Exception as e:  # noqa: BLE001 - what a folder's weights do to the loader, named in one line
-            reason = _weights_error(e)
-            if reason is None:
-                raise
-            raise UserError(f"{name}: the weights cannot be loaded ({reason})") from None
-        _check_all_weights_loaded(name, config, info)
+        with _held_load_report():  # a load refused below drops what transformers said about it
+            try:
+                config = from_pretrained(AutoConfig, name)
+                model, info = from_pretrained(_auto_model_class(config), name, output_loading_info=True, **kwargs)
+            except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
+                blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
+                raise UserError(f"{name}: a weight file holds objects other than tensors, which are not loaded "
+                                f"({blocked})") from None
+            except Exception as e:  # noqa: BLE001 - what a folder's weights do to the loader, named in one line
+                reason = _weights_error(e)
+                if reason is None:
+                    raise
+                raise UserError(f"{name}: the weights cannot be loaded ({reason})") from None
+            _check_all_weights_loaded(name, config, info)
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
