@@ -334,10 +334,10 @@ SETTINGS_FILES = ("config.json", "tokenizer_config.json", "generation_config.jso
                   "processor_config.json", "video_preprocessor_config.json")
 
 
-def _non_finite(value, where: str) -> str | None:
-    """The path of the first non-finite float (``NaN``, ``Infinity``) in a parsed JSON value, or None."""
+def _non_finite(value, where: str = "") -> tuple[str, float] | None:
+    """``(path, value)`` of the first non-finite float (``NaN``, ``Infinity``) in a parsed JSON value, or None."""
     if isinstance(value, float) and not math.isfinite(value):
-        return where
+        return where, value
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
         found = _non_finite(item, f"{where}.{key}" if where else str(key))
@@ -390,20 +390,14 @@ def check_settings_files(folder: str) -> None:
             continue  # unreadable or not JSON: transformers' own error says so, one line (_bad_config)
         if not isinstance(content, dict):
             raise UserError(f"{path}: must be a JSON object of settings, got a JSON {type(content).__name__}")
-        bad = _non_finite(content, "")
+        bad = _non_finite(content)
         if bad is not None:
-            raise UserError(f"{path}: {bad} is not a finite number ({_lookup(content, bad)!r})")
+            raise UserError(f"{path}: {bad[0]} is not a finite number ({bad[1]!r})")
         if file == "config.json":
             count, limit = estimated_parameters(content), max_parameters()
             if count > limit:
                 raise UserError(f"{path}: the sizes describe about {count:,} parameters, more than this machine's "
                                 f"memory holds in float32 ({limit:,})")
-
-
-def _lookup(content, dotted: str):
-    for key in dotted.split("."):
-        content = content[int(key)] if isinstance(content, list) else content[key]
-    return content
 
 
 def _looks_like_a_path(name: str) -> bool:
@@ -422,12 +416,12 @@ def from_pretrained(cls, name: str, **kwargs):
         what = "is a file, not a model folder" if os.path.exists(name) else "does not exist"
         raise UserError(f"{name} {what}; give tiny:<arch>, a Hugging Face checkpoint folder or a .ckpt written by "
                         "`ttrl fit`")
-    file = auto_mapped_file(name) if os.path.isdir(name) else None
-    if file is None and os.path.isdir(name):
+    if os.path.isdir(name):
+        file = auto_mapped_file(name)
+        if file is not None:
+            raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
+                            "ttrl never runs a model folder's code (trust_remote_code=False)")
         check_settings_files(name)
-    if file is not None:
-        raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
-                        "ttrl never runs a model folder's code (trust_remote_code=False)")
     with _held_load_report():
         try:
             return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
