@@ -105,7 +105,7 @@ def generated_prompt(generator: Mapping[str, Any]) -> str | None:
         draw = reasoning_gym_questions if is_reasoning_gym(task) else generate_prompts
         try:  # draws the stream up to twice as far (the next index asked for is likely further on)
             drawn = draw(task, max(2 * index + 1, 64), sid[2], **dict(generator["config"]))
-        except Exception:  # noqa: BLE001 - a record this version cannot draw again is keyed on its prompt
+        except (KeyError, TypeError, ValueError):  # a config this version cannot draw: keyed on its prompt
             return None
         remember_generated([{"prompt": q["prompt"], "generator": generator} for q in drawn])
         known = _GENERATED.get(sid, ())
