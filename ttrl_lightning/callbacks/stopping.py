@@ -74,13 +74,13 @@ class StoppingRule:
         if not self.min_delta >= 0 or not 0 <= self.length_floor < 1:
             raise UserError(f"LabelFreeStopping: need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
                              f"{self.length_floor}")
-        for name in ("lock_ratio", "lock_flip_rate"):
-            v = getattr(self, name)
-            if (v is not None or name == "lock_flip_rate") and (isinstance(v, bool) or not isinstance(v, (int, float))
-                                                                  or not 0 <= v <= 1):
-                raise UserError(f"LabelFreeStopping: {name} must be a share in [0, 1]"
-                                + (" or null" if name == "lock_ratio" else "")
-                                 + f", got {v!r}")
+        for name, value, nullable in (("lock_ratio", self.lock_ratio, True),
+                                      ("lock_flip_rate", self.lock_flip_rate, False)):
+            if value is None and nullable:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise UserError(f"LabelFreeStopping: {name} must be a share in [0, 1]{' or null' if nullable else ''}, "
+                                f"got {value!r}")
 
 
 def smoothed(values: Sequence[float], a: float) -> list[float]:

@@ -86,8 +86,7 @@ class TTRLCounters:
             last = self.last_majority.get(qid)
             if last is not None:
                 again += 1
-                flipped += int(not (last == answer or (NO_ANSWER not in (last, answer)
-                                                       and answers_equal(last, answer))))
+                flipped += int(last != answer and not _same(last, answer))
             self.last_majority[qid] = answer
         return flipped, again
 
@@ -115,7 +114,8 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
     }
     if negative_branch:
         out["negative_rate"] = sum(lab.negative for lab in step.labels) / Q
-    flipped, again = counters.flips(step.ids, [aggregate(a[:M], "majority").answer for a in step.answers])
+    majorities = [aggregate(a[:M], "majority").answer for a in step.answers]  # the original view's
+    flipped, again = counters.flips(step.ids, majorities)
     if again:
         out["flip_rate"] = flipped / again
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
@@ -137,7 +137,7 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
         if gold is None:
             continue
         correct = _correct_classes(step.answers[q], str(gold))
-        majority_right = aggregate(step.answers[q][:M], "majority").answer in correct  # the original view's
+        majority_right = majorities[q] in correct
         online.append(majority_right)
         votes_right.append(sum(a in correct for a in step.answers[q][:M]) / M)
         label_right = lab.label is not None and not lab.abstain and _same(lab.label, str(gold))
