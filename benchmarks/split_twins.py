@@ -75,14 +75,12 @@ def real_model_splits() -> dict[str, list[dict]]:
 
 def demo_splits() -> dict[str, list[dict]]:
     from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.demo import TTRL_CONFIG, ttrl_splits
     from ttrl_lightning.cli.fit import parse_config
-    from ttrl_lightning.data.questions import QuestionDataModule
 
-    data = parse_config(["--config", config_path("ttrl/tiny_demo.yaml")]).data.init_args
-    dm = QuestionDataModule(**{k: v for k, v in vars(data).items()
-                               if k in QuestionDataModule.__init__.__code__.co_varnames})
-    return {"demo/trained_on": dm.train_questions(), "demo/validation": dm.val_questions(),
-            "demo/calibration": dm.calibration_questions()}
+    splits = ttrl_splits(parse_config(["--config", config_path(TTRL_CONFIG)]).data.init_args)
+    return {"demo/trained_on": splits["train"], "demo/validation": splits["validation"],
+            "demo/calibration": splits["calibration"]}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -91,7 +91,7 @@ def test_the_demo_sft_traces_show_no_ttrl_question(tmp_path):
     training, validation or calibration split answered, as its question or as a fused trace's rewritten one; the
     demo's own route (the split files it writes, given to the SFT's exclude) excludes the same questions."""
     from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.demo import SFT_CONFIG, TTRL_CONFIG, write_ttrl_questions
+    from ttrl_lightning.cli.demo import SFT_CONFIG, TTRL_CONFIG, ttrl_splits, write_ttrl_questions
     from ttrl_lightning.cli.fit import parse_config
     from ttrl_lightning.data.datamodules import SFTDataModule
     from ttrl_lightning.data.tasks import trace_problems
@@ -99,10 +99,7 @@ def test_the_demo_sft_traces_show_no_ttrl_question(tmp_path):
     sft = parse_config(["--config", config_path(SFT_CONFIG)]).data.init_args
     ttrl = parse_config(["--config", config_path(TTRL_CONFIG)]).data.init_args
     assert sft.seed == ttrl.seed
-    splits = QuestionDataModule(**{k: v for k, v in vars(ttrl).items()
-                                   if k in QuestionDataModule.__init__.__code__.co_varnames})
-    keys = {name: keys_of(qs) for name, qs in (("train", splits.train_questions()), ("val", splits.val_questions()),
-                                               ("calibration", splits.calibration_questions()))}
+    keys = {name: keys_of(qs) for name, qs in ttrl_splits(ttrl).items()}
     assert [len(k) for k in keys.values()] == [ttrl.n, ttrl.n_val, ttrl.n_calibration]
     taken = set().union(*keys.values())
     paths = write_ttrl_questions(str(tmp_path), ttrl, ttrl.seed, ttrl.n)

@@ -116,17 +116,32 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def write_ttrl_questions(out: str, data, seed_value: int, n_questions: int) -> dict[str, str]:
-    """The TTRL runs' training, validation and calibration questions, cut by their ``QuestionDataModule`` (the
-    TTRL config's ``data.init_args`` with the data seed ``seed_value`` and ``n_questions`` to train on), as
-    question files ``out/questions/<split>.jsonl``; their paths (the splits that are empty are left out)."""
-    from ..data.questions import QuestionDataModule, write_questions
+def ttrl_splits(data, seed_value: int | None = None, n_questions: int | None = None) -> dict[str, list[dict]]:
+    """The TTRL runs' ``train``, ``validation`` and ``calibration`` questions, cut by the ``QuestionDataModule`` the
+    TTRL config's ``data.init_args`` build (``seed_value`` / ``n_questions``: instead of the config's seed and
+    trained-on count)."""
+    import inspect
 
-    args = {k: v for k, v in vars(data).items() if k in QuestionDataModule.__init__.__code__.co_varnames}
-    dm = QuestionDataModule(**{**args, "seed": seed_value, "n": n_questions})
+    from ..data.questions import QuestionDataModule
+
+    names = inspect.signature(QuestionDataModule).parameters
+    args = {k: v for k, v in vars(data).items() if k in names}
+    if seed_value is not None:
+        args["seed"] = seed_value
+    if n_questions is not None:
+        args["n"] = n_questions
+    dm = QuestionDataModule(**args)
+    return {"train": dm.train_questions(), "validation": dm.val_questions(),
+            "calibration": dm.calibration_questions()}
+
+
+def write_ttrl_questions(out: str, data, seed_value: int, n_questions: int) -> dict[str, str]:
+    """The TTRL runs' splits (:func:`ttrl_splits`) as question files ``out/questions/<split>.jsonl``; their paths
+    (the splits that are empty are left out)."""
+    from ..data.questions import write_questions
+
     paths = {}
-    for name, qs in (("train", dm.train_questions()), ("validation", dm.val_questions()),
-                     ("calibration", dm.calibration_questions())):
+    for name, qs in ttrl_splits(data, seed_value, n_questions).items():
         if qs:
             paths[name] = os.path.join(out, "questions", f"{name}.jsonl")
             write_questions(paths[name], qs)
