@@ -52,19 +52,32 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _provenance import peak_rss_gb, provenance  # noqa: E402
 from real_model_scan import CANDIDATES, in_regime  # noqa: E402
 
 CONFIG = "ttrl/real_smollm2.yaml"
-#: arm -> its ``ttrl fit`` options beyond the config's
-ARMS: dict[str, list[str]] = {
-    "majority": [],
-    "self_harmony": ["--model.init_args.voting.num_votes", "{half_votes}", "--model.init_args.voting.num_trained",
-                     "{half_generations}"],
-    "pixel": [],
-    "self_certainty": [],
-    "random_reward": [],
-    "gold_reward": [],
+#: arm -> (its labeler, its ``ttrl fit`` options beyond the config's); the guard arms are majority with one guard
+#: of the 2025-26 literature each (docs/ttrl.md, "Collapse guards")
+GATE = '{"min_share": 0.5, "min_margin": 0.15}'  # SCRL's consensus gate
+ARMS: dict[str, tuple[str, list[str]]] = {
+    "majority": ("majority", []),
+    "self_harmony": ("self_harmony", ["--model.init_args.voting.num_votes", "{half_votes}",
+                                      "--model.init_args.voting.num_trained", "{half_generations}"]),
+    "pixel": ("pixel", []),
+    "visconf": ("visconf", []),
+    "self_certainty": ("self_certainty", []),
+    # SCRL's gate; a question failing it is trained by RESTRAIN's negative branch (reward 0, advantage -delta;
+    # delta 0.5: RESTRAIN's value is not stated in what we could read)
+    "majority+gate_negative": ("majority", ["--model.init_args.voting.options", GATE,
+                                            "--model.init_args.advantage.negative_shift", "0.5"]),
+    "majority+max_share": ("majority", ["--model.init_args.voting.options", '{"max_share": 0.8}']),  # SeRL / RCSU
+    "soft_majority": ("soft_majority", []),  # SRT's soft reward, TTRV
+    "majority+fixed_adv": ("majority", ["--model.init_args.advantage.rule", "fixed"]),  # DDRL
+    "random_reward": ("random_reward", []),
+    "gold_reward": ("gold_reward", []),
 }
+#: the arms run when --arms is not given: the papers' labelers and both controls (the guards are asked for)
+DEFAULT_ARMS = ["majority", "self_harmony", "pixel", "self_certainty", "random_reward", "gold_reward"]
 #: the per-step metrics kept per run (the plot's and the table's)
 CURVES = ("train/vote_accuracy", "train/label_accuracy", "train/kl_p95", "train/vote_tokens", "train/coverage",
           "train/majority_ratio", "train/completion_len", "train/flip_rate", "train/reward_accuracy")
@@ -86,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tasks", type=int, default=1, help="tasks in the regime trained on (the first ones)")
     p.add_argument("--train-on", nargs="+", choices=sorted(CANDIDATES), default=None,
                    help="train on these candidates whatever the scan says (the scan is still run and printed)")
-    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=list(ARMS))
+    p.add_argument("--arms", nargs="+", choices=list(ARMS), default=DEFAULT_ARMS)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--n-scan", type=int, default=24, help="scan questions per candidate")
     p.add_argument("--n-train", type=int, default=None,
@@ -103,7 +116,40 @@ def build_parser() -> argparse.ArgumentParser:
                    help="steps between held-out evaluations during a run (the long-horizon curve; 0: none)")
     p.add_argument("--val-k", type=int, default=8, help="samples per held-out question in those evaluations")
     p.add_argument("--resume", action="store_true", help="keep the runs already in --out's JSON")
+    c = p.add_argument_group("curriculum (SRT's protocol: gold-reward RL on an easier level, then label-free TTRL "
+                             "on a harder one)")
+    c.add_argument("--warmup", choices=sorted(CANDIDATES), default=None,
+                   help="first train the model with the gold reward on this candidate's questions (the config's "
+                        "settings); the scan, the checkpoint row and every arm (the gold control too) start from "
+                        "the warmed-up policy. It may not also be a --candidates entry")
+    c.add_argument("--warmup-epochs", type=int, default=2, help="epochs over the warm-up's questions")
+    c.add_argument("--n-warmup", type=int, default=None,
+                   help=f"the warm-up's questions (default: all its level has besides its held-out split, at most "
+                        f"{MAX_TRAIN})")
+    r = p.add_argument_group("recipe (default: configs/ttrl/real_smollm2.yaml's values); the scan and the "
+                             "evaluation sample at the runs' temperature")
+    r.add_argument("--votes", type=int, default=None, help="votes per question (TTRL: 64)")
+    r.add_argument("--trained", type=int, default=None, help="votes trained on per question (TTRL: 32)")
+    r.add_argument("--temperature", type=float, default=None, help="sampling temperature (TTRL: 1.0)")
+    r.add_argument("--lr", type=float, default=None, help="the policy's learning rate (recipes: 5e-7 to 1e-6)")
+    r.add_argument("--batch-size", type=int, default=None, help="questions per step")
     return p
+
+
+#: --votes, ... -> the ``ttrl fit`` options they set (the evaluation's temperature follows the sampling's)
+RECIPE = {"votes": ["--model.init_args.voting.num_votes"], "trained": ["--model.init_args.voting.num_trained"],
+          "temperature": ["--model.init_args.sampling.temperature", "--model.init_args.eval.temperature"],
+          "lr": ["--model.init_args.policy.lr"], "batch_size": ["--data.init_args.batch_size"]}
+
+
+def recipe_args(args) -> list[str]:
+    """The ``ttrl fit`` options of the recipe settings given on the command line."""
+    out: list[str] = []
+    for name, options in RECIPE.items():
+        value = getattr(args, name)
+        if value is not None:
+            out += [x for o in options for x in (o, str(value))]
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,20 +161,29 @@ def main(argv: list[str] | None = None) -> int:
 
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "real_model_ttrl.json")
-    base = parse_config(["--config", config_path(CONFIG)]).model.init_args
+    if args.warmup and args.warmup in args.candidates:
+        raise SystemExit(f"--warmup {args.warmup} is also a --candidates entry: the warm-up takes that task's "
+                         "questions; give the label-free levels as --candidates")
+    parsed = parse_config(["--config", config_path(CONFIG), *recipe_args(args)])
+    base = parsed.model.init_args
     settings = {"model": os.path.abspath(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
                 "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval,
                 "n_calibration": args.n_calibration, "epochs": args.epochs,
                 "instruction": args.instruction, "engine": args.engine, "val_every": args.val_every,
                 "val_k": args.val_k, "temperature": base.sampling.temperature,
                 "max_new_tokens": base.sampling.max_new_tokens, "num_votes": base.voting.num_votes,
-                "num_generations": base.voting.num_trained, "lr": _field(base.policy, "lr")}
+                "num_generations": base.voting.num_trained, "lr": _field(base.policy, "lr"),
+                "batch_size": parsed.data.init_args.batch_size, "warmup": args.warmup,
+                "warmup_epochs": args.warmup_epochs if args.warmup else None,
+                "n_warmup": args.n_warmup if args.warmup else None}
     report = _resumed(json_path, settings) if args.resume else None
     report = report or {"settings": settings, "scan": {}, "before": {}, "runs": {}}
+    report.setdefault("sittings", []).append({**provenance(), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
     t_start = time.perf_counter()
 
     def save() -> None:
         report["seconds"] = round(report.get("seconds", 0) + time.perf_counter() - save.t, 1)
+        report["sittings"][-1].update(seconds=round(time.perf_counter() - t_start, 1), peak_rss_gb=peak_rss_gb())
         save.t = time.perf_counter()
         with atomic_write(json_path) as fh:
             json.dump(report, fh, indent=1)
@@ -137,6 +192,10 @@ def main(argv: list[str] | None = None) -> int:
     tok = load_tokenizer(args.model)
     model = load_model(args.model, tok).eval()
     evaluate = _evaluator(tok, args, base)
+    args.start = args.model  # what the scan, the checkpoint row and every arm start from
+    if args.warmup:  # 0. the curriculum's warm-up: gold-reward RL on the easier level
+        args.start = _warmed_up(args, report, save, evaluate, model, tok)
+        model = load_model(args.start, tok).eval()
 
     # 1. the scan, before any training
     scan = _draw(args)
@@ -265,23 +324,96 @@ def _draw(args, tasks: list[str] = (), other: str | None = None) -> dict[str, li
     (``data.splits.draw_splits``): each candidate's scan first, then the trained tasks' held-out, calibration and
     trained-on splits, then the other task's evaluation split. ``--n-train`` None takes every question of the
     task that the other splits leave (at most ``MAX_TRAIN``)."""
-    from ttrl_lightning.data.splits import SplitSpec, distinct_questions, draw_splits
+    from ttrl_lightning.data.splits import SplitSpec, draw_splits
 
-    specs = [SplitSpec(f"{c}/scan", args.n_scan, _source(c, args.instruction)) for c in args.candidates]
+    specs = []
+    if args.warmup:  # the warm-up's level: its held-out split, then every other question (at most MAX_TRAIN)
+        source = _source(args.warmup, args.instruction)
+        specs += [SplitSpec(f"{args.warmup}/warmup_held_out", args.n_eval, source),
+                  SplitSpec(f"{args.warmup}/warmup", args.n_warmup or _left(args.warmup, source, args.n_eval),
+                            source)]
+    specs += [SplitSpec(f"{c}/scan", args.n_scan, _source(c, args.instruction)) for c in args.candidates]
     for task in tasks:
         source = _source(task, args.instruction)
         n_train = args.n_train
         if n_train is None:
-            others = args.n_scan + args.n_eval + args.n_calibration
-            n_train = len(distinct_questions(source, others + MAX_TRAIN)) - others
-            if n_train < 1:
-                raise SystemExit(f"{task}: no question is left for training after the scan, held-out and "
-                                 "calibration splits")
+            n_train = _left(task, source, args.n_scan + args.n_eval + args.n_calibration)
         sizes = {"held_out": args.n_eval, "calibration": args.n_calibration, "trained_on": n_train}
         specs += [SplitSpec(f"{task}/{split}", sizes[split], source) for split in TRAINED_SPLITS]
     if other:
         specs.append(SplitSpec(f"{other}/other_task", args.n_eval, _source(other, args.instruction)))
     return draw_splits(specs)
+
+
+def _left(task: str, source, others: int) -> int:
+    """The questions of ``task`` left for training when ``others`` go to its other splits (at most
+    ``MAX_TRAIN``)."""
+    from ttrl_lightning.data.splits import distinct_questions
+
+    n = len(distinct_questions(source, others + MAX_TRAIN)) - others
+    if n < 1:
+        raise SystemExit(f"{task}: no question is left for training after its other {others}")
+    return n
+
+
+def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
+    """SRT's curriculum step (issue: "a curriculum into the regime"): gold-reward RL from ``--model`` on the
+    warm-up level's questions, with the config's settings (the gold control that took chain_sum 2 x 1 from
+    20.8 to 81.1), ``--warmup-epochs`` epochs, seed 0. Its policy is saved as a checkpoint folder
+    (``<out>/warmup/checkpoint``); the warm-up level's held-out avg@k before and after is printed. Kept on
+    ``--resume`` when the report and the folder both hold it."""
+    from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.demo_runs import fit_in_process, seed_args
+    from ttrl_lightning.data.questions import write_questions
+
+    folder = os.path.join(args.out, "warmup", "checkpoint")
+    task = args.warmup
+    if report.get("warmup") and os.path.isfile(os.path.join(folder, "config.json")):
+        w = report["warmup"]
+        print(f"--resume: keeping the warm-up on {task} ({w['steps']} steps; held-out avg@{args.k} "
+              f"{100 * w['before']['avg']:.1f}% -> {100 * w['after']['avg']:.1f}%)", flush=True)
+        return folder
+    splits = _draw(args)
+    path = os.path.join(args.out, "questions", task.replace(":", "_") + "_warmup.jsonl")
+    write_questions(path, splits[f"{task}/warmup"])
+    held = splits[f"{task}/warmup_held_out"]
+    print(f"== warm-up: gold-reward RL on {task} ({len(splits[f'{task}/warmup'])} questions, "
+          f"{args.warmup_epochs} epochs; held-out {len(held)})", flush=True)
+    before = evaluate(model, task, held)
+    fit_args = ["--config", config_path(CONFIG), "--model.init_args.policy.model", args.model,
+                "--model.init_args.voting.labeler", "gold_reward",
+                "--model.init_args.engine", _cli_value(ENGINES[args.engine]), *seed_args(0, 0),
+                "--data.init_args.path", path, "--trainer.max_epochs", str(args.warmup_epochs),
+                "--trainer.default_root_dir", os.path.join(args.out, "warmup", "run")]
+    t0 = time.perf_counter()
+    cli = fit_in_process(fit_args)
+    fit_seconds = time.perf_counter() - t0
+    policy = cli.model.policy.eval()
+    after = evaluate(policy, task, held)
+    _save_folder(policy, tok, folder)
+    report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
+                        "steps": int(cli.trainer.global_step), "before": before, "after": after,
+                        "fit_seconds": round(fit_seconds, 1), "checkpoint": folder}
+    save()
+    print(f"  warm-up held-out avg@{args.k} {100 * before['avg']:.1f}% -> {100 * after['avg']:.1f}%, maj@{args.k} "
+          f"{100 * before['maj']:.1f}% -> {100 * after['maj']:.1f}% ({fit_seconds / 60:.1f} min)", flush=True)
+    del cli, policy
+    return folder
+
+
+def _save_folder(model, tok, folder: str) -> None:
+    """``model`` and its tokenizer as a checkpoint folder, written beside ``folder`` and renamed into place."""
+    import shutil
+    import tempfile
+
+    parent = os.path.dirname(folder)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".partial_", dir=parent)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    if os.path.exists(folder):
+        shutil.rmtree(folder)
+    os.replace(tmp, folder)
 
 
 def _checked_disjoint(splits: dict[str, list[dict]]) -> tuple[dict[str, int], dict[str, int]]:
@@ -364,13 +496,14 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     from ttrl_lightning.cli.demo_runs import fit_in_process, logged_curves, seed_args
     from ttrl_lightning.cli.configs import config_path
 
-    extra = [o.format(half_votes=base.voting.num_votes // 2, half_generations=base.voting.num_trained // 2)
-             for o in ARMS[arm]]
+    labeler, options = ARMS[arm]
+    halves = {"{half_votes}": str(base.voting.num_votes // 2), "{half_generations}": str(base.voting.num_trained // 2)}
+    extra = [halves.get(o, o) for o in options]
     if arm == "pixel":
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
-    fit_args = ["--config", config_path(CONFIG), "--model.init_args.policy.model", args.model,
-                "--model.init_args.voting.labeler", arm, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
+    fit_args = ["--config", config_path(CONFIG), *recipe_args(args), "--model.init_args.policy.model", args.start,
+                "--model.init_args.voting.labeler", labeler, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
                 *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
     if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
@@ -384,12 +517,13 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     policy = cli.model.policy.eval()
     after = _splits(evaluate, policy, splits, task, other)
     vote_tokens = sum(v for _, v in curves.get("train/vote_tokens", []))
-    return {"arm": arm, "seed": seed, "task": task, "after": after, "steps": int(cli.trainer.global_step),
+    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": int(cli.trainer.global_step),
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
             "coverage": _mean(curves.get("train/coverage")),
             "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
             "fit_seconds": round(fit_seconds, 1), "seconds": round(time.perf_counter() - t0, 1),
-            "curves": curves}
+            "seconds_per_step": round(fit_seconds / max(1, int(cli.trainer.global_step)), 2),
+            "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
 
 
 def _cli_value(spec) -> str:
@@ -467,8 +601,8 @@ def _summary(report: dict, task: str, args) -> dict:
                             "avg_gain": statistics.mean(avg) - before[split]["avg"],
                             "maj_gain": statistics.mean(maj) - before[split]["maj"],
                             "avg_spread": max(avg) - min(avg), "avg_per_seed": avg}
-        for name in ("label_accuracy", "kl_p95", "vote_tokens_per_s", "fit_seconds", "seconds"):
-            vals = [r[name] for r in runs if r[name] is not None]
+        for name in ("label_accuracy", "kl_p95", "vote_tokens_per_s", "fit_seconds", "seconds", "seconds_per_step"):
+            vals = [r[name] for r in runs if r.get(name) is not None]
             entry[name] = statistics.mean(vals) if vals else None
         out["arms"][arm] = entry
     return out
@@ -480,7 +614,7 @@ def _table(report: dict, task: str, k: int) -> str:
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
     head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
-    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7}"  # label acc, KL P95: step means
+    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7} {'s/step':>6}"  # label acc, KL P95: step means
     lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over "
              "the questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
     row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
@@ -493,7 +627,8 @@ def _table(report: dict, task: str, k: int) -> str:
             row += f" {cell:>32} {pct(e[sp]['maj']):>6}"
         kl = "n/a" if e["kl_p95"] is None else f"{e['kl_p95']:.3f}"
         tps = "n/a" if e["vote_tokens_per_s"] is None else f"{e['vote_tokens_per_s']:.0f}"
-        row += f" {pct(e['label_accuracy']):>9} {kl:>7} {tps:>6} {e['seconds'] / 60:7.1f}"
+        per_step = "n/a" if e.get("seconds_per_step") is None else f"{e['seconds_per_step']:.1f}"
+        row += f" {pct(e['label_accuracy']):>9} {kl:>7} {tps:>6} {e['seconds'] / 60:7.1f} {per_step:>6}"
         lines.append(row)
     return "\n".join(lines)
 

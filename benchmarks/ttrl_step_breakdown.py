@@ -38,8 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _memory import write_json  # noqa: E402
+from _provenance import cpu_features, git_commit, peak_rss_gb  # noqa: E402
 
 CONFIG = "ttrl/real_smollm2.yaml"
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
@@ -54,24 +53,6 @@ INSTRUCTION = "Answer with just the number."
 #: --adamw foreach / single: AdamW's implementation for the run (None: torch's default, single-tensor on CPU)
 FOREACH: bool | None = None
 STAGES = ("sampling", "labelling", "reference", "policy_fwd", "backward", "optimizer", "evaluation", "rest")
-
-
-def cpu_features() -> dict:
-    """The CPU's model name and its float features, from /proc/cpuinfo (Linux)."""
-    flags: set[str] = set()
-    name = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-                elif line.startswith("model name") and name == "unknown":
-                    name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {"model": name, "avx2": "avx2" in flags, "avx512f": "avx512f" in flags,
-            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
-            "amx_tile": "amx_tile" in flags}
 
 
 def gemm_rate(shapes: list[tuple[int, int, int]], dtype, seconds: float = 1.0) -> float:
@@ -254,13 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     mean["rest"] = total - sum(v for k, v in mean.items() if k != "evaluation")
     floor = {st: flops[st] / rate[st] for st in flops}
     floor_total = sum(floor.values())
-    peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    peak_gb = peak_rss_gb()
     features = cpu_features()
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except OSError:
-        commit = None
+    commit = git_commit()
 
     print(f"\n{args.questions} questions x {args.votes} votes ({args.trained} trained), {args.engine} engine, "
           f"{dtype}, {len(timed)} timed steps after {args.warmup}")

@@ -151,6 +151,52 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     assert json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"] == report["runs"]
 
 
+def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed_up_policy(smollm2, tmp_path, capsys):
+    """The warm-up (gold-reward RL on an easier level) saves a checkpoint folder that the scan, the checkpoint
+    row and the arms start from; its questions share none with the harder level's splits (checked with them);
+    the recipe options reach the runs; a guard arm runs majority with its guard; --resume keeps the warm-up."""
+    pytest.importorskip("reasoning_gym")
+    from benchmarks.real_model_ttrl import main as bench
+
+    argv = ["--model", smollm2, "--out", str(tmp_path), "--warmup", "chain_sum:2x1", "--n-warmup", "4",
+            "--warmup-epochs", "1", "--candidates", "chain_sum:3x1", "basic_arithmetic:2x1",
+            "--train-on", "chain_sum:3x1", "--arms", "majority+gate_negative", "--seeds", "0", "--n-scan", "2",
+            "--n-train", "2", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1",
+            "--val-every", "0", "--votes", "4", "--trained", "2", "--temperature", "1.0", "--lr", "1e-6",
+            "--batch-size", "2"]
+    with pytest.raises(SystemExit, match="also a --candidates entry"):
+        bench([*argv[:argv.index("--candidates") + 1], "chain_sum:2x1", *argv[argv.index("--candidates") + 2:]])
+    assert bench(argv) == 0
+    printed = capsys.readouterr().out
+    assert "== warm-up: gold-reward RL on chain_sum:2x1 (4 questions, 1 epochs; held-out 2)" in printed
+    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
+    warm = report["warmup"]
+    assert warm["steps"] == 1 and warm["questions"] == 4  # 4 questions at the config's batch of 8: one step
+    folder = warm["checkpoint"]
+    assert os.path.isfile(os.path.join(folder, "config.json")) and os.path.isfile(os.path.join(folder,
+                                                                                               "tokenizer.json"))
+    # the warm-up's splits are checked with every other split: no two share a question
+    assert report["split_sizes"]["chain_sum:2x1/warmup"] == 4
+    assert report["split_sizes"]["chain_sum:2x1/warmup_held_out"] == 2
+    assert any(pair.startswith("chain_sum:2x1/warmup & chain_sum:3x1/trained_on") for pair in report["overlaps"])
+    assert set(report["overlaps"].values()) == {0}
+    run = report["runs"]["chain_sum:3x1/majority+gate_negative/seed0"]
+    assert run["start"] == folder and run["steps"] == 1  # 2 questions at --batch-size 2
+    assert run["commit"] and "avx2" in run["cpu"] and run["seconds_per_step"] > 0 and run["peak_rss_gb"] > 0
+    settings = report["settings"]
+    assert (settings["num_votes"], settings["num_generations"], settings["temperature"], settings["lr"],
+            settings["batch_size"]) == (4, 2, 1.0, 1e-6, 2)
+    assert report["sittings"][0]["cpu"]["model"]
+    # the warmed-up policy differs from the imported one: the gold reward moved it
+    import torch
+    from safetensors.torch import load_file
+
+    a, b = load_file(os.path.join(smollm2, "model.safetensors")), load_file(os.path.join(folder, "model.safetensors"))
+    assert any(not torch.equal(a[k], b[k]) for k in a if k in b)
+    assert bench(argv + ["--resume"]) == 0
+    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in capsys.readouterr().out
+
+
 def test_a_rerun_checks_the_weights_cleans_a_killed_import_and_files_get_the_usual_mode(smollm2, capsys):
     """The imported files get the umask's mode (model.safetensors was 0600); a rerun verifies the weights'
     SHA-256 (a truncated model.safetensors gave "nothing to do") and removes the temporary folder of an import
