@@ -7,25 +7,34 @@ other task's evaluation split share no question (by normalised prompt text). The
 sizes and pairwise overlaps and refuses to run when any overlap is not 0; a candidate too small for its splits
 is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200).
 
+0. **Warm-up (``--warmup``, SRT's curriculum).** Gold-reward RL from ``--model`` on an easier level (say
+   ``chain_sum:2x1``) with the config's settings; its policy, saved under ``<out>/warmup/checkpoint``, is where
+   the scan, the table's checkpoint row and every arm (the gold control too) start. Its questions are a split
+   like the others: they share none with the harder level's splits (checked).
 1. **Scan, before any training.** Every ``--candidates`` task (a reasoning-gym generator and difficulty, with the
    run's instruction, temperature and token budget) is sampled ``--k`` times on its ``--n-scan`` scan questions;
-   a task is in TTRL's regime when maj@k - avg@k >= 10 points and 15% <= avg@k <= 60%
-   (``real_model_scan.in_regime``). The runs train on the first ``--max-tasks`` tasks in the regime; the first
-   candidate outside it is the "other task" nobody trains on.
+   a task is in TTRL's regime when maj@k - avg@k >= 10 points, 15% <= avg@k <= 60% and majority TTRL's step-0
+   reward accuracy (``SampledMetrics.reward_accuracy``) is at least 0.7 (``real_model_scan.in_regime``). The
+   runs train on the first ``--max-tasks`` tasks in the regime; the first candidate outside it is the "other
+   task" nobody trains on.
 2. **Question files** (``ttrl questions`` form): per trained task the unlabeled training split (``--n-train``;
    by default every question of the task the other splits leave), the held-out split and a labelled dev-cal
    split for pixel; the other task's evaluation split.
 3. **Arms**, each ``ttrl fit --config configs/ttrl/real_smollm2.yaml`` from the same checkpoint, ``--seeds``
-   seeds each (the seed drives sampling, data order and the random rewards): ``majority``, ``self_harmony``
+   seeds each (the seed drives sampling, data order and the random rewards; ``--votes``, ``--trained``,
+   ``--temperature``, ``--lr``, ``--batch-size`` override the config's recipe): ``majority``, ``self_harmony``
    (its reframe instruction inside the chat model's user turn; M/2 + M/2 votes, N/2 + N/2 trained: the same
    rows per question), ``pixel`` (text form), ``self_certainty`` (Intuitor-like), ``random_reward``
    (Bernoulli 0.5: Spurious Rewards' control, arXiv 2506.10947) and ``gold_reward`` (RLVR with the true
-   answers: the upper bound).
+   answers: the upper bound); on request ``visconf`` (text form) and majority with one collapse guard each:
+   ``majority+gate_negative`` (SCRL's gate, RESTRAIN's negative branch), ``majority+max_share`` (SeRL),
+   ``soft_majority`` (SRT), ``majority+fixed_adv`` (DDRL).
 4. **Evaluation** of the checkpoint and of every run's final policy with the same sampling seed: avg@k and maj@k
    on the trained-on questions (TTRL's protocol), on the held-out split of the same task and on the other
-   task. Per run also label accuracy (mean of the per-step ``train/label_accuracy``, over the questions each
-   step labelled), token-KL P95 (mean of the per-step P95), sampled vote tokens per second
-   of training and wall time; per step the trained-on vote accuracy (``train/vote_accuracy``: avg@M of the
+   task. Per run also the wall time per step, the peak resident memory, the commit and the CPU's float
+   features (every sitting of a ``--resume``d study is recorded), label accuracy (mean of the per-step
+   ``train/label_accuracy``, over the questions each step labelled), token-KL P95 (mean of the per-step P95),
+   sampled vote tokens per second of training and wall time; per step the trained-on vote accuracy (``train/vote_accuracy``: avg@M of the
    batch's votes).
 
 Prints the scan, then one row per arm (means over seeds; gain = after - before, spread = max - min of the
@@ -38,6 +47,9 @@ KL P95 over steps per arm, mean over seeds).
     python benchmarks/real_model_ttrl.py --model models/smollm2                  # the default, about 1.5 h here
     python benchmarks/real_model_ttrl.py --model models/smollm2 --arms majority random_reward --seeds 0
     python benchmarks/real_model_ttrl.py --model models/smollm2 --report-only   # the tables of the runs so far
+    python benchmarks/real_model_ttrl.py --model models/smollm2 --warmup chain_sum:2x1 \
+        --candidates chain_sum:3x1 chain_sum:2x2 basic_arithmetic:2x1 --votes 16 --trained 8 --temperature 1.0 \
+        --lr 1e-6 --arms majority majority+gate_negative random_reward gold_reward --seeds 0 --resume
 
 Hyper-parameters are the config's and were not tuned on any split (lr is TTRLModule's default). Numbers from
 this script describe a 135M-parameter model on procedural arithmetic, nothing larger.
@@ -206,9 +218,11 @@ def main(argv: list[str] | None = None) -> int:
             report["scan"][name] = evaluate(model, name, scan[f"{name}/scan"])
             save()
         e = report["scan"][name]
-        e["in_regime"] = in_regime(e["avg"], e["maj"])
+        e["in_regime"] = in_regime(e["avg"], e["maj"], e.get("reward_accuracy"))
+        reward = "n/a" if e.get("reward_accuracy") is None else f"{100 * e['reward_accuracy']:.1f}%"
         print(f"  {name:<22} avg {100 * e['avg']:5.1f}%  maj {100 * e['maj']:5.1f}%  lead "
-              f"{100 * (e['maj'] - e['avg']):+5.1f}  {'in the regime' if e['in_regime'] else 'outside'}  "
+              f"{100 * (e['maj'] - e['avg']):+5.1f}  step-0 reward accuracy {reward}  "
+              f"{'in the regime' if e['in_regime'] else 'outside'}  "
               f"(score_answer-only / equivalence-only: {e['gold_check']['score_answer_only']} / "
               f"{e['gold_check']['project_only']})", flush=True)
     regime = [n for n in args.candidates if report["scan"][n]["in_regime"]]
@@ -361,18 +375,28 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     warm-up level's questions, with the config's settings (the gold control that took chain_sum 2 x 1 from
     20.8 to 81.1), ``--warmup-epochs`` epochs, seed 0. Its policy is saved as a checkpoint folder
     (``<out>/warmup/checkpoint``); the warm-up level's held-out avg@k before and after is printed. Kept on
-    ``--resume`` when the report and the folder both hold it."""
+    ``--resume`` when ``<out>/warmup/warmup.json`` was written with the same warm-up settings (whatever the
+    arms' recipe) and the folder holds it."""
     from ttrl_lightning.cli.configs import config_path
     from ttrl_lightning.cli.demo_runs import fit_in_process, seed_args
     from ttrl_lightning.data.questions import write_questions
+    from ttrl_lightning.safe_files import atomic_write
 
     folder = os.path.join(args.out, "warmup", "checkpoint")
+    record_path = os.path.join(args.out, "warmup", "warmup.json")
     task = args.warmup
-    if report.get("warmup") and os.path.isfile(os.path.join(folder, "config.json")):
-        w = report["warmup"]
-        print(f"--resume: keeping the warm-up on {task} ({w['steps']} steps; held-out avg@{args.k} "
-              f"{100 * w['before']['avg']:.1f}% -> {100 * w['after']['avg']:.1f}%)", flush=True)
-        return folder
+    # the warm-up depends on these alone: a study that changes its arms' recipe keeps it
+    mine = {"model": os.path.abspath(args.model), "warmup": task, "warmup_epochs": args.warmup_epochs,
+            "n_warmup": args.n_warmup, "n_eval": args.n_eval, "k": args.k, "instruction": args.instruction,
+            "engine": args.engine, "config": CONFIG}
+    if args.resume and os.path.isfile(record_path) and os.path.isfile(os.path.join(folder, "config.json")):
+        with open(record_path) as fh:
+            kept = json.load(fh)
+        if kept.get("settings") == mine:
+            w = report["warmup"] = kept["warmup"]
+            print(f"--resume: keeping the warm-up on {task} ({w['steps']} steps; held-out avg@{args.k} "
+                  f"{100 * w['before']['avg']:.1f}% -> {100 * w['after']['avg']:.1f}%)", flush=True)
+            return folder
     splits = _draw(args)
     path = os.path.join(args.out, "questions", task.replace(":", "_") + "_warmup.jsonl")
     write_questions(path, splits[f"{task}/warmup"])
@@ -393,7 +417,9 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     _save_folder(policy, tok, folder)
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
                         "steps": int(cli.trainer.global_step), "before": before, "after": after,
-                        "fit_seconds": round(fit_seconds, 1), "checkpoint": folder}
+                        "fit_seconds": round(fit_seconds, 1), "checkpoint": folder, **provenance()}
+    with atomic_write(record_path) as fh:
+        json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
     print(f"  warm-up held-out avg@{args.k} {100 * before['avg']:.1f}% -> {100 * after['avg']:.1f}%, maj@{args.k} "
           f"{100 * before['maj']:.1f}% -> {100 * after['maj']:.1f}% ({fit_seconds / 60:.1f} min)", flush=True)
@@ -471,7 +497,8 @@ def _evaluator(tok, args, h):
                                       extract=extract, progress=True)
         generator, config = CANDIDATES[task]
         check = sampled_gold_check(PREFIX + generator, metrics.per_question, **config)
-        return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k, "gold_check": check,
+        return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k,
+                "reward_accuracy": metrics.reward_accuracy, "gold_check": check,
                 "seconds": round(time.perf_counter() - t0, 1)}
     return evaluate
 
@@ -614,7 +641,8 @@ def _table(report: dict, task: str, k: int) -> str:
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
     head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
-    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7} {'s/step':>6}"  # label acc, KL P95: step means
+    # label acc, KL P95: step means; s/step: the run's fit time (its held-out evaluations in it) per step
+    head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7} {'s/step':>6}"
     lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over "
              "the questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
     row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"

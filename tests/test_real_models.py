@@ -187,14 +187,18 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     assert (settings["num_votes"], settings["num_generations"], settings["temperature"], settings["lr"],
             settings["batch_size"]) == (4, 2, 1.0, 1e-6, 2)
     assert report["sittings"][0]["cpu"]["model"]
+    assert all(e["reward_accuracy"] is None or 0 <= e["reward_accuracy"] <= 1 for e in report["scan"].values())
     # the warmed-up policy differs from the imported one: the gold reward moved it
     import torch
     from safetensors.torch import load_file
 
     a, b = load_file(os.path.join(smollm2, "model.safetensors")), load_file(os.path.join(folder, "model.safetensors"))
     assert any(not torch.equal(a[k], b[k]) for k in a if k in b)
+    # another recipe for the arms keeps the warm-up (its own settings are unchanged), trains the arm again
+    argv[argv.index("--lr") + 1] = "2e-6"
     assert bench(argv + ["--resume"]) == 0
-    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed and "(1 of 1)" in printed
 
 
 def test_a_rerun_checks_the_weights_cleans_a_killed_import_and_files_get_the_usual_mode(smollm2, capsys):

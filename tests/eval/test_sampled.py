@@ -150,3 +150,18 @@ def test_tiny_model_texts_are_the_engines_samples():
         rows += HFGenerateEngine(tok).generate(model, prompts, batch_params).texts
     assert texts == [rows[0:2], rows[2:4], rows[4:6]]
     assert m.as_dict() == sampled_metrics(texts, ["0", "1", "2"]).as_dict()
+
+
+def test_step_zero_reward_accuracy_by_hand():
+    """Majority TTRL's reward accuracy before training, on hand-worked votes: q1 majority "4" right (every sample's
+    pseudo-reward equals its gold reward: 4 of 4); q2 majority "7" (3 votes) wrong, gold "5" (1 vote): 4 of 4
+    disagree; q3 majority "9" (2 votes) wrong, gold "8" absent, two other answers: 2 of 4 agree; q4 unextractable
+    answers win: it abstains. (4 + 0 + 2) / 12 = 0.5."""
+    texts = [["4", "4", "4", "3"], ["7", "7", "7", "5"], ["9", "9", "1", "2"], ["x", "x", "x", "3"]]
+    m = sampled_metrics(texts, ["4", "5", "8", "3"], extract=lambda t, c: t if t != "x" else NO_ANSWER)
+    assert [p["majority_votes"] for p in m.per_question] == [3, 3, 2, 3]
+    assert m.reward_accuracy == pytest.approx(6 / 12)
+    # the formula against a direct count over the samples
+    direct = [(a == p["majority"]) == (a == p["gold"]) for p in m.per_question[:3] for a in p["answers"]]
+    assert m.reward_accuracy == pytest.approx(sum(direct) / len(direct))
+    assert sampled_metrics([["x", "x"]], ["1"], extract=lambda t, c: NO_ANSWER).reward_accuracy is None

@@ -35,7 +35,8 @@ class SampledMetrics:
 
     ``per_question``: one dict per question, in input order: ``id``, ``gold``, ``correct`` (how many of the
     k samples are correct), ``majority`` (the majority answer, ``NO_ANSWER`` when unextractable answers win),
-    ``majority_correct``, ``answers`` (the k extracted answers)."""
+    ``majority_correct``, ``majority_votes`` (the samples in the majority's class), ``answers`` (the k
+    extracted answers)."""
 
     k: int
     num_questions: int
@@ -44,6 +45,20 @@ class SampledMetrics:
     pass_at_k: float
     per_question: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
+    @property
+    def reward_accuracy(self) -> float | None:
+        """Majority TTRL's reward accuracy before any training (TTRL's working condition: the TTRL authors
+        report it above 0.8 in all their runs): over the k samples of every question whose majority is an
+        answer, the share whose pseudo-reward ``1[a ~ majority]`` equals the gold reward ``1[a ~ gold]``. Where
+        the majority is right the two agree on every sample; where it is wrong they disagree on the majority's
+        votes and on the right ones: ``1 - (majority_votes + correct) / k``. Questions whose unextractable
+        answers win abstain (as the ``majority`` labeler does); None when every question abstains."""
+        kept = [p for p in self.per_question if p["majority"] != NO_ANSWER]
+        if not kept:
+            return None
+        wrong = sum(0 if p["majority_correct"] else p["majority_votes"] + p["correct"] for p in kept)
+        return 1 - wrong / (self.k * len(kept))
+
     def as_dict(self) -> dict[str, float | int]:
         """``{"k", "num_questions", "avg@k", "maj@k", "pass@k"}`` with k written out (``"avg@16"``)."""
         k = self.k
@@ -51,8 +66,9 @@ class SampledMetrics:
                 f"maj@{k}": self.maj_at_k, f"pass@{k}": self.pass_at_k}
 
 
-def question_outcome(answers: Sequence[str], gold: str) -> tuple[int, str, bool]:
-    """One question's ``(number of correct answers, majority answer, majority is correct)``.
+def question_outcome(answers: Sequence[str], gold: str) -> tuple[int, str, bool, int]:
+    """One question's ``(number of correct answers, majority answer, majority is correct, votes of the
+    majority's class)``.
 
     ``answers`` are extracted answers (``NO_ANSWER`` for unextractable ones). They are grouped into
     equivalence classes; a class is correct when its representative equals ``gold``; the majority vote runs
@@ -61,7 +77,8 @@ def question_outcome(answers: Sequence[str], gold: str) -> tuple[int, str, bool]
     correct = [rep != NO_ANSWER and answers_equal(rep, gold) for rep in reps]
     decision = aggregate([reps[c] for c in class_of], "majority")
     majority = decision.answer
-    return sum(correct[c] for c in class_of), majority, correct[reps.index(majority)]
+    winner = reps.index(majority)
+    return sum(correct[c] for c in class_of), majority, correct[winner], sum(c == winner for c in class_of)
 
 
 def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
@@ -104,9 +121,10 @@ def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
         if not isinstance(gold, str):
             raise ValueError(f"question {ids[i]!r}: gold must be a string, got {type(gold).__name__}")
         answers = [extract(t, choices[i]) for t in row]
-        n_correct, majority, majority_correct = question_outcome(answers, gold)
+        n_correct, majority, majority_correct, majority_votes = question_outcome(answers, gold)
         per_question.append({"id": ids[i], "gold": gold, "correct": n_correct, "majority": majority,
-                             "majority_correct": majority_correct, "answers": answers})
+                             "majority_correct": majority_correct, "majority_votes": majority_votes,
+                             "answers": answers})
     return SampledMetrics(
         k=k, num_questions=q,
         avg_at_k=sum(p["correct"] / k for p in per_question) / q,
