@@ -44,7 +44,7 @@ import time
 from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import write_json  # noqa: E402
+from _memory import _status_kib, reset_peak_rss, write_json  # noqa: E402
 from _provenance import cpu_features, git_commit, peak_rss_gb  # noqa: E402
 
 CONFIG = "ttrl/real_smollm2.yaml"
@@ -84,6 +84,33 @@ def model_shapes(config) -> tuple[list[tuple[int, int]], int]:
     return shapes, sum(i * o for i, o in shapes)
 
 
+def held_tensors(module, optimizer) -> dict[str, float]:
+    """GB of what a TTRL step keeps from one step to the next: the policy's parameters, the reference's (its own
+    storage only: a tensor shared with the policy is not counted twice), the optimizer's state, and the EMA
+    anchor's where the module has one."""
+    seen: set[int] = set()
+
+    def size(tensors) -> float:
+        total = 0
+        for t in tensors:
+            if t is None or t.untyped_storage().data_ptr() in seen:
+                continue
+            seen.add(t.untyped_storage().data_ptr())
+            total += t.untyped_storage().nbytes()
+        return total / 2**30
+
+    out = {"policy": size(module.policy.parameters())}
+    ref = getattr(module, "reference_model", None)
+    if ref is not None:
+        out["reference"] = size(list(ref.parameters()) + list(ref.buffers()))
+    out["optimizer_state"] = size(v for state in optimizer.state.values() for v in state.values()
+                                  if hasattr(v, "untyped_storage"))
+    anchor = getattr(module, "ema_anchor", None)
+    if anchor is not None and hasattr(anchor, "parameters"):
+        out["ema_anchor"] = size(anchor.parameters())
+    return out
+
+
 class StageClock:
     """Wall time per stage, per training step, by wrapping the module's methods (and the optimizer's step)."""
 
@@ -93,12 +120,22 @@ class StageClock:
         self.steps: list[dict] = []
         self.step_start = None
         self.eval_time = 0.0
+        #: stage -> the largest resident memory (GB) seen inside it (Linux: the peak counter is reset at the
+        #: stage's start, read at its end), over every step
+        self.peak_gb: dict[str, float] = defaultdict(float)
+
+    def stage_peak(self, stage: str) -> None:
+        """Record the peak resident memory since the last reset under ``stage``, and reset the counter."""
+        self.peak_gb[stage] = max(self.peak_gb[stage], _status_kib("VmHWM") / 2**20)
+        reset_peak_rss()
 
     def timed(self, stage, fn, count=None):
         def wrapper(*args, **kwargs):
+            self.stage_peak("rest")  # what ran since the last stage: logging, metrics, data
             t0 = time.perf_counter()
             out = fn(*args, **kwargs)
             self.current[stage] += time.perf_counter() - t0
+            self.stage_peak(stage)
             if count is not None:
                 self.tokens[stage] += count(args, kwargs, out)
             return out
@@ -121,9 +158,11 @@ def attach(module, clock: StageClock) -> None:
         stage = "policy_fwd" if model is module.policy and torch.is_grad_enabled() else "reference"
         if model is module.policy and not torch.is_grad_enabled():
             stage = "reference"  # the old policy's no-grad pass counts with the no-grad passes
+        clock.stage_peak("rest")
         t0 = time.perf_counter()
         out = inner(model, rollouts, *args, **kwargs)
         clock.current[stage] += time.perf_counter() - t0
+        clock.stage_peak(stage)
         clock.tokens[stage] += int(rollouts.prompt_mask.sum() + rollouts.completion_mask.sum())
         # the LM head runs on the completion positions only (fused log-probs, logits_to_keep)
         clock.tokens[stage + "_head"] += int(rollouts.completion_mask.shape[0] * rollouts.completion_mask.shape[1])
@@ -235,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     mean["rest"] = total - sum(v for k, v in mean.items() if k != "evaluation")
     floor = {st: flops[st] / rate[st] for st in flops}
     floor_total = sum(floor.values())
-    peak_gb = peak_rss_gb()
+    peak_gb = max(peak_rss_gb(), *clock.peak_gb.values())  # the reset counters hide earlier peaks from ru_maxrss
+    held = held_tensors(cli.model, cli.trainer.optimizers[0])
     features = cpu_features()
     commit = git_commit()
 
@@ -254,13 +294,17 @@ def main(argv: list[str] | None = None) -> int:
           f"{rate_train / 1e9:.0f} GFLOP/s; threads {torch.get_num_threads()} (interop "
           f"{torch.get_num_interop_threads()})")
     print(f"peak resident memory {peak_gb:.2f} GB; wall {wall:.0f} s; CPU {features}")
+    print("peak resident memory inside each stage (GB): " + ", ".join(
+        f"{st} {clock.peak_gb[st]:.2f}" for st in STAGES if st in clock.peak_gb))
+    print("tensors held across steps (GB): " + ", ".join(f"{k} {v:.2f}" for k, v in held.items()))
     report = {"settings": vars(args), "commit": commit, "cpu": features, "dtype": str(dtype),
               "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
               "seconds_per_step": mean, "step_seconds": total, "gflop": {k: v / 1e9 for k, v in flops.items()},
               "floor_seconds": floor, "floor_step_seconds": floor_total, "ratio_to_floor": total / floor_total,
               "gemm_gflops": {"decode": rate_decode / 1e9, "train": rate_train / 1e9},
               "tokens_per_step": rows,
-              "peak_rss_gb": peak_gb, "wall_seconds": wall, "steps": timed}
+              "peak_rss_gb": peak_gb, "stage_peak_rss_gb": dict(clock.peak_gb), "held_gb": held,
+              "wall_seconds": wall, "steps": timed}
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     write_json(args.out, json.loads(json.dumps(report, default=str)))
     return 0

@@ -451,3 +451,42 @@ def test_tis_weight_is_not_logged_on_a_step_that_trains_no_token():
     corr = SamplerCorrection(torch.full((2, 3), 2.0), torch.tensor(0.5))
     assert set(corr.metrics(torch.zeros(2, 3))) == {"train/sampler_logprob_gap"}
     assert corr.metrics(torch.ones(2, 3))["train/tis_weight"] == pytest.approx(2.0)
+
+
+def test_activation_checkpointing_recomputes_layers_and_leaves_the_step_unchanged():
+    """policy.activation_checkpointing: the same GRPO update (two iterations, KL to another reference) as
+    without it, while the first decoder layer runs again in every backward (recomputed, not kept); sampling and
+    the no-grad passes run it once."""
+    from ttrl_lightning.models import load_model
+
+    spec = PolicySpec(model="tiny:qwen2", seed=2)
+    source = GRPOModule(policy=spec, num_generations=3, sampling=SamplingSpec(max_new_tokens=6))
+    source.configure_model()
+    rollouts = source.rollout({"prompt": ["1+2=", "30-4="]})
+    rewards = torch.tensor([1.0, 0.0, 0.5, 0.0, 1.0, 1.0])
+    reference = load_model("tiny:qwen2", source.tokenizer, seed=5)
+
+    def step(checkpointing):
+        s = PolicySpec(model="tiny:qwen2", seed=2, activation_checkpointing=checkpointing)
+        m = FixedBatch(policy=s, num_generations=3, sampling=SamplingSpec(max_new_tokens=6, temperature=0.7),
+                       grpo=GRPOSpec(kl_coef=0.5, reference="external", num_iterations=2, max_grad_norm=None))
+        m.fixed, m.fixed_rewards = rollouts, rewards
+        m.configure_model()  # builds the policy (and turns checkpointing on), then its weights are replaced
+        m.policy.load_state_dict(source.policy.state_dict())
+        m.set_reference_model(reference)
+        calls = []  # the first layer's MLP, counted by a wrapped forward (checkpoint recomputes skip hooks)
+        mlp = m.policy.model.layers[0].mlp
+        mlp.forward = (lambda f: lambda *a, **k: calls.append(torch.is_grad_enabled()) or f(*a, **k))(mlp.forward)
+        before = {k: v.detach().clone() for k, v in m.policy.named_parameters()}
+        _trainer(1).fit(m, PromptDataModule(n_train=4, batch_size=2))
+        return {k: v.detach() - before[k] for k, v in m.policy.named_parameters()}, calls
+
+    plain, plain_calls = step(False)
+    checked, checked_calls = step(True)
+    # two training forwards with gradients (one per iteration); checkpointing runs the layer again in each
+    # backward; the no-grad pass (the old policy's log-probs) runs it once either way
+    assert plain_calls.count(True) == 2 and checked_calls.count(True) == 4
+    assert plain_calls.count(False) == checked_calls.count(False) >= 1
+    assert float(plain["model.embed_tokens.weight"].abs().max()) > 1e-3
+    for k in plain:
+        torch.testing.assert_close(checked[k], plain[k], rtol=1e-5, atol=1e-6, msg=k)

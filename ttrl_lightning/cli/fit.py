@@ -50,6 +50,7 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: E402
 from ttrl_lightning.errors import UserError  # noqa: E402
 
 from . import DEBUG_ENV, DEBUG_FLAG, resume  # noqa: E402
+from .allocator import return_large_blocks  # noqa: E402
 from .parse_errors import ShortErrorParser  # noqa: E402
 from .progress import StepProgressBar  # noqa: E402
 
@@ -330,6 +331,10 @@ def make_cli(args: list[str] | None, run: bool = True, cli_class: type[TTRLCLI] 
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     os.environ.setdefault("WANDB_MODE", "offline")
+    try:
+        return_large_blocks()  # freed activations leave the process (cli.allocator)
+    except ValueError as err:
+        raise UserError(str(err)) from None
     args = list(sys.argv[1:] if args is None else args)
     ShortErrorParser.verbose = debug_requested(args)
     _check_config_files(args)

@@ -63,7 +63,12 @@ class PolicySpec:
     lr, weight_decay, betas: AdamW; lr_schedule (``constant``, ``cosine``, ``linear``) and warmup_ratio (share
     of the run's optimizer steps warming up linearly), stepped once per training batch (``lr_multiplier``);
     seed: initialisation of a tiny model and the root of every derived seed
-    of the module (``seeding.derive_seed``).
+    of the module (``seeding.derive_seed``); activation_checkpointing: keep only each decoder layer's input
+    through the forward with gradients and recompute the layer in the backward (transformers'
+    ``gradient_checkpointing_enable``, non-reentrant): the same values and gradients for one more forward's
+    time, the activations' memory cut to one layer's (SmolLM2-135M, 32 rows: about 4 GB to a few hundred MB;
+    ``benchmarks/ttrl_step_breakdown.py``). Sampling and the no-grad passes run in eval mode or without
+    gradients and are not affected.
 
     In a config: ``init_args: {policy: {model: tiny:qwen2, lr: 1.0e-3}, <the module's own arguments>}``.
     A spec checks itself when built (``POLICY_RULES``, ``BETA_BOUNDS``, ``SUPPORTED_DTYPES``): a value
@@ -80,6 +85,7 @@ class PolicySpec:
     lr_schedule: str = "constant"
     warmup_ratio: float = 0.0
     seed: int = 0
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.model, str) or not self.model:
@@ -114,6 +120,17 @@ class PolicySpec:
                 spec["betas"] = tuple(spec["betas"])
             return cls(**spec)
         raise TypeError(f"policy must be a PolicySpec or a mapping, got {type(spec).__name__}")
+
+
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each decoder layer in the backward instead of keeping its activations (transformers'
+    non-reentrant checkpointing); a model that cannot is one ``UserError``. Under LoRA the inputs must carry
+    gradients for the frozen base's checkpointed layers to reach the adapters (``enable_input_require_grads``)."""
+    if not getattr(model, "supports_gradient_checkpointing", False) and not hasattr(model, "base_model"):
+        raise UserError(f"policy.activation_checkpointing: {type(model).__name__} does not support it")
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads") and hasattr(model, "peft_config"):
+        model.enable_input_require_grads()
 
 
 class PolicyModule(pl.LightningModule):
@@ -198,6 +215,8 @@ class PolicyModule(pl.LightningModule):
         s = self.policy_spec
         self.policy = load_model(s.model, self.tokenizer, tiny_kwargs=s.tiny_kwargs, lora=s.lora,
                                  dtype=s.dtype, seed=s.seed)
+        if s.activation_checkpointing:
+            enable_activation_checkpointing(self.policy)
         self.policy.train()  # from_pretrained returns eval mode; the trainer expects train mode
         if self.device_mesh is not None:  # Lightning's ModelParallelStrategy (FSDP2): shard it here
             shard_policy(self.policy, self.device_mesh)

@@ -383,6 +383,7 @@ class GRPOModule(PolicyModule):
             if self.grpo.max_grad_norm:
                 self.clip_gradients(opt, gradient_clip_val=self.grpo.max_grad_norm, gradient_clip_algorithm="norm")
             opt.step()
+            opt.zero_grad()  # set to None: the gradients' memory is not held through the next sampling
         schedule = self.lr_schedulers()
         if schedule is not None:  # once per training batch (PolicySpec.lr_schedule), manual optimisation
             schedule.step()

@@ -1,0 +1,58 @@
+"""cli.allocator: glibc's mmap threshold fixed at `ttrl fit`'s start, so freed large tensors leave the process.
+The effect is measured in child processes (the setting is process-wide): large blocks freed between small live
+ones stay resident under glibc's dynamic threshold and are returned under the fixed one."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ttrl_lightning.cli import allocator
+
+CHILD = r"""
+import json, sys, torch
+from ttrl_lightning.cli.allocator import return_large_blocks
+set_to = return_large_blocks() if sys.argv[1] == "fixed" else None
+def rss():
+    with open("/proc/self/status") as fh:
+        return next(int(l.split()[1]) for l in fh if l.startswith("VmRSS")) / 1024
+warm = torch.ones(4_000_000); del warm    # a 16 MB block freed: glibc's dynamic threshold rises past 8 MB
+before = rss()
+big, small = [], []
+for _ in range(40):                        # 40 x 8 MB, a live 64 KB tensor after each
+    big.append(torch.ones(2_000_000)); small.append(torch.ones(16_384))
+grown = rss() - before
+del big
+print(json.dumps({"set": set_to, "grown": grown, "kept": rss() - before}))
+"""
+
+
+def _child(mode: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", CHILD, mode], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt and /proc are Linux's")
+def test_freed_large_blocks_leave_the_process_only_with_the_fixed_threshold():
+    fixed, dynamic = _child("fixed"), _child("dynamic")
+    assert fixed["set"] == allocator.DEFAULT_THRESHOLD
+    assert fixed["grown"] > 250 and dynamic["grown"] > 250  # 320 MB touched either way
+    assert fixed["kept"] < 0.1 * fixed["grown"]  # unmapped when freed
+    assert dynamic["kept"] > 0.5 * dynamic["grown"]  # glibc's default keeps them: why the setting exists
+
+
+def test_the_threshold_setting_reads_its_variables(monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.delenv(allocator.ENV, raising=False)
+    assert allocator.threshold_setting() == allocator.DEFAULT_THRESHOLD
+    monkeypatch.setenv(allocator.ENV, "4194304")
+    assert allocator.threshold_setting() == 4 << 20
+    monkeypatch.setenv(allocator.ENV, "0")
+    assert allocator.threshold_setting() is None  # glibc's dynamic rule
+    monkeypatch.setenv(allocator.ENV, "1MB")
+    with pytest.raises(ValueError, match="TTRL_MMAP_THRESHOLD must be a number of bytes"):
+        allocator.threshold_setting()
+    monkeypatch.setenv(allocator.ENV, "")
+    monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # glibc's own variable wins
+    assert allocator.threshold_setting() is None
