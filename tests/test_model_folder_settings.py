@@ -52,3 +52,50 @@ def test_the_estimate_counts_a_real_config():
     assert estimated_parameters(smollm2) == 134_479_872
     assert estimated_parameters({"text_config": smollm2, "vision_config": {}}) == 134_479_872
     assert max_parameters() > 10**9
+
+
+@pytest.mark.parametrize("template, message", [
+    ("{% for m in messages %}{{ m['content'] }}", r"cannot render a one-message prompt \(TemplateSyntaxError"),
+    ("{{ raise_exception('this folder refuses every prompt') }}",
+     r"cannot render a one-message prompt \(TemplateError: this folder refuses every prompt\)"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}ok",
+     r"did not render a one-message prompt within 5 s; the template runs away"),
+    ("{% for i in range(20000) %}0123456789{% endfor %}", r"renders a one-message prompt as 200,000 characters"),
+])
+def test_a_chat_template_that_fails_or_runs_away_is_refused_at_load(folder, template, message):
+    """The folder's chat template is rendered once on a probe at load (cause 6: a template that raises or does
+    not parse was a 47-line traceback at the first prompt; cause 7: a Jinja loop reached 5 GB in 33 s)."""
+    (folder / "chat_template.jinja").write_text(template)
+    with pytest.raises(UserError, match=r"m: its chat template " + message):
+        load_tokenizer(str(folder))
+
+
+def test_a_working_chat_template_loads(folder):
+    (folder / "chat_template.jinja").write_text("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}"
+                                                "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}")
+    tok = load_tokenizer(str(folder))
+    assert tok.apply_chat_template([{"role": "user", "content": "2+2"}], tokenize=False,
+                                   add_generation_prompt=True) == "<user>2+2<assistant>"
+
+
+def test_a_saved_vision_language_folder_whose_processor_needs_torchvision_is_one_line(tmp_path):
+    """Cause 11: AutoProcessor builds Qwen2-VL's video processor, which needs torchvision (not in the CPU
+    install): a 38-line ImportError, now one line naming the package."""
+    pytest.importorskip("transformers")
+    try:
+        import torchvision  # noqa: F401
+        pytest.skip("torchvision is installed here: the processor loads")  # pragma: no cover
+    except ImportError:
+        pass
+    from ttrl_lightning.models import load_processor
+
+    path = tmp_path / "vl"
+    tok = load_tokenizer("tiny:qwen2_vl")
+    load_model("tiny:qwen2_vl", tok).save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / "preprocessor_config.json").write_text(json.dumps({
+        "image_processor_type": "Qwen2VLImageProcessor", "processor_class": "Qwen2VLProcessor", "patch_size": 14,
+        "merge_size": 2, "temporal_patch_size": 2, "min_pixels": 3136, "max_pixels": 12845056}))
+    with pytest.raises(UserError, match=r"vl: transformers builds this model's processor with a package that is not "
+                                        r"installed \(torchvision\)"):
+        load_processor(str(path))

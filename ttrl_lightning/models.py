@@ -516,6 +516,20 @@ def load_processor(name: str):
     except (OSError, ValueError) as err:  # transformers' multi-line "Can't load image processor ..."
         raise UserError(f"{name}: a vision-language model without a loadable processor ({first_line(err, 160)}); "
                         "save its processor into the folder (processor.save_pretrained) to show it images") from None
+    except ImportError as err:  # Qwen2-VL's video processor needs torchvision, which the CPU install leaves out
+        raise UserError(f"{name}: transformers builds this model's processor with a package that is not installed "
+                        f"({_missing_package(err)}); install it for this torch version to load the folder's "
+                        "processor") from None
+
+
+def _missing_package(err: ImportError) -> str:
+    """The package an ``ImportError`` names: its ``name``, or the library transformers' message says it requires."""
+    if err.name:
+        return err.name
+    import re
+
+    found = re.search(r"requires the (\w+) library", str(err))
+    return found.group(1).lower() if found else first_line(err, 120)
 
 
 def is_tiny(name: str) -> bool:
@@ -546,10 +560,42 @@ def load_tokenizer(name: str):
     from transformers import AutoTokenizer
 
     tok = from_pretrained(AutoTokenizer, name)
+    check_chat_template(tok, name)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
+
+
+#: the chat-template probe: one user message, rendered within this time and output length
+TEMPLATE_PROBE = [{"role": "user", "content": "What is 1 + 1?"}]
+TEMPLATE_SECONDS = 5.0
+TEMPLATE_MAX_CHARS = 100_000
+
+
+def check_chat_template(tok, name: str) -> None:
+    """Render a folder's chat template once on :data:`TEMPLATE_PROBE` when the tokenizer is loaded, so a
+    template that does not parse, raises, or runs away (a loop that filled 5 GB in 33 s) is one
+    :class:`UserError` naming the folder, not a traceback (or a hang) at the first prompt. The render is stopped
+    after :data:`TEMPLATE_SECONDS` (``answers.budget.time_limit``: pure-Python loops are interrupted) and its
+    text may hold at most :data:`TEMPLATE_MAX_CHARS` characters. A folder without a template is left alone."""
+    if not getattr(tok, "chat_template", None):
+        return
+    from ttrl_lightning.answers.budget import ComparisonTimeout, time_limit
+
+    try:
+        with time_limit(TEMPLATE_SECONDS):
+            text = tok.apply_chat_template(TEMPLATE_PROBE, tokenize=False, add_generation_prompt=True)
+    except ComparisonTimeout:
+        raise UserError(f"{name}: its chat template did not render a one-message prompt within "
+                        f"{TEMPLATE_SECONDS:g} s; the template runs away") from None
+    except Exception as e:  # noqa: BLE001 - a template error, whatever jinja or transformers raised, in one line
+        raise UserError(f"{name}: its chat template cannot render a one-message prompt "
+                        f"({type(e).__name__}: {first_line(e, 200)})") from None
+    if not isinstance(text, str) or len(text) > TEMPLATE_MAX_CHARS:
+        size = f"{len(text):,} characters" if isinstance(text, str) else type(text).__name__
+        raise UserError(f"{name}: its chat template renders a one-message prompt as {size} (at most "
+                        f"{TEMPLATE_MAX_CHARS:,})")
 
 
 def _weights_error(error: BaseException) -> str | None:
