@@ -34,8 +34,8 @@ is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200
    task. Per run also the wall time per step, the peak resident memory, the commit and the CPU's float
    features (every sitting of a ``--resume``d study is recorded), label accuracy (mean of the per-step
    ``train/label_accuracy``, over the questions each step labelled), token-KL P95 (mean of the per-step P95),
-   sampled vote tokens per second of training and wall time; per step the trained-on vote accuracy (``train/vote_accuracy``: avg@M of the
-   batch's votes).
+   sampled vote tokens per second of training and wall time; per step the trained-on vote accuracy
+   (``train/vote_accuracy``: avg@M of the batch's votes).
 
 Prints the scan, then one row per arm (means over seeds; gain = after - before, spread = max - min of the
 seeds' avg@k after), then the issue's checks: majority's trained-on gain against the seeds' spread and the
@@ -530,7 +530,8 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
     fit_args = ["--config", config_path(CONFIG), *recipe_args(args), "--model.init_args.policy.model", args.start,
-                "--model.init_args.voting.labeler", labeler, "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
+                "--model.init_args.voting.labeler", labeler,
+                "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
                 *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
     if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
@@ -544,7 +545,8 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     policy = cli.model.policy.eval()
     after = _splits(evaluate, policy, splits, task, other)
     vote_tokens = sum(v for _, v in curves.get("train/vote_tokens", []))
-    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": int(cli.trainer.global_step),
+    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after,
+            "steps": int(cli.trainer.global_step),
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
             "coverage": _mean(curves.get("train/coverage")),
             "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,

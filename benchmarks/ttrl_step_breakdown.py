@@ -85,9 +85,9 @@ def model_shapes(config) -> tuple[list[tuple[int, int]], int]:
 
 
 def held_tensors(module, optimizer) -> dict[str, float]:
-    """GB of what a TTRL step keeps from one step to the next: the policy's parameters, the reference's (its own
-    storage only: a tensor shared with the policy is not counted twice), the optimizer's state, and the EMA
-    anchor's where the module has one."""
+    """GB of what a TTRL step keeps from one step to the next: the policy's parameters, the reference's (the
+    initial copy, or the EMA anchor that ``EMAAnchor`` sets as the reference; its own storage only: a tensor
+    shared with the policy is not counted twice) and the optimizer's state."""
     seen: set[int] = set()
 
     def size(tensors) -> float:
@@ -105,9 +105,6 @@ def held_tensors(module, optimizer) -> dict[str, float]:
         out["reference"] = size(list(ref.parameters()) + list(ref.buffers()))
     out["optimizer_state"] = size(v for state in optimizer.state.values() for v in state.values()
                                   if hasattr(v, "untyped_storage"))
-    anchor = getattr(module, "ema_anchor", None)
-    if anchor is not None and hasattr(anchor, "parameters"):
-        out["ema_anchor"] = size(anchor.parameters())
     return out
 
 

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from ttrl_lightning.cli import allocator
+from ttrl_lightning.errors import UserError
 
 CHILD = r"""
 import json, sys, torch
@@ -51,7 +52,7 @@ def test_the_threshold_setting_reads_its_variables(monkeypatch):
     monkeypatch.setenv(allocator.ENV, "0")
     assert allocator.threshold_setting() is None  # glibc's dynamic rule
     monkeypatch.setenv(allocator.ENV, "1MB")
-    with pytest.raises(ValueError, match="TTRL_MMAP_THRESHOLD must be a number of bytes"):
+    with pytest.raises(UserError, match="TTRL_MMAP_THRESHOLD must be a number of bytes"):
         allocator.threshold_setting()
     monkeypatch.setenv(allocator.ENV, "")
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # glibc's own variable wins

@@ -169,3 +169,9 @@ def test_unknown_lr_schedule_names_the_field():
 
     with pytest.raises(UserError, match="policy.lr_schedule"):
         PolicySpec(lr_schedule="step")
+
+
+def test_activation_checkpointing_must_be_a_bool():
+    with pytest.raises(UserError, match=r"policy\.activation_checkpointing must be true or false, got 'yes'"):
+        PolicySpec(activation_checkpointing="yes")
+    assert PolicySpec(activation_checkpointing=True).activation_checkpointing is True

@@ -15,6 +15,8 @@ import ctypes
 import ctypes.util
 import os
 
+from ttrl_lightning.errors import UserError
+
 #: glibc's ``M_MMAP_THRESHOLD`` parameter of ``mallopt``
 M_MMAP_THRESHOLD = -3
 #: the fixed threshold: 1 MiB (glibc's starting value is 128 KiB, its dynamic ceiling 32 MiB)
@@ -25,14 +27,14 @@ ENV = "TTRL_MMAP_THRESHOLD"
 def threshold_setting() -> int | None:
     """The threshold to set: ``TTRL_MMAP_THRESHOLD`` or :data:`DEFAULT_THRESHOLD`; None when glibc's own
     variable is set or ``TTRL_MMAP_THRESHOLD`` is 0. A value that is not a non-negative integer is a
-    ``ValueError`` naming it."""
+    :class:`~ttrl_lightning.errors.UserError` naming it (one line from every command)."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return None
     raw = os.environ.get(ENV, "").strip()
     if not raw:
         return DEFAULT_THRESHOLD
     if not raw.isdigit():
-        raise ValueError(f"{ENV} must be a number of bytes (0: glibc's dynamic threshold), got {raw!r}")
+        raise UserError(f"{ENV} must be a number of bytes (0: glibc's dynamic threshold), got {raw!r}")
     return int(raw) or None
 
 

@@ -98,6 +98,9 @@ class PolicySpec:
         if self.lr_schedule not in LR_SCHEDULES:
             raise UserError(f"policy.lr_schedule must be one of {', '.join(LR_SCHEDULES)}, "
                             f"got {self.lr_schedule!r}")
+        if not isinstance(self.activation_checkpointing, bool):
+            raise UserError(f"policy.activation_checkpointing must be true or false, "
+                            f"got {self.activation_checkpointing!r}")
         if self.dtype is not None and self.dtype not in SUPPORTED_DTYPES:
             raise UserError(f"policy.dtype must be one of {', '.join(SUPPORTED_DTYPES)} or null, "
                             f"got {self.dtype!r}")
@@ -126,7 +129,7 @@ def enable_activation_checkpointing(model: torch.nn.Module) -> None:
     """Recompute each decoder layer in the backward instead of keeping its activations (transformers'
     non-reentrant checkpointing); a model that cannot is one ``UserError``. Under LoRA the inputs must carry
     gradients for the frozen base's checkpointed layers to reach the adapters (``enable_input_require_grads``)."""
-    if not getattr(model, "supports_gradient_checkpointing", False) and not hasattr(model, "base_model"):
+    if not getattr(model, "supports_gradient_checkpointing", False):  # a PeftModel answers for its base model
         raise UserError(f"policy.activation_checkpointing: {type(model).__name__} does not support it")
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if hasattr(model, "enable_input_require_grads") and hasattr(model, "peft_config"):
