@@ -99,3 +99,29 @@ def test_a_saved_vision_language_folder_whose_processor_needs_torchvision_is_one
     with pytest.raises(UserError, match=r"vl: transformers builds this model's processor with a package that is not "
                                         r"installed \(torchvision\)"):
         load_processor(str(path))
+
+
+def _processor(template: str):
+    """A real transformers processor (LLaVA's: its image processor needs no torchvision) with ``template``."""
+    transformers = pytest.importorskip("transformers")
+    image_processor = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    return transformers.LlavaProcessor(image_processor=image_processor(), tokenizer=load_tokenizer("tiny:llama"),
+                                       chat_template=template)
+
+
+def test_a_processors_chat_template_is_probed_with_an_image_part_when_the_processor_loads(monkeypatch):
+    """A vision-language model's prompts are rendered by its processor (``prompt_format``), from a template of its
+    own (``chat_template.json``): it is probed at load too, with the message as the processor is given it (an
+    image part, then the text), so a template that fails there is one line naming the folder."""
+    from ttrl_lightning import models
+
+    parts = "{% for m in messages %}{% for c in m['content'] %}[{{ c['type'] }}]{% endfor %}{% endfor %}"
+    models.check_chat_template(_processor(parts), "vl")  # iterates parts: a string message would fail it
+    bad = "{% for m in messages %}{{ m['content'][0]['text'].upper() }}{% endfor %}"  # the image part has no text
+    with pytest.raises(UserError, match=r"^vl: its chat template cannot render a one-message prompt"):
+        models.check_chat_template(_processor(bad), "vl")
+    monkeypatch.setattr(models, "is_vision_config", lambda config: True)
+    monkeypatch.setattr(models, "from_pretrained", lambda cls, name, **kw: _processor(bad) if
+                        cls.__name__ == "AutoProcessor" else None)
+    with pytest.raises(UserError, match=r"^/some/vl: its chat template cannot render"):
+        models.load_processor("/some/vl")

@@ -512,7 +512,7 @@ def load_processor(name: str):
     if not is_vision_config(from_pretrained(AutoConfig, name)):
         return None
     try:
-        return from_pretrained(AutoProcessor, name)
+        processor = from_pretrained(AutoProcessor, name)
     except (OSError, ValueError) as err:  # transformers' multi-line "Can't load image processor ..."
         raise UserError(f"{name}: a vision-language model without a loadable processor ({first_line(err, 160)}); "
                         "save its processor into the folder (processor.save_pretrained) to show it images") from None
@@ -520,6 +520,8 @@ def load_processor(name: str):
         raise UserError(f"{name}: transformers builds this model's processor with a package that is not installed "
                         f"({_missing_package(err)}); install it for this torch version to load the folder's "
                         "processor") from None
+    check_chat_template(processor, name)
+    return processor
 
 
 def _missing_package(err: ImportError) -> str:
@@ -574,7 +576,8 @@ TEMPLATE_MAX_CHARS = 100_000
 
 
 def check_chat_template(tok, name: str) -> None:
-    """Render a folder's chat template once on :data:`TEMPLATE_PROBE` when the tokenizer is loaded, so a
+    """Render a folder's chat template once on :data:`TEMPLATE_PROBE` when the tokenizer (or a vision-language
+    model's processor, which renders that model's prompts: one image part, then the text) is loaded, so a
     template that does not parse, raises, or runs away (a loop that filled 5 GB in 33 s) is one
     :class:`UserError` naming the folder, not a traceback (or a hang) at the first prompt. The render is stopped
     after :data:`TEMPLATE_SECONDS` (``answers.budget.time_limit``: pure-Python loops are interrupted) and its
@@ -585,7 +588,7 @@ def check_chat_template(tok, name: str) -> None:
 
     try:
         with time_limit(TEMPLATE_SECONDS):
-            text = tok.apply_chat_template(TEMPLATE_PROBE, tokenize=False, add_generation_prompt=True)
+            text = tok.apply_chat_template(_template_probe(tok), tokenize=False, add_generation_prompt=True)
     except ComparisonTimeout:
         raise UserError(f"{name}: its chat template did not render a one-message prompt within "
                         f"{TEMPLATE_SECONDS:g} s; the template runs away") from None
@@ -596,6 +599,15 @@ def check_chat_template(tok, name: str) -> None:
         size = f"{len(text):,} characters" if isinstance(text, str) else type(text).__name__
         raise UserError(f"{name}: its chat template renders a one-message prompt as {size} (at most "
                         f"{TEMPLATE_MAX_CHARS:,})")
+
+
+def _template_probe(owner) -> list[dict]:
+    """:data:`TEMPLATE_PROBE` as ``owner`` is given prompts: a processor's user message is a list of parts (an
+    image, then the text; ``prompt_format``), a tokenizer's a string."""
+    if getattr(owner, "image_processor", None) is None:
+        return TEMPLATE_PROBE
+    return [{"role": m["role"], "content": [{"type": "image"}, {"type": "text", "text": m["content"]}]}
+            for m in TEMPLATE_PROBE]
 
 
 def _weights_error(error: BaseException) -> str | None:

@@ -38,7 +38,7 @@ def test_a_call_stuck_inside_one_c_call_is_killed_and_the_next_call_gets_a_warm_
         stuck = pool._idle[-1].pid
         t = time.perf_counter()
         assert pool.call((30.0,), 0.5, target="time:sleep") == (False, None)
-        assert time.perf_counter() - t < 0.5 + 1.0
+        assert time.perf_counter() - t < 10.0  # killed well before the 30 s sleep ends (0.5 s + the kill, quiet)
         assert pool.kills == 1 and not _alive(stuck)
         t = time.perf_counter()
         answered, (decision, culprit, stats) = pool.call((r"\frac{2}{4}", "0.5", 5.0), 30.0)
@@ -140,7 +140,7 @@ def test_the_screen_bounds_products_sums_binomials_and_gamma_by_their_size(text)
     assert too_costly(equivalence._normalised(text)) is not None
     t = time.perf_counter()
     assert not answers_equal(text, "1")
-    assert time.perf_counter() - t < 0.5
+    assert time.perf_counter() - t < 5.0  # refused by the screen: milliseconds quiet, against 84-102 s unscreened
 
 
 @pytest.mark.parametrize("text", [r"\prod_{k=1}^{10} k", r"\sum_{k=1}^{100} k^{2}", r"\binom{10}{3}",
@@ -163,7 +163,7 @@ def test_number_patterns_run_in_linear_time(text):
     t = time.perf_counter()
     assert not answers_equal(text, "1")
     assert not answers_equal(text, text + "0")
-    assert time.perf_counter() - t < 0.5
+    assert time.perf_counter() - t < 4.0  # linear: milliseconds quiet, against 8 s (20,000 digits) quadratic
 
 
 def test_eight_distinct_hostile_votes_cost_one_screen_each_not_one_budget_per_pair():
@@ -179,7 +179,7 @@ def test_eight_distinct_hostile_votes_cost_one_screen_each_not_one_budget_per_pa
     assert equivalence_stats()["screened"] - before["screened"] <= 8  # at most once per answer, not per pair
     votes = [{"text": "x", "answer": "1" * 20000 + s} for s in ("x", "y", "x", "z")]
     assert pseudo_label("majority", votes).rewards == [1.0, 0.0, 1.0, 0.0]
-    assert time.perf_counter() - t < 2.0
+    assert time.perf_counter() - t < 20.0  # one screen per answer, against 56 s + 98 s per pair
 
 
 def test_an_undecided_pair_is_cached_and_an_answer_whose_own_parse_ran_out_is_undecidable(monkeypatch):
