@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.modules.specs import AdvantageSpec
+from ttrl_lightning.modules.ttrl.specs import AdvantageSpec
 from ttrl_lightning.modules.ttrl.module import fixed_advantages
 
 from .test_ttrl import ScriptedEngine, _module  # noqa: F401  (the scripted engine of the TTRL tests)
