@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
     from ttrl_lightning.models import load_model, load_tokenizer
-    from ttrl_lightning.prompt_format import PROMPT_FORMATS, format_prompt
+    from ttrl_lightning.prompt_format import PROMPT_FORMATS
+    from ttrl_lightning.rollout.requests import PromptRenderer
     from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
     from ttrl_lightning.safe_files import atomic_write
 
@@ -79,11 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         task = PREFIX + generator
         t0 = time.perf_counter()
         questions = task_splits(task, args.seed, {"scan": args.n}, **config)["scan"]  # distinct questions
-        prompts = [dict(q, prompt=format_prompt(q["prompt"], args.prompt_format, tok)) for q in questions]
         params = SamplingParams(n=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                                 seed=args.seed)
-        metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=8, engine=engine,
-                                      extract=extract)
+        metrics, _ = evaluate_sampled(model, tok, questions, args.k, params, batch_size=8, engine=engine,
+                                      extract=extract, renderer=PromptRenderer(tok, None, args.prompt_format))
         check = sampled_gold_check(task, metrics.per_question, **config)
         avg, maj, reward = metrics.avg_at_k, metrics.maj_at_k, metrics.reward_accuracy
         entry = {"generator": generator, "config": config, "avg": avg, "maj": maj, "pass": metrics.pass_at_k,

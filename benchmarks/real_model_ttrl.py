@@ -482,8 +482,8 @@ def _evaluator(tok, args, h):
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
     from ttrl_lightning.data.reasoning_gym_tasks import PREFIX, sampled_gold_check
     from ttrl_lightning.eval.sampled import evaluate_sampled
-    from ttrl_lightning.prompt_format import format_prompt
     from ttrl_lightning.rollout import SamplingParams, build_engine
+    from ttrl_lightning.rollout.requests import PromptRenderer
 
     params = SamplingParams(n=args.k, temperature=h.sampling.temperature, max_new_tokens=h.sampling.max_new_tokens,
                             seed=0)
@@ -492,9 +492,9 @@ def _evaluator(tok, args, h):
 
     def evaluate(model, task: str, questions: list[dict]) -> dict:
         t0 = time.perf_counter()
-        prompts = [dict(q, prompt=format_prompt(q["prompt"], h.prompt_format, tok)) for q in questions]
-        metrics, _ = evaluate_sampled(model, tok, prompts, args.k, params, batch_size=32, engine=engine,
-                                      extract=extract, progress=True)
+        metrics, _ = evaluate_sampled(model, tok, questions, args.k, params, batch_size=32, engine=engine,
+                                      extract=extract, progress=True,
+                                      renderer=PromptRenderer(tok, None, h.prompt_format))
         generator, config = CANDIDATES[task]
         check = sampled_gold_check(PREFIX + generator, metrics.per_question, **config)
         return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k,

@@ -42,9 +42,8 @@ def engine_check(device: str, tolerance: float) -> dict:
     from ttrl_lightning.data.questions import read_questions
     from ttrl_lightning.generate.scene_questions import write_scene_questions
     from ttrl_lightning.models import load_model, load_processor, load_tokenizer
-    from ttrl_lightning.prompt_format import format_prompt
     from ttrl_lightning.rollout import SamplingParams, VLLMEngine
-    from ttrl_lightning.rollout.image_sampling import ImagePrompt
+    from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest
     from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
     tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
@@ -52,7 +51,7 @@ def engine_check(device: str, tolerance: float) -> dict:
                        seed=0).to(device)
     questions = read_questions(write_scene_questions(tempfile.mkdtemp(prefix="vllm-vlm-scenes-"), 2, seed=0,
                                                      kinds=["colour", "shape"]))
-    prompts = [ImagePrompt(format_prompt(q["prompt"], "chat", tok, proc, images=1), q["images"]) for q in questions]
+    prompts = PromptRenderer(tok, proc).render([SamplingRequest(q["prompt"], q["images"]) for q in questions])
     engine = VLLMEngine(tok, processor=proc, record_signals=True, max_model_len=1024, dtype="float32")
     ro = engine.generate(model, prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=0))
     own = ro.completion_mask.bool()

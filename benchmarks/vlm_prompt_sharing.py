@@ -43,13 +43,12 @@ def build(args):
     from ttrl_lightning.data.questions import read_questions
     from ttrl_lightning.generate.scene_questions import write_scene_questions
     from ttrl_lightning.models import TinyVLProcessor
-    from ttrl_lightning.prompt_format import format_prompt
-    from ttrl_lightning.rollout.image_sampling import ImagePrompt
+    from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest
 
     model, tok = random_qwen2_vl(args)
     processor = TinyVLProcessor(tok, min_pixels=args.pixels, max_pixels=args.pixels)
     q = read_questions(write_scene_questions(os.path.join(args.workdir, "scenes"), 1, seed=0))[0]
-    prompt = ImagePrompt(format_prompt(q["prompt"], "chat", tok, processor, images=1), q["images"])
+    (prompt,) = PromptRenderer(tok, processor).render([SamplingRequest(q["prompt"], q["images"])])
     return model, tok, processor, prompt
 
 
@@ -95,7 +94,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok, processor, prompt = build(args)
-    prompt_tokens = int(image_inputs(processor, str(prompt), prompt.images)["input_ids"].shape[1])
+    prompt_tokens = int(image_inputs(processor, prompt.text, prompt.images)["input_ids"].shape[1])
     engines = {"generate": HFGenerateEngine(tok, processor=processor, share_prompt=False),
                "shared": HFGenerateEngine(tok, processor=processor)}
     counter = VisionCounter(model)

@@ -51,7 +51,7 @@ def test_fit_and_generate_give_the_same_model_input(chat_tok):
     m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"),
                    voting={"labeler": "self_harmony", "fused_prompt_template": "{prompt} reframe:"})
     m.tokenizer = chat_tok
-    original, fused = m.vote_prompts(["2+3="])
+    original, fused = (r.text for r in m.vote_prompts(["2+3="]))
     builder = PromptBuilder(chat_tok, None, "auto")
     assert original == builder.text({"prompt": "2+3=", "images": []}, "original") == WRAPPED
     # the fused prompt is built from the question as written, then templated: its instruction lies in the
@@ -59,7 +59,7 @@ def test_fit_and_generate_give_the_same_model_input(chat_tok):
     assert fused == format_prompt("2+3= reframe:", "chat", chat_tok)
     assert fused.index("reframe:") < fused.index("<|im_start|>assistant")
     # a question file whose prompt already holds the template gives the same input
-    assert m.vote_prompts([WRAPPED])[0] == WRAPPED
+    assert m.vote_prompts([WRAPPED])[0].text == WRAPPED
 
 
 def test_a_module_refuses_chat_without_a_template():
@@ -80,7 +80,7 @@ def test_agent_prompts_keep_their_pixels():
     assert m.tokenizer.chat_template
     (out,) = m.model_prompts([prompt])
     assert out is prompt and out.image is prompt.image
-    assert m.model_prompts(["2+3="])[0] != "2+3="  # a text prompt gets the template
+    assert m.model_prompts(["2+3="])[0].text != "2+3="  # a text prompt gets the template
 
 
 def test_the_three_misreadings_of_pre_templated_text(chat_tok):
@@ -108,5 +108,5 @@ def test_the_three_misreadings_of_pre_templated_text(chat_tok):
     m = TTRLModule(policy=PolicySpec(model="tiny:qwen2"),
                    voting={"labeler": "self_harmony", "fused_prompt_template": "{prompt} reframe:"})
     m.tokenizer = chat_tok
-    templated, plain = m.vote_prompts([WRAPPED])[1], m.vote_prompts(["2+3="])[1]
+    templated, plain = m.vote_prompts([WRAPPED])[1].text, m.vote_prompts(["2+3="])[1].text
     assert templated == plain == format_prompt("2+3= reframe:", "chat", chat_tok)

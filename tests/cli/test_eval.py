@@ -15,6 +15,7 @@ from ttrl_lightning.eval.sampled import evaluate_sampled, sampled_metrics
 from ttrl_lightning.models import build_char_tokenizer, load_model
 from ttrl_lightning.modules import PolicySpec, SFTModule
 from ttrl_lightning.rollout import Rollouts, SamplingParams
+from ttrl_lightning.rollout.requests import as_requests
 
 
 def _jsonl(path, rows):
@@ -53,18 +54,37 @@ def test_tiny_model_end_to_end(tmp_path, capsys):
     assert report["metrics"] == direct.as_dict() == sampled_metrics(texts, [q["gold"] for q in questions]).as_dict()
 
 
-class BoxedGold:
+class StandIn:
+    """The engine contract a stand-in for the HF engine keeps (``rollout.RolloutEngine``)."""
+
+    owns_weights, max_model_len, record_signals = False, None, False
+    takes_text_prompts, takes_images, cli_options, default_batch_size = True, False, (), 1
+
+    @classmethod
+    def check_available(cls):
+        return None
+
+    def sync_weights(self, model):
+        return None
+
+
+def _use_engine(monkeypatch, cls) -> None:
+    """``--engine hf`` builds ``cls`` (the command asks the registry, never the class by its name)."""
+    from ttrl_lightning.rollout import ROLLOUT_ENGINES
+
+    monkeypatch.setitem(ROLLOUT_ENGINES._items, "hf", cls)
+
+
+class BoxedGold(StandIn):
     """A stand-in for the HF engine: sample j of an arithmetic prompt ``"x<op>y..="`` answers its value
     ``\\boxed{v}`` when j < (x % 3), else ``\\boxed{-1}``."""
-
-    owns_weights, max_model_len, record_signals = False, None, False  # the engine contract
 
     def __init__(self, tokenizer, **kwargs):
         pass
 
     def generate(self, model, prompts, params):
         texts = []
-        for p in prompts:
+        for p in (r.text for r in as_requests(prompts)):
             assert re.fullmatch(r"[0-9+-]+=", p)
             first, value = int(re.match(r"[0-9]+", p).group(0)), eval(p[:-1])  # digits, + and - only
             texts += [f"\\boxed{{{value if j < first % 3 else -1}}}" for j in range(params.n)]
@@ -74,9 +94,8 @@ class BoxedGold:
 def test_printed_and_written_numbers_of_known_completions(tmp_path, capsys, monkeypatch):
     """A question file whose completions are scripted: the printed percentages and the report are the
     hand-computed avg@4 / maj@4 / pass@4."""
-    import ttrl_lightning.rollout as rollout
 
-    monkeypatch.setattr(rollout, "HFGenerateEngine", BoxedGold)
+    _use_engine(monkeypatch, BoxedGold)
     # a % 3 = 0, 1, 2, 2: correct samples 0, 1, 2, 2 of 4
     data = _jsonl(tmp_path / "q.jsonl", [{"id": i, "prompt": f"{a}+1=", "gold": str(a + 1)}
                                          for i, a in enumerate([3, 4, 5, 2])])
@@ -128,9 +147,8 @@ def test_checkpoint_round_trip(sft_ckpt, tmp_path, capsys):
 
 
 def test_checkpoint_of_a_tiny_policy_gets_the_tiny_default_length(sft_ckpt, capsys, monkeypatch):
-    import ttrl_lightning.rollout as rollout
 
-    monkeypatch.setattr(rollout, "HFGenerateEngine", BoxedGold)
+    _use_engine(monkeypatch, BoxedGold)
     rc, printed, _ = _run(capsys, "--model", sft_ckpt[0], "--task", "arith", "--n", "2", "--k", "1")
     assert rc == 0 and "max_new_tokens=32" in printed.splitlines()[0]
 
@@ -188,7 +206,7 @@ def _bad_inputs(tmp_path):
                                                                {"id": "b", "prompt": "y"}])],
          r"nogold\.jsonl: 1 question\(s\) have no gold answer, which ttrl eval needs: 'b'"),
         (tiny + ["--data", _jsonl(tmp_path / "img.jsonl", [{"id": "a", "prompt": "x", "gold": "1", "image": "i.png"}])],
-         r"img\.jsonl: question 'a' has an image, but tiny:qwen2 is a text-only model"),
+         r"img\.jsonl, question 1 \(id='a'\): has an image, but tiny:qwen2 is a text-only model"),
         (tiny + ["--data", str(tmp_path / "missing.jsonl")], r"missing\.jsonl: question file not found"),
         # the context (tiny:qwen2: 256 positions), checked before sampling; the OOM traceback it was
         (tiny + ["--data", good, "--max-new-tokens", "100000"],
@@ -199,9 +217,8 @@ def _bad_inputs(tmp_path):
 
 
 def test_bad_inputs_are_one_line_naming_the_flag_file_or_row(tmp_path, capsys, monkeypatch):
-    import ttrl_lightning.rollout as rollout
 
-    monkeypatch.setattr(rollout, "HFGenerateEngine", BoxedGold)  # the one good case samples nothing real
+    _use_engine(monkeypatch, BoxedGold)  # the one good case samples nothing real
     for argv, match in _bad_inputs(tmp_path):
         rc, _, err = _run(capsys, *argv, "--k" if "--k" not in argv else "--batch-size", "1")
         if match is None:
@@ -225,16 +242,15 @@ def test_help_says_what_each_metric_means(capsys):
 
 def test_answer_extractor_flag_reads_bare_numbers(capsys, monkeypatch, tmp_path):
     """`--answer-extractor last_number` scores completions such as "19" that final_answer cannot read."""
-    import ttrl_lightning.rollout as rollout
     from ttrl_lightning.rollout import Rollouts
 
-    class BareGold:
-        owns_weights, max_model_len, record_signals = False, None, False
+    class BareGold(StandIn):
 
         def __init__(self, tokenizer, **_):
             self.tok = tokenizer
 
         def generate(self, model, prompts, params):
+            prompts = [r.text for r in as_requests(prompts)]
             golds = {q["prompt"]: q["gold"] for q in questions_from_task("arith", 3, 0)}
             texts = [golds[p] for p in prompts for _ in range(params.n)]
             R = len(texts)
@@ -242,7 +258,7 @@ def test_answer_extractor_flag_reads_bare_numbers(capsys, monkeypatch, tmp_path)
             return Rollouts(one, one, one, one, texts, torch.arange(len(prompts)).repeat_interleave(params.n),
                             params.n)
 
-    monkeypatch.setattr(rollout, "HFGenerateEngine", BareGold)
+    _use_engine(monkeypatch, BareGold)
     base = ["--model", "tiny:qwen2", "--task", "arith", "--n", "3", "--k", "2", "--no-progress"]
     rc, printed, _ = _run(capsys, *base)
     assert rc == 0 and "avg@2     0.00%" in printed
@@ -265,7 +281,8 @@ def test_image_questions_are_sampled_with_their_images(tmp_path, capsys):
     assert len(report["questions"]) == 3 and all(len(q["completions"]) == 2 for q in report["questions"])
     rc, _, err = _run(capsys, "--model", "tiny:qwen2_vl", "--data", data, "--k", "2", "--max-new-tokens", "5",
                       "--prompt-format", "plain")
-    assert rc != 0 and "only the chat template places" in err
+    assert rc == 1 and "has an image, which needs the chat template to place its image tokens, but prompt_format is " \
+        "plain" in err
 
 
 @pytest.mark.parametrize("k", ["100000000000000000000", "4097", "9" * 5000])

@@ -151,7 +151,7 @@ def _jsonl(path, rows):
     ({"id": "a", "prompt": "x", "answer": "1"}, "tiny:qwen2", [], "line 2 (id='a'): unknown field 'answer'"),
     ({"id": "a", "gold": "1"}, "tiny:qwen2", [], "line 2 (id='a'): missing field 'prompt'"),
     ({"id": "a", "prompt": "x"}, "tiny:qwen2", ["--prompt-format", "chat"],
-     "question 1 (id='q0'): a chat prompt, but the model has no chat template"),
+     "prompt_format chat asks for the model's chat template, but it has none"),
     ({"id": "a", "prompt": "7" * 300}, "tiny:qwen2", [],  # tiny:qwen2 has 256 positions
      "question 'a': 300 prompt tokens + max_new_tokens 4 exceed the model's context (max_position_embeddings) "
      "(256 tokens)"),
@@ -169,7 +169,7 @@ def test_an_image_for_a_model_without_a_chat_template_names_the_row(scenes, tmp_
     rc = main(["generate", "--model", "tiny:qwen2", "--data", scenes, "--out", str(tmp_path / "p.jsonl"),
                *SETTINGS])
     err = capsys.readouterr().err
-    assert rc == 1 and "question 1 (id='count-1-0'): has an image, but the model is text-only" in err
+    assert rc == 1 and "question 1 (id='count-1-0'): has an image, but tiny:qwen2 is a text-only model" in err
 
 
 def test_a_vision_checkpoint_without_a_processor_is_one_line(scenes, tmp_path, capsys):
@@ -371,10 +371,9 @@ def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
 
 def test_batched_hf_generation_samples_image_questions_with_their_images(scenes, tmp_path):
     """--batch-size 2 on the HF engine: a batch's image prompts go through the engine's image path (the pool's
-    texts are the engine's on the ImagePrompt s with the batch's seed), and every per-token signal of the pool
+    texts are the engine's on the batch's requests with its seed), and every per-token signal of the pool
     equals a teacher-forced replay of those rollouts with their images (``Rollouts.forward_inputs``)."""
     from ttrl_lightning.rollout import HFGenerateEngine
-    from ttrl_lightning.rollout.image_sampling import ImagePrompt
 
     out = str(tmp_path / "pool.jsonl")
     assert main(["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", out, "--batch-size", "2",
@@ -384,7 +383,7 @@ def test_batched_hf_generation_samples_image_questions_with_their_images(scenes,
     model = load_model("tiny:qwen2_vl", tok, seed=3).eval()
     builder = PromptBuilder(tok, proc)
     questions = read_questions(scenes)[:2]  # the first batch
-    prompts = [ImagePrompt(builder.text(q, "original"), q["images"]) for q in questions]
+    prompts = [builder.request(q, "original") for q in questions]
     params = SamplingParams(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4,
                             seed=derive_seed(3, "generate_batch", 0, 2))
     ro = HFGenerateEngine(tok, record_signals=True, processor=proc).generate(model, prompts, params)

@@ -9,6 +9,7 @@ from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.eval.sampled import SampledMetrics, evaluate_sampled, sampled_metrics
 from ttrl_lightning.rollout import HFGenerateEngine, Rollouts, SamplingParams
+from ttrl_lightning.rollout.requests import as_requests
 from ttrl_lightning.seeding import derive_seed
 
 #: (gold, choices, 4 completions) -> worked out by hand: (correct samples, majority answer, majority correct)
@@ -96,6 +97,7 @@ class ScriptedEngine:
         self.calls = []
 
     def generate(self, model, prompts, params):
+        prompts = [r.text for r in as_requests(prompts)]  # the texts the engine is asked to sample
         self.calls.append((list(prompts), params))
         texts = [f"\\boxed{{{int(p) + (j > 0)}}}" for p in prompts for j in range(params.n)]
         return Rollouts(prompt_ids=None, prompt_mask=None, completion_ids=None, completion_mask=None,
@@ -130,7 +132,7 @@ def test_evaluate_sampled_refuses_questions_without_gold_or_with_images():
         evaluate_sampled(None, None, qs, k=2, params=SamplingParams(), engine=ScriptedEngine())
     qs = _questions(3)
     qs[1]["images"] = ["/x.png"]
-    with pytest.raises(UserError, match=r"1 question\(s\) have images.*'q1'"):
+    with pytest.raises(UserError, match=r"question 2 \(id='q1'\): has an image, but the model is a text-only model"):
         evaluate_sampled(None, None, qs, k=2, params=SamplingParams())
 
 

@@ -12,10 +12,11 @@ from ttrl_lightning.data.datamodules import collate_prompts
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules import PolicySpec, TTRLModule
 from ttrl_lightning.modules.step_records import VoteStep
-from ttrl_lightning.modules.specs import VotingSpec
+from ttrl_lightning.modules.ttrl.specs import VotingSpec
 from ttrl_lightning.modules.ttrl.monitor import ttrl_metrics
 from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, pseudo_label
 from ttrl_lightning.rollout import Rollouts, SamplingParams
+from ttrl_lightning.rollout.requests import as_requests
 
 TINY = PolicySpec(model="tiny:qwen2", lr=1e-2)
 FUSED = "{prompt} reframe:"
@@ -38,6 +39,7 @@ class ScriptedEngine:
         return None
 
     def generate(self, model, prompts, params):
+        prompts = [r.text for r in as_requests(prompts)]  # the texts the engine is asked to sample
         self.calls.append((list(prompts), params))
         tok = self.tokenizer
         texts = [t for p in prompts for t in self.script[p][: params.n]]
@@ -263,6 +265,7 @@ def test_the_module_keeps_no_step_result_between_hooks():
     """The step's stages hand each other records; scoring twice gives the same record, and nothing of the
     step is left on the module (its attributes are its settings, its run state and its counters)."""
     m = _module(SCRIPT)
+    m.renderer  # a setting built once at first use (the prompt rule, and the processor it reads), not step state
     before = set(vars(m))
     votes = m.rollout(BATCH)
     first, second = m.scored(votes, BATCH), m.scored(votes, BATCH)

@@ -4,7 +4,7 @@ registry, with the options it declares and nothing else."""
 import pytest
 
 from ttrl_lightning.cli.arguments import CommandParser, OptionError
-from ttrl_lightning.cli.eval import add_engine_arguments, sampling_engines
+from ttrl_lightning.cli.engines import add_engine_arguments, sampling_engines
 from ttrl_lightning.models import build_char_tokenizer
 from ttrl_lightning.rollout import ROLLOUT_ENGINES, RolloutEngine, build_engine
 from ttrl_lightning.rollout.hf import HFGenerateEngine
@@ -46,7 +46,7 @@ def test_a_new_engine_is_offered_by_the_sampling_commands_with_its_options(toy_e
     p = CommandParser(prog="ttrl eval")
     add_engine_arguments(p)
     args = p.parse_args(["--engine", "_toy", "--max-model-len", "64"])
-    from ttrl_lightning.cli.eval import build_sampling_engine, check_engine_options
+    from ttrl_lightning.cli.engines import build_sampling_engine, check_engine_options
 
     check_engine_options(p, args, ["--engine", "_toy", "--max-model-len", "64"])
     engine = build_sampling_engine(args, build_char_tokenizer())

@@ -7,9 +7,8 @@ import torch
 from ttrl_lightning.data.questions import read_questions
 from ttrl_lightning.generate.scene_questions import write_scene_questions
 from ttrl_lightning.models import load_model, load_processor, load_tokenizer
-from ttrl_lightning.prompt_format import format_prompt
 from ttrl_lightning.rollout import HFGenerateEngine, SamplingParams
-from ttrl_lightning.rollout.image_sampling import ImagePrompt
+from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +20,7 @@ def scene_questions(tmp_path_factory):
 def _setup(arch, questions):
     tok, proc = load_tokenizer(f"tiny:{arch}"), load_processor(f"tiny:{arch}")
     model = load_model(f"tiny:{arch}", tok, seed=0)
-    prompts = [ImagePrompt(format_prompt(q["prompt"], "chat", tok, proc, images=1), q["images"]) for q in questions]
+    prompts = PromptRenderer(tok, proc).render([SamplingRequest(q["prompt"], q["images"]) for q in questions])
     return tok, proc, model, prompts
 
 

@@ -168,7 +168,7 @@ def test_building_the_engine_leaves_the_callers_random_streams_alone(tok):
 
 
 def test_the_engine_registry_and_build_engine(tok):
-    from ttrl_lightning.cli.eval import sampling_engines
+    from ttrl_lightning.cli.engines import sampling_engines
 
     assert sorted(ROLLOUT_ENGINES.names()) == ["agent", "hf", "vllm"]
     assert sampling_engines() == [n for n in ROLLOUT_ENGINES.names() if n != "agent"]  # the CLI's choices

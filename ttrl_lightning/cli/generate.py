@@ -24,8 +24,8 @@ from ..errors import UserError, first_line
 from ..rollout.base import check_context, check_context_chars, context_limit
 from ..safe_files import content_sha256, file_sha256, same_file
 from .arguments import EXIT_CODES, CommandParser, nonnegative_float, nonnegative_int, positive_int, samples_per_question, seed
-from .eval import (TINY_MAX_NEW_TOKENS, _device, add_engine_arguments, build_sampling_engine, check_engine_options,
-                   metrics_lines, top_p)
+from .engines import add_engine_arguments, build_sampling_engine, check_engine_options, default_batch_size
+from .eval import TINY_MAX_NEW_TOKENS, _device, metrics_lines, top_p
 from .termination import interrupt_exit
 
 __all__ = ["build_parser", "generate_main", "rank_out_path"]
@@ -115,7 +115,7 @@ def _check_options(parser: CommandParser, args: argparse.Namespace, argv: list[s
             parser.error(f"argument --out: {args.out!r} would overwrite {flag} {path!r}")
     check_engine_options(parser, args, argv)
     if args.batch_size is None:
-        args.batch_size = 16 if args.engine == "vllm" else 1
+        args.batch_size = default_batch_size(args)
 
 
 def _settings(args: argparse.Namespace, max_new: int) -> dict:
@@ -213,15 +213,11 @@ def _load(parser, args, questions, max_new, device):
     except (OSError, ValueError, KeyError, ImportError) as e:
         raise UserError(f"argument --model: the processor of {base} cannot be loaded "
                         f"({first_line(e)})") from None
-    builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data)
-    builder.check(questions)
+    builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data, model=args.model)
     batched = args.batch_size > 1 or args.engine != "hf"
-    with_images = next((q["id"] for q in questions if q["images"]), None)
     from ..rollout import ROLLOUT_ENGINES
 
-    if batched and with_images is not None and not ROLLOUT_ENGINES[args.engine].takes_images:
-        raise UserError(f"{args.data}: question {with_images!r} has an image; --engine {args.engine} samples "
-                        "text prompts only (use --engine hf)")
+    builder.check(questions, ROLLOUT_ENGINES[args.engine] if batched else None)
     engine = build_sampling_engine(args, policy.tokenizer, record_signals=True, processor=processor) \
         if batched else None
     return policy, max_new, builder, engine, time.perf_counter() - t0
@@ -254,7 +250,6 @@ def _sample_batches(args, questions, mine, finished, policy, builder, engine, pa
     """Batches of fixed positions in this rank's share: a re-run redoes an unfinished batch whole, with the
     same seed, and keeps the questions it did not have."""
     from ..generate import sample_batch
-    from ..rollout.image_sampling import ImagePrompt
     from ..seeding import derive_seed
 
     for b in range(0, len(mine), args.batch_size):
@@ -262,8 +257,7 @@ def _sample_batches(args, questions, mine, finished, policy, builder, engine, pa
         if all(questions[i]["id"] in finished for i in members):
             continue
         batch = [questions[i] for i in members]
-        prompts = [ImagePrompt(builder.text(q, view), q["images"]) if q["images"] else builder.text(q, view)
-                   for q in batch for view in args.views]
+        prompts = [builder.request(q, view) for q in batch for view in args.views]
         records, count = sample_batch(engine, policy.model, prompts, batch, list(args.views), params,
                                       derive_seed(args.seed, "generate_batch", members[0], args.batch_size),
                                       extract)

@@ -135,7 +135,7 @@ def sampled_metrics(texts: Sequence[Sequence[str]], golds: Sequence[str | None],
 
 def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, batch_size: int = 16,
                      engine=None, progress: bool = False, *,
-                     extract: Callable[[str, Any], str] = extract_answer, processor=None
+                     extract: Callable[[str, Any], str] = extract_answer, processor=None, renderer=None
                      ) -> tuple[SampledMetrics, list[list[str]]]:
     """Sample ``k`` completions of every question with ``engine`` and score them (:func:`sampled_metrics`).
 
@@ -151,8 +151,10 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
         engine: a rollout engine (default ``HFGenerateEngine(tokenizer, processor=processor)``).
         progress: a tqdm bar over the questions.
         processor: a vision-language model's processor (``models.load_processor``): questions with images
-            are sampled with them (``rollout.image_sampling.ImagePrompt``; their prompts already hold the
-            chat template's image placeholders).
+            are sampled with them (``rollout.requests.SamplingRequest.images``).
+        renderer: the prompt rule (``rollout.requests.PromptRenderer``), which checks the questions against
+            the model and the engine and templates their prompts; default ``PromptRenderer(tokenizer,
+            processor)`` (``prompt_format`` ``auto``; a prompt that already holds the template is kept).
     Returns:
         ``(metrics, texts)`` with ``texts[q]`` the k completions of question q.
     Raises:
@@ -162,7 +164,7 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     from ttrl_lightning.data.questions import few_ids
     from ttrl_lightning.rollout import HFGenerateEngine
     from ttrl_lightning.rollout.base import check_context, check_context_chars, context_limit
-    from ttrl_lightning.rollout.image_sampling import ImagePrompt
+    from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest
 
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be an integer >= 1, got {k!r}")
@@ -174,21 +176,19 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     if ungraded:
         raise UserError(f"{len(ungraded)} question(s) have no gold answer, which avg@k / maj@k / pass@k "
                         f"need: {few_ids(ungraded)}")
-    with_images = [str(q["id"]) for q in questions if q.get("images")]
-    if with_images and processor is None:
-        raise UserError(f"{len(with_images)} question(s) have images, but the model is text-only (no vision "
-                        f"config, no processor): {few_ids(with_images)}")
     engine = HFGenerateEngine(tokenizer, processor=processor) if engine is None else engine
-    if with_images and not getattr(engine, "takes_images", False):
-        raise UserError(f"{len(with_images)} question(s) have images, which the {type(engine).__name__} engine "
-                        f"does not sample yet (use the hf engine): {few_ids(with_images)}")
+    renderer = PromptRenderer(tokenizer, processor) if renderer is None else renderer
+    requests = [SamplingRequest(q["prompt"], tuple(q.get("images") or ()), question_id=str(q["id"]))
+                for q in questions]
+    renderer.check(requests, engine)
+    requests = renderer.render(requests)
     limit = context_limit(engine, model)
-    text = [q for q in questions if not q.get("images")]  # an image prompt is checked with its image tokens
+    text = [r for r in requests if not r.images]  # an image prompt is checked with its image tokens
     if limit is not None and text:  # every question, before anything is sampled (by characters, then tokens)
-        check_context_chars([q["prompt"] for q in text], params.max_new_tokens, limit, tokenizer,
-                            "the model's context", names=[str(q["id"]) for q in text])
-        check_context([len(tokenizer(q["prompt"], add_special_tokens=False)["input_ids"]) for q in text],
-                      params.max_new_tokens, limit, "the model's context", names=[str(q["id"]) for q in text])
+        check_context_chars([r.text for r in text], params.max_new_tokens, limit, tokenizer,
+                            "the model's context", names=[r.question_id for r in text])
+        check_context([len(tokenizer(r.text, add_special_tokens=False)["input_ids"]) for r in text],
+                      params.max_new_tokens, limit, "the model's context", names=[r.question_id for r in text])
     params = replace(params, n=k)
     texts: list[list[str]] = []
     from ttrl_lightning.eval.progress_bar import progress_bar
@@ -196,10 +196,9 @@ def evaluate_sampled(model, tokenizer, questions: list[dict], k: int, params, ba
     bar = progress_bar(len(questions), f"sampling k={k}", enabled=progress)
     try:
         for b, start in enumerate(range(0, len(questions), batch_size)):
-            chunk = questions[start:start + batch_size]
+            chunk = requests[start:start + batch_size]
             seed = None if params.seed is None else derive_seed(params.seed, "rollout", b)
-            prompts = [ImagePrompt(q["prompt"], q["images"]) if q.get("images") else q["prompt"] for q in chunk]
-            out = engine.generate(model, prompts, replace(params, seed=seed))
+            out = engine.generate(model, chunk, replace(params, seed=seed))
             if len(out.texts) != len(chunk) * k:
                 raise RuntimeError(f"the engine returned {len(out.texts)} completions for {len(chunk)} "
                                    f"prompts x {k} samples")

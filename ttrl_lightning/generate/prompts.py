@@ -5,22 +5,22 @@ Views (Self-Harmony): ``original`` asks the question as written; ``reframed`` as
 ``reframed_prompt`` when it has one, else the question behind :data:`FUSED_REFRAME_INSTRUCTION`, the
 fused Reframe-and-Solve prompt (one generation restates the question, then solves the restatement).
 
-Prompt formats (``--prompt-format``; the package's one prompt rule, :mod:`ttrl_lightning.prompt_format`, as
+Prompt formats (``--prompt-format``; the package's one prompt rule, ``rollout.requests.PromptRenderer``, as
 ``ttrl fit`` and ``ttrl eval`` apply it): ``chat`` applies the tokenizer's / processor's chat template to one
 user message (images first, then the text, as Qwen2-VL's examples do) with the generation prompt; ``plain``
 tokenizes the prompt as it is; ``auto`` is ``chat`` when the checkpoint has a chat template, else ``plain``.
 A prompt that already holds the template is not wrapped again.
-A question with images needs ``chat`` (the template places the image tokens); a model without a chat
-template for a chat prompt, an image for a text-only model, and (for a vision-language model) a mix of
-questions with and without images (a pool has visual signals for every record or for none) are
-:class:`~ttrl_lightning.errors.UserError` naming the question.
+A question with images needs ``chat`` (the template places the image tokens); ``chat`` for a model without a
+chat template, an image for a text-only model or an engine without images, and a mix of questions with and
+without images (a pool has visual signals for every record or for none) are
+:class:`~ttrl_lightning.errors.UserError` s (``PromptRenderer.check``) naming the question.
 """
 from __future__ import annotations
 
 from ..data.pool import VIEWS
-from ..errors import UserError
-from ..prompt_format import PROMPT_FORMATS, chat_template, format_prompt, with_user_text
+from ..prompt_format import PROMPT_FORMATS
 from ..rollout.image_sampling import image_inputs
+from ..rollout.requests import PromptRenderer, SamplingRequest
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt"]
 
@@ -28,6 +28,8 @@ __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view
 #: row has no ``reframed_prompt``
 FUSED_REFRAME_INSTRUCTION = ("First restate the question below in your own words without changing its "
                              "meaning, then solve the restated question.\n\n")
+#: the fused prompt of a question: the instruction, then the question (``PromptRenderer.fused``)
+FUSED_REFRAME_TEMPLATE = FUSED_REFRAME_INSTRUCTION + "{prompt}"
 
 
 def view_prompt(question: dict, view: str) -> str:
@@ -40,68 +42,54 @@ def view_prompt(question: dict, view: str) -> str:
 
 
 class PromptBuilder:
-    """Model inputs of ``(question, view)`` for one checkpoint.
+    """Model inputs of ``(question, view)`` for one checkpoint, by the package's prompt rule
+    (:class:`~ttrl_lightning.rollout.requests.PromptRenderer`).
 
     tokenizer: the checkpoint's tokenizer; processor: its processor for a vision-language model (None for
     a text-only model); prompt_format: one of :data:`PROMPT_FORMATS`; source: the question file (named in
-    errors)."""
+    errors); model: the checkpoint's name (named in errors)."""
 
-    def __init__(self, tokenizer, processor=None, prompt_format: str = "auto", source: str = "the questions"):
-        if prompt_format not in PROMPT_FORMATS:
-            raise ValueError(f"prompt_format must be one of {PROMPT_FORMATS}, got {prompt_format!r}")
+    def __init__(self, tokenizer, processor=None, prompt_format: str = "auto", source: str = "the questions",
+                 model: str = "the model"):
+        self.renderer = PromptRenderer(tokenizer, processor, prompt_format, model=model, source=source)
         self.tokenizer = tokenizer
         self.processor = processor
-        self.source = source
-        self.has_template = chat_template(tokenizer, processor) is not None
-        self.format = ("chat" if self.has_template else "plain") if prompt_format == "auto" else prompt_format
+        self.format = self.renderer.format
 
-    def _where(self, index: int, question: dict) -> str:
-        return f"{self.source}, question {index + 1} (id={question['id']!r})"
+    def check(self, questions: list[dict], engine=None) -> None:
+        """Refuse, before anything is sampled, every question this checkpoint (and ``engine``, when given)
+        cannot be prompted with (``PromptRenderer.check``; a pool has visual signals for every record or for
+        none)."""
+        self.renderer.check([self._request(q) for q in questions], engine,
+                            uniform_images="a pool has visual signals for every record or for none")
 
-    def check(self, questions: list[dict]) -> None:
-        """Refuse, before anything is sampled, every question this checkpoint cannot be prompted with."""
-        with_images = [bool(q["images"]) for q in questions]
-        for i, q in enumerate(questions):
-            where = self._where(i, q)
-            if q["images"] and self.processor is None:
-                raise UserError(f"{where}: has an image, but the model is text-only (no vision config, no "
-                                "processor); give a vision-language checkpoint or drop the image")
-            if (q["images"] or self.format == "chat") and not self.has_template:
-                why = "its image needs the chat template to place the image tokens" if q["images"] else \
-                    "--prompt-format chat asks for one"
-                raise UserError(f"{where}: a chat prompt, but the model has no chat template ({why}); use a "
-                                "checkpoint with a chat template" + ("" if q["images"] else
-                                                                     " or --prompt-format plain"))
-            if q["images"] and self.format == "plain":
-                raise UserError(f"{where}: has an image, which needs a chat prompt, but --prompt-format is "
-                                "plain")
-        if self.processor is not None and any(with_images) and not all(with_images):
-            i = with_images.index(not with_images[0])
-            first = self._where(0, questions[0])
-            raise UserError(f"{self._where(i, questions[i])}: {'has' if with_images[i] else 'has no'} image "
-                            f"but {first} {'has' if with_images[0] else 'has none'}; a pool has visual "
-                            "signals for every record or for none, so give every question an image or none")
+    @staticmethod
+    def _request(question: dict, view: str = VIEWS[0]) -> SamplingRequest:
+        qid = question.get("id")
+        return SamplingRequest(question["prompt"], tuple(question.get("images") or ()), view,
+                               None if qid is None else str(qid))
+
+    def request(self, question: dict, view: str) -> SamplingRequest:
+        """The request of ``view`` as the model reads it: the question, or its ``reframed_prompt``, or the
+        question in :data:`FUSED_REFRAME_INSTRUCTION` (inside the user turn of a templated prompt,
+        ``PromptRenderer.fused``), then the prompt rule (``PromptRenderer.render``)."""
+        if view not in VIEWS:
+            raise ValueError(f"unknown view {view!r}; views are {VIEWS}")
+        request = self._request(question, view)
+        if view == VIEWS[1]:
+            request = request.with_text(question["reframed_prompt"]) if question["reframed_prompt"] else \
+                self.renderer.fused(request, FUSED_REFRAME_TEMPLATE)
+        return self.renderer.render([request])[0]
 
     def text(self, question: dict, view: str) -> str:
-        """The prompt text of ``view`` after the chat template (``chat``) or as written (``plain``): the
-        package's one prompt rule (``prompt_format.format_prompt``), which never wraps a prompt that already
-        holds the template. The reframed view's instruction goes inside the user turn of a templated prompt
-        (``prompt_format.with_user_text``), not before its system turn."""
-        if view == VIEWS[1] and not question["reframed_prompt"] and self.format != "plain":
-            prompt = with_user_text(question["prompt"], lambda text: FUSED_REFRAME_INSTRUCTION + text,
-                                    self.tokenizer, self.processor)
-        else:
-            prompt = view_prompt(question, view)
-        if self.format == "plain":
-            return prompt
-        images = len(question["images"]) if self.processor is not None else 0
-        return format_prompt(prompt, "chat", self.tokenizer, self.processor, images=images)
+        """The prompt text of ``view`` (:meth:`request`)."""
+        return self.request(question, view).text
 
     def inputs(self, question: dict, view: str) -> dict:
         """``{input_ids [1, T0], attention_mask [1, T0], ...}``: and ``pixel_values``, ``image_grid_thw``
         (and ``mm_token_type_ids`` when the processor gives them) for a question with images."""
-        text = self.text(question, view)
+        request = self.request(question, view)
         if self.processor is None:
-            enc = self.tokenizer([text], return_tensors="pt", add_special_tokens=False)
+            enc = self.tokenizer([request.text], return_tensors="pt", add_special_tokens=False)
             return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        return image_inputs(self.processor, text, question["images"])
+        return image_inputs(self.processor, request.text, request.images)

@@ -58,11 +58,11 @@ def sample_view(model, tokenizer, inputs: dict, view: str, params: SamplingParam
     return record["rollouts"], int(mask.sum())
 
 
-def sample_batch(engine, model, prompts: list[str], questions: list[dict], views: list[str], params: SamplingParams,
+def sample_batch(engine, model, prompts: list, questions: list[dict], views: list[str], params: SamplingParams,
                  seed: int, extract: Callable[[str, object], str] | None = None) -> tuple[list[dict], int]:
     """The pool records of several questions from ONE ``engine.generate`` call, and the tokens generated.
 
-    prompts: the prompt text of every (question, view), question-major (``PromptBuilder.text``); questions:
+    prompts: the request of every (question, view), question-major (``PromptBuilder.request``); questions:
     the questions of the batch, in order; views: the views of each question's prompts. The engine records the
     per-token signals (``record_signals=True``: the HF engine's or vLLM's replay through the fused op; vLLM's
     ``logprob`` is its sampler's). The rollouts of a question depend on the batch it is in and ``seed``

@@ -54,7 +54,7 @@ from ttrl_lightning.modules.base import PolicyModule, PolicySpec
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
-from ttrl_lightning.prompt_format import format_prompt, resolve_prompt_format
+from ttrl_lightning.prompt_format import resolve_prompt_format
 from ttrl_lightning.modules.losses import (
     LOSS_AGGREGATIONS,
     clipped_policy_loss,
@@ -73,7 +73,7 @@ from ttrl_lightning.modules.fsdp import (
 )
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
-from ttrl_lightning.rollout.image_sampling import ImagePrompt, has_images
+from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest, as_requests
 from ttrl_lightning.seeding import derive_seed
 from ttrl_lightning.tools.agent_format import AgentPrompt
 
@@ -93,8 +93,8 @@ class GRPOModule(PolicyModule):
     ``reward_weights``; ``record_signals``: record the engine's per-token signals while sampling; ``engine``:
     the rollout engine (module docstring: a name, ``{name: ..., <options>}`` or an engine object);
     ``prompt_format``: ``auto`` (default), ``chat`` or ``plain``, how a text prompt becomes the model input,
-    the rule ``ttrl eval`` and ``ttrl generate`` apply too (``prompt_format.format_prompt``: the chat template
-    when the model has one under ``auto``, never twice).
+    the rule ``ttrl eval`` and ``ttrl generate`` apply too (``rollout.requests.PromptRenderer``: the chat
+    template when the model has one under ``auto``, never twice).
     The specs are taken and kept whole (``self.sampling``, ``self.grpo``) and saved as mappings.
     Batch: ``{"prompt": [str], <other columns>: [...]}``; other columns are passed to the rewards.
     """
@@ -203,47 +203,38 @@ class GRPOModule(PolicyModule):
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
-    def batch_prompts(self, batch: dict[str, list]) -> list:
-        """The prompts of ``batch`` as written: a question with images (``batch["images"]``, its paths) as an
-        ``ImagePrompt`` carrying them, the others as they are."""
-        images = batch.get("images") or [()] * len(batch["prompt"])
-        return [ImagePrompt(p, imgs) if imgs else p for p, imgs in zip(batch["prompt"], images)]
+    def batch_prompts(self, batch: dict[str, list]) -> list[SamplingRequest]:
+        """The requests of ``batch`` as written: each question's prompt with its images (``batch["images"]``,
+        paths) and id (``batch["id"]``) where the batch has them; an agent's ``AgentPrompt`` s as they are (the
+        agent engine templates them itself)."""
+        prompts = batch["prompt"]
+        if any(isinstance(p, AgentPrompt) for p in prompts):
+            return list(prompts)
+        images = batch.get("images") or [()] * len(prompts)
+        ids = batch.get("id") or [None] * len(prompts)
+        return [SamplingRequest(p, tuple(imgs or ()), question_id=None if q is None else str(q))
+                for p, imgs, q in zip(prompts, images, ids)]
+
+    @property
+    def renderer(self) -> PromptRenderer:
+        """The policy's prompt rule (``rollout.requests.PromptRenderer``: ``prompt_format``, the chat template of
+        its tokenizer or processor), the one ``ttrl eval`` and ``ttrl generate`` apply too."""
+        if "_renderer" not in self.__dict__:
+            self.__dict__["_renderer"] = PromptRenderer(self.tokenizer, self.processor,
+                                                        self.hparams.get("prompt_format", "auto"),
+                                                        model=str(self.policy_spec.model), source=type(self).__name__)
+        return self.__dict__["_renderer"]
 
     def model_prompts(self, prompts: Sequence) -> list:
-        """The model inputs of ``prompts`` under ``prompt_format`` (``prompt_format.format_prompt``); an agent's
-        ``AgentPrompt`` (a ``str`` carrying its pixels, which the agent engine templates itself) as it is; an
-        ``ImagePrompt`` through the processor's chat template with one image placeholder per image, still
-        carrying its images. Image prompts are refused (one ``UserError``) for a text-only model, for an
-        engine that does not take images, and under ``prompt_format: plain`` (only the template places
-        the image tokens)."""
-        fmt = self.hparams.get("prompt_format", "auto")
-        if any(has_images(p) for p in prompts):
-            self.check_image_prompts(fmt)
-        out = []
-        for p in prompts:
-            if has_images(p):
-                out.append(p.with_text(format_prompt(p, "chat", self.tokenizer, self.processor,
-                                                     images=len(p.images))))
-            elif isinstance(p, AgentPrompt) or not isinstance(p, str):
-                out.append(p)
-            else:
-                out.append(format_prompt(p, fmt, self.tokenizer))
-        return out
-
-    def check_image_prompts(self, prompt_format: str) -> None:
-        """Refuse image prompts this module cannot sample (``model_prompts``); hand the engine the processor."""
-        name = type(self).__name__
-        if self.processor is None:
-            raise UserError(f"{name}: a question has an image, but {self.policy_spec.model} is a text-only model "
-                            "(no vision config, no processor); give a vision-language model or drop the images")
-        if not getattr(self.engine, "takes_images", False):
-            raise UserError(f"{name}: a question has an image, but the rollout engine "
-                            f"{type(self.engine).__name__} does not sample images yet; use engine hf")
-        if prompt_format == "plain":
-            raise UserError(f"{name}: a question has an image, which needs the chat template to place its "
-                            "image tokens, but prompt_format is plain")
-        if getattr(self.engine, "processor", None) is None:
+        """The requests ``prompts`` as the model reads them (``PromptRenderer.check`` then ``render``), the
+        engine handed the processor when they show images; an agent's ``AgentPrompt`` s as they are."""
+        if any(isinstance(p, AgentPrompt) for p in prompts):
+            return list(prompts)
+        requests = as_requests(prompts)
+        self.renderer.check(requests, self.engine)
+        if any(r.images for r in requests) and getattr(self.engine, "processor", None) is None:
             self.engine.processor = self.processor
+        return self.renderer.render(requests)
 
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """Sample N completions per prompt of ``batch`` (``batch_prompts``, ``model_prompts``)."""
@@ -425,7 +416,7 @@ class GRPOModule(PolicyModule):
     def validation_step(self, batch, batch_idx):
         params = SamplingParams(n=1, temperature=0.0, max_new_tokens=self.sampling.max_new_tokens,
                                 stop=self.sampling.stop)
-        rollouts = self.engine.generate(self.policy, self.model_prompts(batch["prompt"]), params)
+        rollouts = self.engine.generate(self.policy, self.model_prompts(self.batch_prompts(batch)), params)
         scored = self.scored(rollouts, batch)
         kept = scored.rewards[scored.mask(len(batch["prompt"]))]
         if kept.numel():

@@ -161,6 +161,7 @@ class AgentEngine:
     takes_text_prompts = False  # AgentPrompt s with their pixels, not a command's text prompts
     takes_images = False  # the pixels come with its AgentPrompt s
     cli_options: tuple[str, ...] = ()
+    default_batch_size = 1
 
     @classmethod
     def check_available(cls) -> None:

@@ -10,8 +10,9 @@ prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
 
 Engines are registered by name in ``ROLLOUT_ENGINES`` (``"hf"``, ``"vllm"``) and built as
 ``ROLLOUT_ENGINES[name](tokenizer, **options)``; ``build_engine`` turns a config's ``engine:`` value (a name,
-``{name: ..., <options>}`` or an engine object) into an engine. An engine that ``takes_images`` samples
-``image_sampling.ImagePrompt`` s (the prompt text carrying its image paths) with the model's processor.
+``{name: ..., <options>}`` or an engine object) into an engine. An engine samples
+``requests.SamplingRequest`` s (a plain ``str`` is a request without images); one that ``takes_images`` samples
+their images (``SamplingRequest.images``, paths) with the model's processor.
 """
 from __future__ import annotations
 
@@ -171,16 +172,20 @@ class RolloutEngine(Protocol):
     takes_text_prompts: bool
     #: the options a sampling command may set (``--max-model-len`` -> ``max_model_len``)
     cli_options: tuple[str, ...]
-    #: it samples ``ImagePrompt`` s with their images (``rollout.image_sampling``); an engine without it
-    #: refuses them with one line
+    #: it samples requests with images (``requests.SamplingRequest.images``); an engine without it is refused
+    #: by ``requests.PromptRenderer.check`` with one line
     takes_images: bool
+    #: questions per ``generate`` call a sampling command uses when not told (``ttrl generate --batch-size``)
+    default_batch_size: int
 
     @classmethod
     def check_available(cls) -> None:
         """Raise a one-line ``ImportError`` naming the extras when the engine cannot run here."""
         ...
 
-    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts: ...
+    def generate(self, model, requests: Sequence, params: SamplingParams) -> Rollouts:
+        """``params.n`` samples of every request (``requests.SamplingRequest`` or ``str``), prompt-major."""
+        ...
 
     def sync_weights(self, model) -> None: ...
 

@@ -10,6 +10,7 @@ from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingPara
                                          sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
+from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
 
@@ -33,7 +34,7 @@ class HFGenerateEngine:
     alone: the model's own ``generation_config`` (a repetition penalty, say) is ignored
     (``base.plain_generation_config``). ``last_timing`` holds the shared path's prefill / decode seconds of the last call.
 
-    Image prompts (``rollout.image_sampling.ImagePrompt``; ``processor``: the vision-language model's,
+    Image requests (``rollout.requests.SamplingRequest`` with ``images``; ``processor``: the vision-language model's,
     ``models.load_processor``): a call with any of them samples every prompt through
     ``image_sampling.sample_image_prompts``, one ``generate`` call per prompt with the processor's pixel
     inputs, the signals recorded while sampling (``record_signals``: the text signals and VisConf's
@@ -62,6 +63,8 @@ class HFGenerateEngine:
     takes_text_prompts = True
     cli_options: tuple[str, ...] = ()
     takes_images = True
+    #: questions per call when a command is not told (``ttrl generate`` samples one question at a time)
+    default_batch_size = 1
 
     @classmethod
     def check_available(cls) -> None:  # transformers is a dependency
@@ -71,14 +74,16 @@ class HFGenerateEngine:
         return None
 
     @torch.no_grad()
-    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        if not prompts:
+    def generate(self, model, requests: Sequence[SamplingRequest | str], params: SamplingParams) -> Rollouts:
+        if not requests:
             raise ValueError("no prompts")
         tok = self.tokenizer
-        if any(has_images(p) for p in prompts):
+        requests = as_requests(requests)
+        if has_images(requests):
             with sampling_mode(model, params.seed):
-                return sample_image_prompts(model, tok, self.processor, prompts, params, self.record_signals,
+                return sample_image_prompts(model, tok, self.processor, requests, params, self.record_signals,
                                             share_prompt=self.share_prompt)
+        prompts = [r.text for r in requests]
         if tok.padding_side != "left":
             tok.padding_side = "left"
         check_context_chars(list(prompts), params.max_new_tokens, context_length(model), tok,

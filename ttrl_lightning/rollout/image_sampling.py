@@ -1,8 +1,7 @@
 """Sampling prompts that show images, with the per-token signals recorded while sampling.
 
-A question with images reaches an engine as an :class:`ImagePrompt`: the prompt text (after the chat template,
-which holds one image placeholder per image) that carries its image paths, so batches pass through modules
-as plain strings. Its model inputs are the processor's (:func:`image_inputs`): ``input_ids`` with the image
+A question with images reaches an engine as a ``rollout.requests.SamplingRequest``: the prompt text (after the
+chat template, which holds one image placeholder per image) and its image paths, a named field. Its model inputs are the processor's (:func:`image_inputs`): ``input_ids`` with the image
 placeholders expanded to one token per merged patch, ``pixel_values``, ``image_grid_thw`` and
 ``mm_token_type_ids``.
 
@@ -34,38 +33,20 @@ from ttrl_lightning.models import VisionBlock
 from ttrl_lightning.rollout.base import (Rollouts, SamplingParams, check_context, check_context_chars, context_length,
                                          plain_generation_config)
 from ttrl_lightning.rollout.finishing import finish_rollouts
+from ttrl_lightning.rollout.requests import SamplingRequest, as_requests, refuse_images_without_processor
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
 
-__all__ = ["ImagePrompt", "image_inputs", "image_rollouts", "load_images", "require_processor",
-           "sample_sequences", "sample_image_prompts", "has_images"]
+__all__ = ["image_inputs", "image_rollouts", "load_images", "require_processor", "sample_sequences",
+           "sample_image_prompts", "has_images"]
 
 #: the signals recorded while sampling an image prompt (the text signals, then the visual ones)
 IMAGE_SIGNALS = ("logprob", "entropy", "self_certainty", "image_attention", "visual_engagement")
 
 
-class ImagePrompt(str):
-    """A prompt string that carries the images it shows: ``images``, a tuple of image paths (verified when
-    the questions were read, ``data.questions``) in the order of the prompt's image placeholders."""
-
-    images: tuple[str, ...]
-
-    def __new__(cls, text: str, images: Sequence[str] = ()):
-        out = super().__new__(cls, text)
-        out.images = tuple(images)
-        return out
-
-    def with_text(self, text: str) -> "ImagePrompt":
-        """Another prompt text showing the same images."""
-        return ImagePrompt(text, self.images)
-
-    def __reduce__(self):  # pickled by value (DDP spawn, dataloader workers)
-        return ImagePrompt, (str(self), self.images)
-
-
-def has_images(prompt) -> bool:
-    """Whether ``prompt`` is an :class:`ImagePrompt` with at least one image."""
-    return isinstance(prompt, ImagePrompt) and bool(prompt.images)
+def has_images(requests: Sequence) -> bool:
+    """Whether any of ``requests`` (``SamplingRequest`` s or plain strings) shows an image."""
+    return any(isinstance(r, SamplingRequest) and r.images for r in requests)
 
 
 def load_images(paths: Sequence[str]) -> list:
@@ -81,10 +62,9 @@ def load_images(paths: Sequence[str]) -> list:
 
 
 def require_processor(processor) -> None:
-    """One ``UserError`` when an image prompt reaches an engine without the model's processor."""
-    if processor is None:
-        raise UserError("a question has an image, but the model is text-only (no vision config, no processor); "
-                        "give a vision-language checkpoint or drop the image")
+    """One ``UserError`` when an image request reaches an engine without the model's processor
+    (``requests.refuse_images_without_processor``, the refusal's one home)."""
+    refuse_images_without_processor(processor)
 
 
 def image_inputs(processor, text: str, images: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -204,9 +184,9 @@ def image_rollouts(tokenizer, parts: Sequence[tuple], params: SamplingParams, de
     return rollouts
 
 
-def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], params: SamplingParams,
+def sample_image_prompts(model, tokenizer, processor, requests: Sequence[SamplingRequest], params: SamplingParams,
                          record_signals: bool, share_prompt: bool = True) -> Rollouts:
-    """The ``Rollouts`` of ``prompts`` (some :class:`ImagePrompt` s), ``params.n`` rows per prompt, prompt-major:
+    """The ``Rollouts`` of ``requests`` (some showing images), ``params.n`` rows per prompt, prompt-major:
     one :func:`sample_sequences` call per prompt in the caller's RNG (the engine's ``sampling_mode``), the
     prompts left-padded and the completions right-padded to the batch's longest, finished by
     ``finish_rollouts`` (EOS, stop strings), each row's images on ``Rollouts.images``. ``record_signals``:
@@ -222,12 +202,13 @@ def sample_image_prompts(model, tokenizer, processor, prompts: Sequence[str], pa
     limit = context_length(model)
     shared = share_prompt and not record_signals and supports_vision_prompt_sharing(model)
     parts = []
-    check_context_chars([str(p) for p in prompts], params.max_new_tokens, limit, tokenizer,
+    requests = as_requests(requests)
+    check_context_chars([r.text for r in requests], params.max_new_tokens, limit, tokenizer,
                         "the model's context (max_position_embeddings)")
-    for i, prompt in enumerate(prompts):
-        inputs = image_inputs(processor, str(prompt), prompt.images if isinstance(prompt, ImagePrompt) else ())
+    for i, request in enumerate(requests):
+        inputs = image_inputs(processor, request.text, request.images)
         check_context([int(inputs["input_ids"].shape[1])], params.max_new_tokens, limit,
-                      "the model's context (max_position_embeddings)", prompts=[str(prompt)])
+                      "the model's context (max_position_embeddings)", prompts=[request.text])
         t0 = inputs["input_ids"].shape[1]
         if shared:
             comp, sig = shared_completions(model, tokenizer, inputs, params), None

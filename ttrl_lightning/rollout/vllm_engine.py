@@ -47,8 +47,9 @@ from ttrl_lightning.models import is_vision_config
 from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingParams, check_context,
                                          check_context_chars, sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
-from ttrl_lightning.rollout.image_sampling import (ImagePrompt, has_images, image_inputs, image_rollouts,
-                                                   load_images, require_processor, vision_blocks)
+from ttrl_lightning.rollout.image_sampling import (has_images, image_inputs, image_rollouts, load_images,
+                                                   require_processor, vision_blocks)
+from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
 from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
@@ -200,8 +201,8 @@ class VLLMEngine:
     ``record_signals``: also return ``entropy`` and ``self_certainty`` by a replay through the fused op
     (``signal_backend``: its ops backend, ``"auto"`` for its own choice).
 
-    Image prompts (:class:`~ttrl_lightning.rollout.image_sampling.ImagePrompt`, a vision-language policy and
-    its ``processor``), as EasyR1 and verl pass them: each prompt's token ids with one image placeholder per
+    Image requests (:class:`~ttrl_lightning.rollout.requests.SamplingRequest` with images, a vision-language
+    policy and its ``processor``), as EasyR1 and verl pass them: each prompt's token ids with one image placeholder per
     image and its images as ``TokensPrompt(prompt_token_ids=..., multi_modal_data={"image": [...]})``; vLLM's
     own processor expands the placeholders. The engine's folder holds the policy's processor, so vLLM resizes
     with the same pixel bounds, and every output's expanded prompt must equal the processor's ids (else a
@@ -219,6 +220,7 @@ class VLLMEngine:
     takes_text_prompts = True
     cli_options = ("max_model_len",)
     takes_images = True  # with a vision-language policy and its processor (class docstring)
+    default_batch_size = 16  # questions per call when a command is not told: vLLM batches them itself
     max_model_len: int | None = None  # set when built (the option, else the model's context)
 
     @classmethod
@@ -340,11 +342,13 @@ class VLLMEngine:
                       names, prompts)
 
     @torch.no_grad()
-    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        if not prompts:
+    def generate(self, model, requests: Sequence[SamplingRequest | str], params: SamplingParams) -> Rollouts:
+        if not requests:
             raise ValueError("no prompts")
-        if any(has_images(p) for p in prompts):
-            return self._generate_images(model, prompts, params)
+        requests = as_requests(requests)
+        if has_images(requests):
+            return self._generate_images(model, requests, params)
+        prompts = [r.text for r in requests]
         if self.llm is None:
             self._build(model)
         from vllm.inputs import TokensPrompt
@@ -383,11 +387,11 @@ class VLLMEngine:
             rollouts.signals.update({k: v for k, v in replay.items() if k != "logprob"})
         return rollouts
 
-    def _generate_images(self, model, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        """Sample prompts some of which show images (class docstring)."""
+    def _generate_images(self, model, prompts: Sequence[SamplingRequest], params: SamplingParams) -> Rollouts:
+        """Sample requests some of which show images (class docstring)."""
         require_processor(self.processor)
         for p in prompts:
-            if isinstance(p, ImagePrompt) and len(p.images) > self.max_images_per_prompt:
+            if len(p.images) > self.max_images_per_prompt:
                 raise UserError(f"a prompt shows {len(p.images)} images, more than the vllm engine's "
                                 f"max_images_per_prompt={self.max_images_per_prompt} (limit_mm_per_prompt); raise "
                                 "the option or show fewer images")
@@ -396,19 +400,20 @@ class VLLMEngine:
         from vllm.inputs import TokensPrompt
 
         tok = self.tokenizer
-        check_context_chars([str(p) for p in prompts], params.max_new_tokens, self.max_model_len, tok,
+        check_context_chars([p.text for p in prompts], params.max_new_tokens, self.max_model_len, tok,
                             "the vllm engine's max_model_len")
         requests, expanded = [], []
         for p in prompts:
-            paths = p.images if isinstance(p, ImagePrompt) else ()
-            inputs = image_inputs(self.processor, str(p), paths)  # what the trainer scores: placeholders expanded
+            paths = p.images
+            inputs = image_inputs(self.processor, p.text, paths)  # what the trainer scores: placeholders expanded
             expanded.append((inputs["input_ids"][0].cpu(), vision_blocks(self.processor, inputs)))
-            ids = tok(str(p), add_special_tokens=False)["input_ids"]  # one placeholder per image: vLLM expands
+            ids = tok(p.text, add_special_tokens=False)["input_ids"]  # one placeholder per image: vLLM expands
             request = TokensPrompt(prompt_token_ids=ids)
             if paths:
                 request["multi_modal_data"] = {"image": load_images(paths)}
             requests.append(request)
-        self.check_lengths([int(ids.numel()) for ids, _ in expanded], params.max_new_tokens, prompts=list(prompts))
+        self.check_lengths([int(ids.numel()) for ids, _ in expanded], params.max_new_tokens,
+                           prompts=[p.text for p in prompts])
         with sampling_mode(model, params.seed), _keep_torch_threads():
             outputs = self.llm.generate(requests, self._sampling_params(params, image_token_ids(model.config)),
                                         use_tqdm=False)

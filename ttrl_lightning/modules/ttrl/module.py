@@ -56,14 +56,15 @@ from ttrl_lightning.modules.base import PolicySpec
 from ttrl_lightning.modules.grpo import GRPOModule
 from ttrl_lightning.modules.step_records import RolloutRewards, StepStats, VoteStep
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
-from ttrl_lightning.modules.specs import AdvantageSpec, EvalSpec, GRPOSpec, SamplingSpec, VotingSpec, spec_of
+from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
+from ttrl_lightning.modules.ttrl.specs import AdvantageSpec, EvalSpec, VotingSpec
 from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
 from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
-from ttrl_lightning.prompt_format import with_user_text
 from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
-from ttrl_lightning.rollout.image_sampling import ImagePrompt
+from ttrl_lightning.rollout.requests import as_requests
+from ttrl_lightning.tools.agent_format import AgentPrompt
 from ttrl_lightning.seeding import derive_seed
 
 __all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec"]
@@ -179,22 +180,12 @@ class TTRLModule(GRPOModule):
         Reframe-and-Solve prompts' ("reframed")."""
         return [view for view in self.labeler.views for _ in range(num_questions)]
 
-    def vote_prompts(self, prompts: Sequence[str]) -> list[str]:
-        """The model inputs sampled for voting: the questions, then (a fused labeler) their fused prompts,
-        each built from the question as written and then given to the model by ``prompt_format``
-        (``model_prompts``), so the fused instruction lies inside the user turn of a chat template, never in
-        the assistant's (Self-Harmony sec. 3: the Reframer and the Solver are one model
-        prompted in its own format)."""
-        prompts = list(prompts)
-        if self.labeler.fused:  # in the user turn of a templated question; its images go with it too
-            fuse = self.fused_prompt
-            prompts = prompts + [p.with_text(fuse(p)) if isinstance(p, ImagePrompt) else fuse(p) for p in prompts]
-        return self.model_prompts(prompts)
-
-    def fused_prompt(self, prompt: str) -> str:
-        """Self-Harmony's fused Reframe-and-Solve prompt of one question: ``voting.fused_prompt_template``
-        around the question's text, inside the user turn when the question already holds the chat template
-        (``prompt_format.with_user_text``; ``prompt_format: plain`` fuses the text as written).
+    def vote_prompts(self, prompts: Sequence) -> list:
+        """The requests sampled for voting: the questions, then (a fused labeler) their fused prompts
+        (``PromptRenderer.fused`` with ``voting.fused_prompt_template``, the reframed view, its images kept),
+        each given to the model by ``prompt_format`` (``model_prompts``), so the fused instruction lies inside
+        the user turn of a chat template, never in the assistant's (Self-Harmony sec. 3: the Reframer and the
+        Solver are one model prompted in its own format).
 
         Departure from Self-Harmony, which gives the reframe instruction as a system prompt: here it is text
         of the user turn, around the question. The template wraps each question (``{prompt}``) rather than
@@ -204,15 +195,20 @@ class TTRLModule(GRPOModule):
         model is the user turn; and every view's instruction is placed by the same rule, so the two views
         differ in the instruction only. A chat model tuned to follow system prompts may follow the instruction
         less well in the user turn (docs/ttrl.md, the prompt rule)."""
-        template = self.voting.fused_prompt_template
-        if self.hparams.get("prompt_format", "auto") == "plain":
-            return template.format(prompt=prompt)
-        return with_user_text(str(prompt), lambda text: template.format(prompt=text), self.tokenizer,
-                              self.processor)
+        if any(isinstance(p, AgentPrompt) for p in prompts):  # the agent engine templates its prompts itself
+            if self.labeler.fused:
+                raise UserError(f"{type(self).__name__}: {self.voting.labeler} samples a reframed view, which the "
+                                "agent engine's AgentPrompts do not have; use a one-view labeler with agent")
+            return list(prompts)
+        requests = as_requests(prompts)
+        if self.labeler.fused:
+            template = self.voting.fused_prompt_template
+            requests = requests + [self.renderer.fused(r, template) for r in requests]
+        return self.model_prompts(requests)
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
-        """M samples of every vote prompt of ``prompts`` (``vote_prompts``; a question with images as an
-        ``ImagePrompt``, ``batch_prompts``)."""
+        """M samples of every vote prompt of ``prompts`` (``vote_prompts``; the requests of ``batch_prompts``, a
+        question's images with it)."""
         params = replace(self.sampling_params(seed), n=self.voting.num_votes)
         return self.engine.generate(self.policy, self.vote_prompts(prompts), params)
 
@@ -309,19 +305,14 @@ class TTRLModule(GRPOModule):
         """The M votes of every question (and its fused prompt), prompt-major; perturbed when
         ``perturbation`` is set (a robustness study rewrites votes before they are labelled).
 
-        Questions with images are sampled with them (``ImagePrompt``: the HF engine, ``rollout.image_sampling``)
-        and trained on with them (``Rollouts.images``). For a labeler that reads image signals
-        (``LabelerSpec.image_signals``: ``visconf``) a batch mixing questions with and without images is
-        one ``UserError``."""
+        Questions with images are sampled with them (``SamplingRequest.images``: the HF engine,
+        ``rollout.image_sampling``) and trained on with them (``Rollouts.images``). For a labeler that reads
+        image signals (``LabelerSpec.image_signals``: ``visconf``) a batch mixing questions with and without
+        images is one ``UserError`` (``PromptRenderer.check``)."""
         prompts = self.batch_prompts(batch)
         if self.labeler.image_signals:
-            with_images = [bool(getattr(p, "images", ())) for p in prompts]
-            if any(with_images) and not all(with_images):
-                ids = _question_ids(batch)
-                raise UserError(f"{type(self).__name__}: question {ids[with_images.index(True)]!r} has images and "
-                                f"question {ids[with_images.index(False)]!r} has none; {self.voting.labeler} "
-                                "scores image questions by visual engagement, so give every question an image "
-                                "or none")
+            self.renderer.check(prompts, self.engine, uniform_images=f"{self.voting.labeler} scores image "
+                                "questions by their visual engagement")
         votes = self.sample_votes(prompts, self.rollout_seed())
         if self.hparams.perturbation:
             options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
