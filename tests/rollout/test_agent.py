@@ -122,18 +122,20 @@ GOOD = {"prompt": "q", "completion": "c", "answer": "1", "latencies": [0.1, None
 def test_bad_trajectory_fields_name_the_file_line_and_field(tmp_path, change, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, **change}) + "\n")
-    with pytest.raises(ValueError, match="bad.jsonl: line 2: not a trajectory record \\(" + message):
+    with pytest.raises(ValueError, match="bad.jsonl, line 2: not a trajectory record \\(" + message):
         load_trajectories(path)
 
 
 def test_bad_trajectory_file_names_the_line(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"prompt": "q"}\n')
-    with pytest.raises(ValueError, match="bad.jsonl: line 1.*missing field 'completion'"):
+    with pytest.raises(ValueError, match="bad.jsonl, line 1.*missing field 'completion'"):
         load_trajectories(path)
-    for text in ("[1, 2]", "[" * 100_000 + "]" * 100_000, "12"):
-        path.write_text(text + "\n")
-        with pytest.raises(ValueError, match="bad.jsonl: line 1: not a trajectory record"):
+    for text, why in (("[1, 2]", "not a trajectory record"), ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                      ("12", "not a trajectory record"), ('{"prompt": "a", "prompt": "b"}', "given twice"),
+                      ("\udcff", "not valid UTF-8")):
+        path.write_text(text + "\n", errors="surrogateescape")
+        with pytest.raises(ValueError, match=f"bad.jsonl, line 1: .*{why}"):
             load_trajectories(path)
     assert load_trajectories(_write(tmp_path / "good.jsonl", GOOD))[0].disabled == ("OCR",)
 

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from ttrl_lightning.data.pool_files import parse_jsonl
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.safe_files import atomic_write
 from ttrl_lightning.tools.run import canonical_name, replay
@@ -116,24 +117,15 @@ def save_trajectories(path, trajectories: Iterable[Trajectory]) -> None:
 
 
 def load_trajectories(path) -> list[Trajectory]:
-    """Read a file written by :func:`save_trajectories`; a bad line (not UTF-8, not JSON, not a trajectory)
+    """Read a file written by :func:`save_trajectories` through the package's one strict JSONL reader
+    (``data.pool_files.parse_jsonl``); a bad line (not UTF-8, not JSON, a key given twice, not a trajectory)
     raises ``UserError`` (a ``ValueError``) naming the file and line."""
     out = []
-    with open(path, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}: line {i}: not valid UTF-8 (byte {err.start + 1} of the line is "
-                                 f"{raw[err.start:err.start + 1]!r})") from None
-            if not line.strip():
-                continue
-            try:
-                out.append(Trajectory.from_json(json.loads(line)))
-            except RecursionError:
-                raise UserError(f"{path}: line {i}: not a trajectory record (nested too deeply)") from None
-            except ValueError as err:
-                raise UserError(f"{path}: line {i}: not a trajectory record ({err})") from None
+    for where, record in parse_jsonl(str(path)):
+        try:
+            out.append(Trajectory.from_json(record))
+        except ValueError as err:
+            raise UserError(f"{where}: not a trajectory record ({err})") from None
     return out
 
 
