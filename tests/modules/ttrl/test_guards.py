@@ -7,7 +7,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.ttrl.specs import AdvantageSpec
 from ttrl_lightning.modules.ttrl.module import fixed_advantages
 
-from .test_ttrl import ScriptedEngine, _module  # noqa: F401  (the scripted engine of the TTRL tests)
+from .test_module import ScriptedEngine, _module  # noqa: F401  (the scripted engine of the TTRL tests)
 
 SCRIPT = {
     "1+4=": ["5", "5", "5", "5", "6", "5"],   # share 5/6: passes a 0.5 / 0.15 gate

@@ -28,7 +28,7 @@ if not (sys.platform.startswith("linux") and platform.machine() == "x86_64"):
 SPEC = PolicySpec(model="tiny:llama", tiny_kwargs=dict(hidden=128, layers=2, heads=2, kv_heads=2, max_pos=128),
                   lr=5e-3, seed=0)
 VLLM = {"name": "vllm", "max_model_len": 128}
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("faiss")
 
-from tests.modules.test_ttrl import BATCH, SCRIPT, _module  # noqa: E402
+from tests.modules.ttrl.test_module import BATCH, SCRIPT, _module  # noqa: E402
 from ttrl_lightning.errors import UserError  # noqa: E402
 
 
