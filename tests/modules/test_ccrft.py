@@ -131,9 +131,9 @@ def test_training_step_trains_the_model_tokens_only_and_moves_the_weights(tmp_pa
     seen = {}
     original = m.optimize
 
-    def spy(rollouts, scored, advantages):
-        seen.update(rollouts=rollouts, scored=scored, advantages=advantages.detach().clone())
-        seen["stats"] = original(rollouts, scored, advantages)
+    def spy(scored, advantages):
+        seen.update(rollouts=scored.rollouts, scored=scored, advantages=advantages.detach().clone())
+        seen["stats"] = original(scored, advantages)
         return seen["stats"]
 
     m.optimize = spy

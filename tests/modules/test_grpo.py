@@ -200,8 +200,8 @@ class FixedBatch(GRPOModule):
         rows[list(self.drop)] = False
         return RolloutRewards(self.fixed_rewards, keep, rows if self.drop else None)
 
-    def group_advantages(self, rollouts, scored):
-        self.last_advantages = super().group_advantages(rollouts, scored)
+    def group_advantages(self, scored):
+        self.last_advantages = super().group_advantages(scored)
         return self.last_advantages
 
     def configure_optimizers(self):

@@ -6,8 +6,8 @@ the next one a returned record (torchtune's ``GRPOTrajectory`` / ``GRPOStats``),
     rollouts   = self.rollout(batch)                  # samples (N per prompt; TTRL: its M votes)
     scored     = self.scored(rollouts, batch)         # self.score, checked: RolloutRewards of the rows
                                                       # trained on (scored.rollouts), group_mask, row_mask
-    advantages = self.group_advantages(scored.rollouts, scored)  # compute_advantages per group; 0 where masked
-    stats      = self.optimize(scored.rollouts, scored, advantages)   # StepStats; num_iterations updates of
+    advantages = self.group_advantages(scored)        # compute_advantages per group; 0 where masked
+    stats      = self.optimize(scored, advantages)    # StepStats; num_iterations updates of
                  #   aggregate(w_tis * policy_loss(logp, old_logp, A) + beta * kl_penalty(logp, ref),
                  #             the completion tokens of the kept groups and rows)
     self.engine.sync_weights(self.policy)             # an engine with its own weights gets the new ones
@@ -261,21 +261,18 @@ class GRPOModule(PolicyModule):
                             f"got {type(out).__name__}")
         if out.rollouts is None:
             out = replace(out, rollouts=rollouts)
-        R = out.rollouts.completion_ids.shape[0]
-        return out.check(R, R // out.rollouts.n)
+        return out.check(out.num_rows, out.num_groups)
 
     def compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """rewards [G, N] -> advantages [G, N] (group-relative)."""
         return group_advantages(rewards, scale=self.grpo.scale_rewards)
 
-    def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
-        """Advantages [R]: ``compute_advantages`` of the [G, N] rewards, exactly 0 on the rows of groups
-        that ``scored.group_mask`` leaves out."""
-        R, n = rollouts.completion_ids.shape[0], rollouts.n
-        rewards = scored.rewards.view(R // n, n)
-        advantages = self.compute_advantages(rewards)
-        keep = scored.mask(R // n).to(advantages.device)
-        return torch.where(keep[:, None], advantages, torch.zeros_like(advantages)).reshape(R)
+    def group_advantages(self, scored: RolloutRewards) -> torch.Tensor:
+        """Advantages [R] of the rows ``scored.rollouts``: ``compute_advantages`` of the [G, N] rewards, exactly
+        0 on the rows of groups that ``scored.group_mask`` leaves out."""
+        advantages = self.compute_advantages(scored.by_group(scored.rewards))
+        keep = scored.kept_groups().to(advantages.device)
+        return torch.where(keep[:, None], advantages, torch.zeros_like(advantages)).reshape(scored.num_rows)
 
     def policy_loss(self, logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor) -> dict:
         """Token-level clipped surrogate [R, C] (+ the clip indicator)."""
@@ -313,12 +310,12 @@ class GRPOModule(PolicyModule):
     def training_step(self, batch, batch_idx):
         rollouts = self.rollout(batch)
         scored = self.scored(rollouts, batch)
-        advantages = self.group_advantages(scored.rollouts, scored)
-        stats = self.optimize(scored.rollouts, scored, advantages)
+        advantages = self.group_advantages(scored)
+        stats = self.optimize(scored, advantages)
         self.engine.sync_weights(self.policy)
         with torch.no_grad():
             self.kl_observation, self.kl_observation_tokens = self.observed_kl(stats)
-            kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
+            kept = scored.rewards.to(self.device)[scored.kept_rows().to(self.device)]
             if kept.numel():
                 self.train_reward(kept)
                 self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
@@ -339,16 +336,13 @@ class GRPOModule(PolicyModule):
             return torch.zeros((), device=self.device), tokens
         return masked_token_mean(stats.token_kl, stats.kept_tokens), tokens
 
-    def kept_rows(self, scored: RolloutRewards) -> torch.Tensor:
-        """[R] bool on the module's device: the rows of kept groups that the row mask keeps."""
-        R, n = scored.rollouts.completion_ids.shape[0], scored.rollouts.n
-        return scored.mask(R // n).to(self.device).repeat_interleave(n) & scored.rows(R).to(self.device)
-
-    def optimize(self, rollouts: Rollouts, scored: RolloutRewards, advantages: torch.Tensor) -> StepStats:
-        """``num_iterations`` optimizer steps on this batch (module docstring), then the learning-rate
-        schedule's step; the loss is aggregated over the completion tokens of the kept rows only."""
+    def optimize(self, scored: RolloutRewards, advantages: torch.Tensor) -> StepStats:
+        """``num_iterations`` optimizer steps on the rows ``scored.rollouts`` (module docstring), then the
+        learning-rate schedule's step; the loss is aggregated over the completion tokens of the kept rows
+        only (``scored.kept_rows``)."""
+        rollouts = scored.rollouts
         advantages = advantages.to(self.device)
-        kept_tokens = rollouts.completion_mask.float() * self.kept_rows(scored)[:, None]
+        kept_tokens = rollouts.completion_mask.float() * scored.kept_rows().to(self.device)[:, None]
         use_kl = self.grpo.reference != "none"
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
@@ -385,9 +379,8 @@ class GRPOModule(PolicyModule):
         """This step's ``train/<name>`` scalars (GRPO's, the reward stage's ``scored.metrics``); a subclass adds
         its own to ``super().step_metrics(...)``."""
         rollouts = scored.rollouts
-        R, n = rollouts.completion_ids.shape[0], rollouts.n
         completion_mask = rollouts.completion_mask.float()
-        kept = scored.rewards.to(self.device)[self.kept_rows(scored)]
+        kept = scored.rewards.to(self.device)[scored.kept_rows().to(self.device)]
         out = {
             "train/loss": stats.loss,
             "train/beta": torch.tensor(self.kl_coef),
@@ -395,8 +388,8 @@ class GRPOModule(PolicyModule):
             "train/completion_len": completion_mask.sum(1).mean(),
             "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
             "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
-            "train/abstained_groups": (~scored.mask(R // n)).sum().float(),
-            "train/dropped_rows": (~scored.rows(R)).sum().float(),
+            "train/abstained_groups": (~scored.kept_groups()).sum().float(),
+            "train/dropped_rows": (~scored.rows(scored.num_rows)).sum().float(),
         }
         if self.kl_observation_tokens is not None and self.kl_observation_tokens > 0:
             out["train/kl"] = self.kl_observation  # a mean over no token is not 0: not logged then

@@ -119,6 +119,40 @@ class RolloutRewards:
         """group_mask as a [num_groups] bool tensor on the rewards' device (all True when None)."""
         return self._bool_mask("group_mask", num_groups)
 
+    # the sizes of the rows scored (``rollouts``, filled in by ``GRPOModule.scored``)
+    @property
+    def num_rows(self) -> int:
+        """R, the rows scored."""
+        return int(self._scored_rollouts().completion_ids.shape[0])
+
+    @property
+    def group_size(self) -> int:
+        """N, the rows of one group (prompt-major)."""
+        return int(self._scored_rollouts().n)
+
+    @property
+    def num_groups(self) -> int:
+        """G = R / N."""
+        return self.num_rows // self.group_size
+
+    def kept_groups(self) -> torch.Tensor:
+        """[G] bool: the groups that do not abstain (``group_mask``)."""
+        return self.mask(self.num_groups)
+
+    def kept_rows(self) -> torch.Tensor:
+        """[R] bool: the rows of kept groups that ``row_mask`` keeps, the rows that carry loss."""
+        return self.kept_groups().repeat_interleave(self.group_size) & self.rows(self.num_rows)
+
+    def by_group(self, values: torch.Tensor) -> torch.Tensor:
+        """[R] per-row ``values`` viewed [G, N]."""
+        return values.view(self.num_groups, self.group_size)
+
+    def _scored_rollouts(self) -> Rollouts:
+        if self.rollouts is None:
+            raise ValueError("RolloutRewards.rollouts is not set: the sizes are known once GRPOModule.scored "
+                             "has filled it in")
+        return self.rollouts
+
 
 @dataclass(frozen=True)
 class SamplerCorrection:

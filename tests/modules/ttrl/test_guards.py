@@ -22,7 +22,7 @@ def _scored(voting, advantage=None):
     m = _module(SCRIPT, voting, **({"advantage": advantage} if advantage else {}))
     votes = m.rollout(BATCH)
     scored = m.scored(votes, BATCH)
-    return m, scored, m.group_advantages(scored.rollouts, scored)
+    return m, scored, m.group_advantages(scored)
 
 
 def test_the_gate_without_a_negative_branch_abstains():

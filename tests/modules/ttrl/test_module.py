@@ -211,7 +211,7 @@ def test_ema_baseline_advantages_by_hand():
     m = _module(SCRIPT, advantage={"rule": "ema_baseline", "baseline_momentum": 0.5})
     scored = m.scored(m.rollout(BATCH), BATCH)
     trained = scored.rollouts
-    adv = m.group_advantages(trained, scored)
+    adv = m.group_advantages(scored)
     r = torch.tensor([1, 1, 0, 0, 1, 1.0])  # accepted rows (a: 5 5 6 with label 5; c: 6 7 7 with label 7)
     b = r.mean()
     expect = (r - b) / (r - b).std()
@@ -219,7 +219,7 @@ def test_ema_baseline_advantages_by_hand():
     assert adv[3:6].eq(0).all()
     assert m.baseline == pytest.approx(float(b))
     # second step: b <- 0.5 b + 0.5 mean (same batch: unchanged), advantages use the old b
-    adv2 = m.group_advantages(trained, scored)
+    adv2 = m.group_advantages(scored)
     torch.testing.assert_close(adv2, adv)
 
 
@@ -237,7 +237,7 @@ def rejecting_labeler():
 def test_rows_rejected_from_the_update_get_zero_advantage(rejecting_labeler):
     m = _module(SCRIPT, voting={"labeler": rejecting_labeler})
     scored = m.scored(m.rollout(BATCH), BATCH)
-    adv = m.group_advantages(scored.rollouts, scored)
+    adv = m.group_advantages(scored)
     assert scored.row_mask.view(3, 3)[:, 1].eq(False).all()
     assert adv.view(3, 3)[:, 1].eq(0).all()
     assert adv.view(3, 3)[0, 2] != 0  # the others keep theirs

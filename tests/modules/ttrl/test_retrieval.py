@@ -13,7 +13,7 @@ from ttrl_lightning.errors import UserError  # noqa: E402
 
 def _advantages(m):
     scored = m.scored(m.rollout(BATCH), BATCH)
-    return m.group_advantages(scored.rollouts, scored)
+    return m.group_advantages(scored)
 
 
 def test_neighbourhood_advantages_by_hand(tmp_path):

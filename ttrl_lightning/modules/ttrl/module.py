@@ -335,25 +335,24 @@ class TTRLModule(GRPOModule):
         out["advantage"] = asdict(advantage.resolved(voting.labeler))
         return out
 
-    def group_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
+    def group_advantages(self, scored: RolloutRewards) -> torch.Tensor:
         """GRPO's advantages (``"group"``), Pixelis' EMA-baseline advantages (``"ema_baseline"``) or DDRL's fixed
         ones (``"fixed"``: ``sign(r - mean_g r)``); rows the labeler rejected from the update
         (``scored.row_mask``) get 0; the rows of a question on RESTRAIN's negative branch
         (``advantage.negative_shift`` delta, ``PseudoLabel.negative``) get ``-delta``, and take no part in the
         other questions' advantages (the EMA baseline's batch mean)."""
-        R, n = rollouts.completion_ids.shape[0], rollouts.n
-        negative = self.negative_groups(scored, R // n)
+        negative = self.negative_groups(scored, scored.num_groups)
         if negative is not None:
-            scored = replace(scored, group_mask=scored.mask(R // n) & ~negative)
+            scored = replace(scored, group_mask=scored.kept_groups() & ~negative)
         if self.advantage.rule == "group":
-            adv = super().group_advantages(rollouts, scored)
+            adv = super().group_advantages(scored)
         elif self.advantage.rule == "fixed":
-            adv = fixed_advantages(scored.rewards.view(R // n, n), scored.mask(R // n)).reshape(R)
+            adv = fixed_advantages(scored.by_group(scored.rewards), scored.kept_groups()).reshape(scored.num_rows)
         else:
-            adv = self.ema_baseline_advantages(rollouts, scored)
+            adv = self.ema_baseline_advantages(scored)
         if negative is not None:
             shift = torch.full_like(adv, -float(self.advantage.negative_shift))
-            adv = torch.where(negative.to(adv.device).repeat_interleave(n), shift, adv)
+            adv = torch.where(negative.to(adv.device).repeat_interleave(scored.group_size), shift, adv)
         return adv * scored.rows(adv.shape[0]).to(adv.device)
 
     def negative_groups(self, scored: RolloutRewards, num_groups: int) -> torch.Tensor | None:
@@ -367,14 +366,13 @@ class TTRLModule(GRPOModule):
             return None
         return flags.repeat(num_groups // len(labels)).to(scored.rewards.device)
 
-    def ema_baseline_advantages(self, rollouts: Rollouts, scored: RolloutRewards) -> torch.Tensor:
+    def ema_baseline_advantages(self, scored: RolloutRewards) -> torch.Tensor:
         """Pixelis appendix 6: ``A_j = vbar [r_j - b]``, ``b <- rho b + (1 - rho) mean(r of accepted
         questions)`` (updated after use; the first step's b is that step's mean), vbar = 1; with ``retrieval``
         a question with neighbours takes its own ``vbar(N(q))`` and ``b(q)`` instead (``ttrl.retrieval``). A
         is normalised by its standard deviation over the accepted rows of the batch. Abstained questions' rows
         get 0."""
-        R, n = rollouts.completion_ids.shape[0], rollouts.n
-        keep = scored.mask(R // n).repeat_interleave(n)
+        keep = scored.kept_groups().repeat_interleave(scored.group_size)
         r = scored.rewards.float()
         accepted = r[keep]
         if accepted.numel() == 0:
@@ -383,7 +381,7 @@ class TTRLModule(GRPOModule):
         b = batch_mean if self.baseline is None else self.baseline
         adv = r - b
         if self.query_neighbourhoods() is not None:
-            adv = self.neighbourhood_advantages(rollouts, scored, adv)
+            adv = self.neighbourhood_advantages(scored, adv)
         std = adv[keep].std() if int(keep.sum()) > 1 else torch.zeros(())
         if float(std) > 1e-6:
             adv = adv / std
@@ -406,8 +404,7 @@ class TTRLModule(GRPOModule):
             self._pending_neighbourhoods = None
         return self.neighbourhoods
 
-    def neighbourhood_advantages(self, rollouts: Rollouts, scored: RolloutRewards,
-                                 fallback: torch.Tensor) -> torch.Tensor:
+    def neighbourhood_advantages(self, scored: RolloutRewards, fallback: torch.Tensor) -> torch.Tensor:
         """``vbar(N(q)) [r_j - b(q)]`` on the rows of each question with neighbours (``fallback``, the global
         rule's ``r_j - b``, elsewhere); the accepted questions are then appended as exemplars, valued by their
         rows' mean reward (``ttrl.retrieval``)."""
@@ -415,7 +412,7 @@ class TTRLModule(GRPOModule):
         from ttrl_lightning.retrieval import neighbourhood_advantages
 
         hood = self.neighbourhoods
-        n, G = rollouts.n, rollouts.completion_ids.shape[0] // rollouts.n
+        rollouts, n, G = scored.rollouts, scored.group_size, scored.num_groups
         ids = list(scored.detail.ids) * (G // len(scored.detail.ids))
         first = torch.arange(G, device=rollouts.prompt_ids.device) * n
         keys = prompt_keys(self.policy, rollouts.prompt_ids[first], rollouts.prompt_mask[first])

@@ -119,9 +119,7 @@ def ttrl_metrics(scored: RolloutRewards, golds: Sequence | None, choices: Sequen
     if again:
         out["flip_rate"] = flipped / again
     if token_kl is not None and completion_mask is not None and completion_mask.shape == token_kl.shape:
-        R = len(scored.rewards)
-        rows = scored.mask(R // step.num_trained).repeat_interleave(step.num_trained) & scored.rows(R)
-        rows = rows.to(token_kl.device)
+        rows = scored.kept_rows().to(token_kl.device)
         vals = token_kl[rows[:, None] & completion_mask.to(token_kl.device).bool()].float()
         if vals.numel():
             out["kl_p50"] = float(torch.quantile(vals, 0.5))
