@@ -214,10 +214,13 @@ def _load(parser, args, questions, max_new, device):
         raise UserError(f"argument --model: the processor of {base} cannot be loaded "
                         f"({first_line(e)})") from None
     builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data, model=args.model)
-    batched = args.batch_size > 1 or args.engine != "hf"
     from ..rollout import ROLLOUT_ENGINES
 
-    builder.check(questions, ROLLOUT_ENGINES[args.engine] if batched else None)
+    engine_class = ROLLOUT_ENGINES[args.engine]
+    # the one-question-at-a-time path (``sample_view``) serves an engine that samples one question per call by
+    # default (the HF engine) at --batch-size 1; an engine that batches by default (vLLM) always samples batches
+    batched = args.batch_size > 1 or engine_class.default_batch_size > 1
+    builder.check(questions, engine_class if batched else None)
     engine = build_sampling_engine(args, policy.tokenizer, record_signals=True, processor=processor) \
         if batched else None
     return policy, max_new, builder, engine, time.perf_counter() - t0
