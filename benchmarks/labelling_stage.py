@@ -100,7 +100,8 @@ def former_layout(labels, Q: int, V: int, M: int, N: int):
 def label_all(module, votes, groups, choices):
     from ttrl_lightning.pseudo_labels import pseudo_label
 
-    extra = module.labeler.inputs(module, votes, groups) if module.labeler.inputs else [{} for _ in groups]
+    extra = module.labeler.inputs(module.labelling_context(), votes, groups) if module.labeler.inputs else \
+        [{} for _ in groups]
     return [pseudo_label(module.voting.labeler, group, choices=choices[q], **module.voting.options,
                          **extra[q]) for q, group in enumerate(groups)]
 

@@ -77,7 +77,6 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     """Pixelis sec. 3.2.3: the weights w_j = exp(-H_j) Cal_j VisFid_j r_j label the training questions, so the
     conformal threshold is fitted on the same weights, VisFid included (split conformal covers only the score
     it was fitted on)."""
-    from types import SimpleNamespace
 
     from ttrl_lightning.modules.ttrl import labelers as ttrl_labelers
     from ttrl_lightning.pseudo_labels.pixel.labeler import calibrate_pixel
@@ -91,9 +90,9 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     golds = ["5", "8", "1"]
     vis = [[0.1, 1.0, 0.2], [1.0, 0.3, 0.1], None]
     extra = [{"decisive_masks": None, "reliability": None, **({"visual_fidelity": v} if v else {})} for v in vis]
-    monkeypatch.setattr(ttrl_labelers, "pixel_inputs", lambda module, votes, groups: extra)
-    module = SimpleNamespace(voting=SimpleNamespace(options={"alpha": 0.4}))
-    fitted = ttrl_labelers.pixel_calibration(module, None, groups, golds, [None] * 3)
+    monkeypatch.setattr(ttrl_labelers, "pixel_inputs", lambda context, votes, groups: extra)
+    context = ttrl_labelers.LabellingContext(options={"alpha": 0.4})  # the hooks need no module
+    fitted = ttrl_labelers.pixel_calibration(context, None, groups, golds, [None] * 3)
     with_vis = calibrate_pixel(groups, golds, alpha=0.4, visual_fidelity=vis)
     without = calibrate_pixel(groups, golds, alpha=0.4)
     assert fitted["conformal_qhat"] == with_vis.conformal_qhat != without.conformal_qhat

@@ -14,10 +14,11 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
   prompt, Self-Harmony sec. 3);
 * ``advantage``: its advantage rule when ``AdvantageSpec.rule`` is None (``pixel``: Pixelis appendix 6's
   EMA baseline; the others GRPO's group-relative one);
-* ``inputs``: ``fn(module, votes, groups) -> [per-question kwargs]`` (``votes`` the engine's ``Rollouts``,
-  ``groups`` each question's ``QuestionVotes``) for inputs that need the token ids,
-  the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities, VisFid);
-* ``calibration``: ``fn(module, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
+* ``inputs``: ``fn(context, votes, groups) -> [per-question kwargs]`` (``context`` a :class:`LabellingContext`,
+  ``votes`` the engine's ``Rollouts``, ``groups`` each question's ``QuestionVotes``) for inputs that need the
+  token ids, the whole batch or the trajectories (``pixel``: decisive-token masks, Dawid-Skene reliabilities,
+  VisFid);
+* ``calibration``: ``fn(context, votes, groups, golds, choices) -> kwargs`` fitted once on a labelled dev-cal
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
 * ``options``: the ``VotingSpec`` fields that belong to this labeler alone (``warmup_majority_steps``);
 * ``calibration_options``: ``voting.options`` read by its calibration only, never handed to the labeler
@@ -34,7 +35,7 @@ takes GRPO's advantage.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate
@@ -44,7 +45,22 @@ from ttrl_lightning.registry import Registry
 from ttrl_lightning.rollout.agent import AgentRollouts
 from ttrl_lightning.rollout.base import Rollouts
 
-__all__ = ["LabelerSpec", "TTRL_LABELERS", "labeler_spec"]
+__all__ = ["LabelerSpec", "LabellingContext", "TTRL_LABELERS", "labeler_spec"]
+
+
+@dataclass(frozen=True)
+class LabellingContext:
+    """What a labeler's hooks read besides the votes (never the module): the policy's ``tokenizer``, the run's
+    ``seed`` (``PolicySpec.seed``), the labelling call's ``step`` (``global_step * world_size + rank``: every
+    call of a run and rank its own), and ``options`` (``voting.options``)."""
+
+    tokenizer: Any = None
+    seed: int = 0
+    step: int = 0
+    options: Mapping[str, Any] = None
+
+    def __post_init__(self):
+        object.__setattr__(self, "options", dict(self.options or {}))
 
 
 @dataclass(frozen=True)
@@ -78,7 +94,7 @@ def labeler_spec(name: str) -> LabelerSpec:
 
 
 # ---------------------------------------------------------------------- pixel: inputs and calibration
-def pixel_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
+def pixel_inputs(context: LabellingContext, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
     """Decisive-token masks, Dawid-Skene slot reliabilities over the batch and, for agent rollouts with tool
     steps, each rollout's VisFid (``fidelity.group_visfid``; a rollout nothing scores counts as 1, a question
     with none as neutral).
@@ -101,7 +117,7 @@ def pixel_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[d
     if isinstance(votes, AgentRollouts):
         masks = votes.decisive_token_masks()
     else:
-        tok = module.tokenizer
+        tok = context.tokenizer
         ids = [tok.convert_tokens_to_ids(t) for t in (CALL_START, CALL_END, OBSERVATION_END)]
         # a tokenizer without the tool tokens: distinct ids no token has, so no step is a tool call
         ids = [i if i is not None and i != tok.unk_token_id else -1 - k for k, i in enumerate(ids)]
@@ -127,15 +143,16 @@ def pixel_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[d
     return out
 
 
-def pixel_calibration(module, votes: Rollouts, groups: list[QuestionVotes], golds: list[str], choices: list) -> dict:
+def pixel_calibration(context: LabellingContext, votes: Rollouts, groups: list[QuestionVotes], golds: list[str],
+                      choices: list) -> dict:
     """Pixel TTRL's temperature (Cal_j) and conformal threshold fitted on the dev-cal split, on the score the
     training steps apply: the same :func:`pixel_inputs` (decisive masks, reliabilities and, for agent rollouts
     with tool steps, VisFid), so the weights w_j = exp(-H_j) Cal_j VisFid_j r_j whose conformal coverage is
     fitted are the weights the labels use (split conformal covers only the score it was fitted on)."""
     from ttrl_lightning.pseudo_labels.pixel.labeler import calibrate_pixel
 
-    extra = pixel_inputs(module, votes, groups)
-    kwargs = {k: v for k, v in module.voting.options.items() if k not in ("temperature", "conformal_qhat")}
+    extra = pixel_inputs(context, votes, groups)
+    kwargs = {k: v for k, v in context.options.items() if k not in ("temperature", "conformal_qhat")}
     fidelity = [e.get("visual_fidelity") for e in extra]
     if any(v is not None for v in fidelity):
         kwargs["visual_fidelity"] = fidelity
@@ -152,14 +169,12 @@ def pixel_calibration(module, votes: Rollouts, groups: list[QuestionVotes], gold
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
-def random_reward_inputs(module, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
-    """Each question's ``random_reward`` seed, derived from the policy seed, the step, the question's place in
-    the batch and the rank: the same run draws the same rewards, every step and question new ones."""
+def random_reward_inputs(context: LabellingContext, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
+    """Each question's ``random_reward`` seed, derived from the policy seed, the step (with the rank), and the
+    question's place in the batch: the same run draws the same rewards, every step and question new ones."""
     from ttrl_lightning.seeding import derive_seed
 
-    world = module._trainer.world_size if module._trainer is not None else 1  # no trainer: a unit test's step
-    step = module.global_step * world + module.global_rank
-    return [{"seed": derive_seed(module.policy_spec.seed, "random_reward", step, q)} for q in range(len(groups))]
+    return [{"seed": derive_seed(context.seed, "random_reward", context.step, q)} for q in range(len(groups))]
 
 
 TTRL_LABELERS.register("majority", LabelerSpec())

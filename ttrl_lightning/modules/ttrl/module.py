@@ -58,7 +58,7 @@ from ttrl_lightning.modules.step_records import RolloutRewards, StepStats, VoteS
 from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.modules.ttrl.specs import AdvantageSpec, EvalSpec, VotingSpec
-from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, labeler_spec
+from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, LabellingContext, labeler_spec
 from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
 from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
@@ -223,7 +223,8 @@ class TTRLModule(GRPOModule):
         choices = batch.get("choices") or [None] * Q
         groups = self.votes_by_question(votes, Q, views, choices)
         name = self.voting.labeler
-        extra = self.labeler.inputs(self, votes, groups) if self.labeler.inputs else [{} for _ in groups]
+        extra = self.labeler.inputs(self.labelling_context(), votes, groups) if self.labeler.inputs else \
+            [{} for _ in groups]
         if self.labeler.reads_gold:  # the gold_reward control (module docstring)
             golds = batch.get("gold")
             missing = [ids[q] for q in range(Q) if golds is None or golds[q] is None]
@@ -258,6 +259,14 @@ class TTRLModule(GRPOModule):
                                   dtype=torch.bool).repeat(V)
         return RolloutRewards(trained_layout(rewards, V, M, N).to(device), group_mask.to(device),
                               trained_layout(row_mask, V, M, N).to(device), rollouts=trained, detail=step)
+
+    def labelling_context(self) -> LabellingContext:
+        """What the labeler's hooks read (``LabellingContext``): the tokenizer, the policy seed, this call's step
+        (``global_step * world_size + global_rank``; no trainer, as in a unit test: one process) and
+        ``voting.options``."""
+        world = self._trainer.world_size if self._trainer is not None else 1
+        return LabellingContext(self.tokenizer, self.policy_spec.seed, self.global_step * world + self.global_rank,
+                                self.voting.options)
 
     def votes_by_question(self, votes: Rollouts, num_questions: int, views: Sequence[str],
                     choices: Sequence) -> list[QuestionVotes]:
@@ -455,8 +464,8 @@ class TTRLModule(GRPOModule):
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
         votes = self.sample_votes(self.batch_prompts(batch), seed)
         groups = self.votes_by_question(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
-        fitted = self.labeler.calibration(self, votes, groups, [str(q["gold"]) for q in questions],
-                                          batch["choices"])
+        fitted = self.labeler.calibration(self.labelling_context(), votes, groups,
+                                          [str(q["gold"]) for q in questions], batch["choices"])
         return {"options": fitted, "num_questions": len(questions)}
 
     # ------------------------------------------------------------------ validation: avg@k, maj@k, pass@k
