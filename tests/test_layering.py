@@ -5,7 +5,7 @@ registry; ``answers`` (extraction, equivalence, the fused Self-Harmony format) r
 ``tools``; ``consensus`` sits on ``answers``; ``data`` (pools, questions, tasks, CoTA traces) on ``answers``,
 ``tools`` and the model builders, never on ``rollout`` or ``pseudo_labels``; ``pseudo_labels`` on ``answers``,
 ``consensus``, ``signals`` and ``data``'s pool schema, never on the training stack (modules, rollout, eval, cli);
-``rollout`` on ``data``, ``tools`` and the signal ops; ``modules`` on all of these, never on ``cli``,
+``rollout`` on ``data``, ``tools``, the prompt rule and the signal ops; ``modules`` on all of these, never on ``cli``,
 ``generate`` or ``callbacks``.
 """
 import ast
