@@ -113,5 +113,5 @@ def test_a_trajectory_file_that_is_not_utf8_names_the_line(tmp_path):
 
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"\n\xff\xfe{}\n")
-    with pytest.raises(UserError, match=r"t\.jsonl: line 2: not valid UTF-8 \(byte 1"):
+    with pytest.raises(UserError, match=r"t\.jsonl, line 2: not valid UTF-8 \(byte 1"):
         load_trajectories(path)
