@@ -27,13 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from ttrl_lightning.data.pool_schema import VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.prompt_format import chat_template, format_prompt, resolve_prompt_format, with_user_text
 
-__all__ = ["SamplingRequest", "as_requests", "PromptRenderer", "refuse_images_without_processor", "VIEWS"]
-
-#: Self-Harmony's two views of a question (``data.pool.VIEWS`` spells the same)
-VIEWS = ("original", "reframed")
+__all__ = ["SamplingRequest", "as_requests", "PromptRenderer", "refuse_images_without_processor"]
 
 
 @dataclass(frozen=True)
