@@ -37,7 +37,7 @@ from ttrl_lightning.rollout.requests import SamplingRequest, as_requests, refuse
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_vision_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import mask_signals
 
-__all__ = ["image_inputs", "image_rollouts", "load_images", "require_processor", "sample_sequences",
+__all__ = ["image_inputs", "image_rollouts", "load_images", "sample_sequences",
            "sample_image_prompts", "has_images"]
 
 #: the signals recorded while sampling an image prompt (the text signals, then the visual ones)
@@ -59,12 +59,6 @@ def load_images(paths: Sequence[str]) -> list:
         with Image.open(path) as img:
             out.append(img.convert("RGB"))
     return out
-
-
-def require_processor(processor) -> None:
-    """One ``UserError`` when an image request reaches an engine without the model's processor
-    (``requests.refuse_images_without_processor``, the refusal's one home)."""
-    refuse_images_without_processor(processor)
 
 
 def image_inputs(processor, text: str, images: Sequence[str]) -> dict[str, torch.Tensor]:
@@ -196,7 +190,7 @@ def sample_image_prompts(model, tokenizer, processor, requests: Sequence[Samplin
     ``shared_prefill.supports_vision_prompt_sharing``): each prompt prefilled once with its pixels and its
     cache repeated n ways (``shared_prefill.prompt_shared_sample``), the same tokens as ``generate`` up to
     the first finished row; the signal recorder follows ``generate``'s rows, so recording keeps ``generate``."""
-    require_processor(processor)
+    refuse_images_without_processor(processor)
     n = params.n
     device = next(model.parameters()).device
     limit = context_length(model)

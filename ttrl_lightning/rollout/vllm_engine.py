@@ -48,8 +48,8 @@ from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingPara
                                          check_context_chars, sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
 from ttrl_lightning.rollout.image_sampling import (has_images, image_inputs, image_rollouts, load_images,
-                                                   require_processor, vision_blocks)
-from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
+                                                   vision_blocks)
+from ttrl_lightning.rollout.requests import SamplingRequest, as_requests, refuse_images_without_processor
 from ttrl_lightning.rollout.signal_recording import replay_token_signals
 
 __all__ = ["VLLMEngine", "policy_weights", "import_vllm"]
@@ -275,7 +275,7 @@ class VLLMEngine:
         self.tokenizer.save_pretrained(self._folder)
         options = dict(self.options)
         if is_vision_config(config):
-            require_processor(self.processor)
+            refuse_images_without_processor(self.processor)
             self.processor.save_pretrained(self._folder)  # vLLM resizes with the policy's pixel bounds
             options.setdefault("limit_mm_per_prompt", {"image": self.max_images_per_prompt, "video": 0})
         if device.type == "cpu":
@@ -389,7 +389,7 @@ class VLLMEngine:
 
     def _generate_images(self, model, prompts: Sequence[SamplingRequest], params: SamplingParams) -> Rollouts:
         """Sample requests some of which show images (class docstring)."""
-        require_processor(self.processor)
+        refuse_images_without_processor(self.processor)
         for p in prompts:
             if len(p.images) > self.max_images_per_prompt:
                 raise UserError(f"a prompt shows {len(p.images)} images, more than the vllm engine's "
