@@ -147,7 +147,7 @@ def test_agent_pixel_recipe_calibrates_on_its_dev_cal_split(tmp_path, monkeypatc
     cli = make_cli(["--config", str(cfg), "--model.init_args.policy.model", "tiny:qwen2",
                     "--model.init_args.policy.tiny_kwargs", "{max_pos: 1024}",
                     "--model.init_args.voting.num_votes", "2", "--model.init_args.voting.num_trained", "1",
-                    "--model.init_args.agent", "{max_steps: 1, max_turn_tokens: 8}",
+                    "--model.init_args.engine", "{name: agent, max_steps: 1, max_turn_tokens: 8}",
                     "--data.init_args.n_train", "2", "--data.init_args.n_val", "1",
                     "--data.init_args.batch_size", "2", "--data.init_args.n_calibration", "2",
                     "--trainer.max_steps", "1", "--trainer.limit_val_batches", "0",

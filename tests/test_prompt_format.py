@@ -68,19 +68,25 @@ def test_a_module_refuses_chat_without_a_template():
 
 
 def test_agent_prompts_keep_their_pixels():
-    """An AgentPrompt is a str carrying its image; the agent engine templates it, so the module's prompt rule
-    leaves it as it is, also for a model with a chat template (the tiny vision-language one)."""
+    """An AgentPrompt is a record of its text and its pixels; the agent engine templates it, so the module's
+    prompt rule leaves it as it is, also for a model with a chat template (the tiny vision-language one). An
+    engine that samples text prompts refuses it instead of sampling its text without the pixels."""
     pytest.importorskip("cv2")
     from ttrl_lightning.data.cota import agent_prompts
     from ttrl_lightning.modules import GRPOModule
+    from ttrl_lightning.rollout.agent import AgentEngine
 
     prompt = agent_prompts(0, 1, ["count"])[0]["prompt"]
+    assert not isinstance(prompt, str) and prompt.image is not None
     m = GRPOModule(policy=PolicySpec(model="tiny:qwen2"))
     m.tokenizer = load_tokenizer("tiny:qwen2_vl")
     assert m.tokenizer.chat_template
+    with pytest.raises(TypeError, match="got AgentPrompt"):  # the HF engine: text prompts only
+        m.model_prompts([prompt])
+    assert m.model_prompts(["2+3="])[0].text != "2+3="  # a text prompt gets the template
+    m.engine = AgentEngine(m.tokenizer)
     (out,) = m.model_prompts([prompt])
     assert out is prompt and out.image is prompt.image
-    assert m.model_prompts(["2+3="])[0].text != "2+3="  # a text prompt gets the template
 
 
 def test_the_three_misreadings_of_pre_templated_text(chat_tok):

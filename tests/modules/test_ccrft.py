@@ -47,8 +47,14 @@ def test_is_a_grpo_module_with_hooks_only():
     assert "training_step" not in CCRFTModule.__dict__
     with pytest.raises(UserError, match=r"curiosity_coherence\.mc_dropout"):
         CCRFTModule(policy=SPEC, curiosity_coherence={"mc_dropout": 1.0})
-    with pytest.raises(UserError, match="unknown tools"):
-        CCRFTModule(policy=SPEC, disabled=("NOPE",))
+    with pytest.raises(UserError, match="engine agent: unknown tools to disable: NOPE"):
+        CCRFTModule(policy=SPEC, engine={"name": "agent", "disabled": ["NOPE"]})
+    with pytest.raises(UserError, match="engine agent: max_steps"):
+        CCRFTModule(policy=SPEC, engine={"name": "agent", "max_steps": 0})
+    # the turn budget is sampling.max_new_tokens unless the engine's options give their own
+    m = CCRFTModule(policy=SPEC, sampling={"max_new_tokens": 40}, engine={"name": "agent", "max_steps": 2})
+    assert (m.engine.max_steps, m.engine.max_turn_tokens) == (2, 40)
+    assert CCRFTModule(policy=SPEC, engine={"name": "agent", "max_turn_tokens": 9}).engine.max_turn_tokens == 9
 
 
 def test_gated_curiosity_matches_the_formula():
@@ -83,14 +89,14 @@ def test_rewards_add_the_terms():
     got = m.score(ro, batch).rewards
     expected = []
     for r in rows:
-        calls = 2 if "red" in r["prompt"] else 1
+        calls = 2 if "red" in r["prompt"].text else 1
         expected += [float(r["gold"] == "1") - 0.25 * (calls - 1)] * 2
     assert torch.allclose(got, torch.tensor(expected))
 
 
 def test_intrinsic_terms_cover_multi_step_trajectories_and_train_the_heads():
     m = _module()
-    red = [r for r in agent_prompts(0, 12, ["count"]) if "red" in r["prompt"]]
+    red = [r for r in agent_prompts(0, 12, ["count"]) if "red" in r["prompt"].text]
     rows = red[:1] + agent_prompts(0, 1, ["count"])
     ro = m.engine.generate(m.policy, [r["prompt"] for r in rows], SamplingParams(n=2))
     before = [p.detach().clone() for p in m.dynamics.parameters()]

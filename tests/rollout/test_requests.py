@@ -44,10 +44,17 @@ def test_a_request_is_frozen_and_carries_its_images_as_a_field():
 
 
 def test_only_a_plain_string_becomes_a_request_so_nothing_it_carries_is_dropped():
-    """An ``AgentPrompt`` (a ``str`` carrying pixels) is refused, not silently turned into text."""
+    """An ``AgentPrompt`` (a record of a prompt and its pixels) and a ``str`` subclass (which may carry
+    attributes) are refused, not silently turned into text."""
+
+    class Tagged(str):
+        pass
+
     assert as_requests(["2+3="]) == [SamplingRequest("2+3=")]
     with pytest.raises(TypeError, match="AgentPrompt"):
         as_requests([AgentPrompt("look", image=None)])
+    with pytest.raises(TypeError, match="Tagged"):
+        as_requests([Tagged("look")])
 
 
 def test_render_applies_the_prompt_rule_once(chat_tok):

@@ -34,8 +34,9 @@ efficiency 0.05 per call beyond the first (Pixel Reasoner's -0.05 (n_calls - 1))
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import asdict
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 
@@ -47,8 +48,8 @@ from ttrl_lightning.modules.losses import group_advantages
 from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.rewards.curiosity_coherence import (DynamicsHead, StepEncoder, adjacent_cosines,
                                                         gated_curiosity, per_trajectory_mean, zscore)
-from ttrl_lightning.rollout.agent import AgentEngine, AgentRollouts
-from ttrl_lightning.rollout.base import Rollouts, SamplingParams
+from ttrl_lightning.rollout.agent import AgentRollouts
+from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams
 from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.tools.base import TOOLS
 
@@ -56,12 +57,23 @@ from ttrl_lightning.tools.base import TOOLS
 #: ``modules.specs.CuriosityCoherenceSpec``)
 CCRFT_RULES: dict[str, Bounds] = {
     "top_k_trajectories": Bounds(low=1, integer=True),
-    "max_steps": Bounds(low=1, integer=True),
 }
 #: the actions of the one-hot codes: the tools, then "no valid tool" (a call that did not parse / name one)
 ACTIONS = (*TOOLS.names(), None)
 #: how many of a step's last written tokens make x_t (appendix 1: "the mean of last 32 thought tokens")
 X_TOKENS = 32
+
+
+def agent_engine_spec(engine, max_turn_tokens: int):
+    """The engine spec of a CC-RFT module: ``engine`` as ``GRPOModule`` takes it, None being the agent engine
+    with its defaults, and the turn budget ``max_turn_tokens`` (``sampling.max_new_tokens``) given to an engine
+    that takes one unless the spec sets its own; an engine object as it is (``rollout`` refuses one that does
+    not roll out agent trajectories)."""
+    spec = {"name": "agent"} if engine is None else {"name": engine} if isinstance(engine, str) else engine
+    if isinstance(spec, dict) and spec.get("name") in ROLLOUT_ENGINES and \
+            "max_turn_tokens" in inspect.signature(ROLLOUT_ENGINES[spec["name"]]).parameters:
+        return {"max_turn_tokens": max_turn_tokens, **spec}
+    return spec
 
 
 def _onehot(names: Sequence[str | None], device) -> torch.Tensor:
@@ -77,10 +89,12 @@ class CCRFTModule(GRPOModule):
     Args beyond ``GRPOModule``'s: ``top_k_trajectories`` K (8: the prompt's K best-rewarded rows get
     group-relative advantages, the rest 0; K >= num_generations keeps all); ``curiosity_coherence`` (a
     ``CuriosityCoherenceSpec``: the reward's weights, the curiosity's MC-dropout and gate, g_phi's sizes,
-    the feature layer, the heads' optimiser; module docstring for the layer); ``max_steps`` tool calls
-    per trajectory, ``disabled`` tools (a single-tool ablation); ``sampling`` and ``grpo`` as GRPO's
-    (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo`` defaults to kl_coef 0.1 to the EMA
-    anchor, ``reference="external"``).
+    the feature layer, the heads' optimiser; module docstring for the layer); ``sampling`` and ``grpo`` as
+    GRPO's (``sampling.max_new_tokens`` is the budget per turn, 160; ``grpo`` defaults to kl_coef 0.1 to the
+    EMA anchor, ``reference="external"``); ``engine``: the agent engine and its options (``rollout.agent.
+    AgentEngine``: ``max_steps`` tool calls per trajectory, 4; ``disabled`` tools, a single-tool ablation;
+    ``max_turn_tokens``, ``sampling.max_new_tokens`` unless given), e.g. ``{"name": "agent", "max_steps": 4,
+    "disabled": ["OCR"]}``; the default is ``{"name": "agent"}``.
     Batch (``data.cota.AgentPromptDataModule``): ``{"prompt": [AgentPrompt], "gold": [str], ...}``.
     """
 
@@ -92,11 +106,9 @@ class CCRFTModule(GRPOModule):
         num_generations: int = 8,
         top_k_trajectories: int = 8,
         curiosity_coherence: CuriosityCoherenceSpec = CuriosityCoherenceSpec(),
-        max_steps: int = 4,
-        disabled: Sequence[str] = (),
         sampling: SamplingSpec = SamplingSpec(max_new_tokens=160),
         grpo: GRPOSpec = GRPOSpec(kl_coef=0.1, reference="external"),
-        engine=None,
+        engine: str | dict[str, Any] | None = None,
     ):
         check_bounds(locals(), CCRFT_RULES, f"{type(self).__name__} argument ")
         sampling = spec_of(SamplingSpec, sampling, "sampling")
@@ -105,16 +117,9 @@ class CCRFTModule(GRPOModule):
                             f"at </tool_call> or EOS), got {list(sampling.stop)}")
         terms = spec_of(CuriosityCoherenceSpec, curiosity_coherence, "curiosity_coherence")
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
-                         engine=engine)
+                         engine=agent_engine_spec(engine, sampling.max_new_tokens))
         self.curiosity_coherence = terms
         self.save_hyperparameters({"curiosity_coherence": asdict(terms)})
-        if engine is None:
-            try:
-                self.engine = AgentEngine(self.tokenizer, max_steps=max_steps,
-                                          max_turn_tokens=sampling.max_new_tokens, disabled=tuple(disabled),
-                                          processor=self.processor)
-            except ValueError as err:
-                raise UserError(f"{type(self).__name__}: {err}") from None
         self.encoder: StepEncoder | None = None
         self.dynamics: DynamicsHead | None = None
         self._head_opt: torch.optim.Optimizer | None = None

@@ -75,7 +75,6 @@ from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
 from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest, as_requests
 from ttrl_lightning.seeding import derive_seed
-from ttrl_lightning.tools.agent_format import AgentPrompt
 
 #: bounds of GRPOModule's own numeric arguments (the grouped specs check theirs: ``modules.specs``)
 GRPO_RULES: dict[str, Bounds] = {
@@ -131,7 +130,8 @@ class GRPOModule(PolicyModule):
             raise UserError(f"{type(self).__name__}: {len(w)} reward_weights for "
                             f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
-        self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals)
+        self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals,
+                                                  processor=self.processor)
         resolve_prompt_format(prompt_format, self.tokenizer)  # "chat" without a chat template: refused here
         self.kl_coef = float(self.grpo.kl_coef)
         self.kl_observation: torch.Tensor | None = None
@@ -203,12 +203,19 @@ class GRPOModule(PolicyModule):
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
 
-    def batch_prompts(self, batch: dict[str, list]) -> list[SamplingRequest]:
+    @property
+    def engine_takes_text_prompts(self) -> bool:
+        """Whether the engine samples a command's text prompts (``RolloutEngine.takes_text_prompts``; an engine
+        object that does not say is taken to): the agent engine does not, it templates its ``AgentPrompt`` s
+        itself."""
+        return bool(getattr(self.engine, "takes_text_prompts", True))
+
+    def batch_prompts(self, batch: dict[str, list]) -> list:
         """The requests of ``batch`` as written: each question's prompt with its images (``batch["images"]``,
-        paths) and id (``batch["id"]``) where the batch has them; an agent's ``AgentPrompt`` s as they are (the
-        agent engine templates them itself)."""
+        paths) and id (``batch["id"]``) where the batch has them; for an engine that takes no text prompts (the
+        agent engine, which templates its ``AgentPrompt`` s itself), the prompts as they are."""
         prompts = batch["prompt"]
-        if any(isinstance(p, AgentPrompt) for p in prompts):
+        if not self.engine_takes_text_prompts:
             return list(prompts)
         images = batch.get("images") or [()] * len(prompts)
         ids = batch.get("id") or [None] * len(prompts)
@@ -226,14 +233,12 @@ class GRPOModule(PolicyModule):
         return self.__dict__["_renderer"]
 
     def model_prompts(self, prompts: Sequence) -> list:
-        """The requests ``prompts`` as the model reads them (``PromptRenderer.check`` then ``render``), the
-        engine handed the processor when they show images; an agent's ``AgentPrompt`` s as they are."""
-        if any(isinstance(p, AgentPrompt) for p in prompts):
+        """The requests ``prompts`` as the model reads them (``PromptRenderer.check`` then ``render``); for an
+        engine that takes no text prompts (the agent engine), the prompts as they are."""
+        if not self.engine_takes_text_prompts:
             return list(prompts)
         requests = as_requests(prompts)
         self.renderer.check(requests, self.engine)
-        if any(r.images for r in requests) and getattr(self.engine, "processor", None) is None:
-            self.engine.processor = self.processor
         return self.renderer.render(requests)
 
     def rollout(self, batch: dict[str, list]) -> Rollouts:
@@ -245,7 +250,8 @@ class GRPOModule(PolicyModule):
         """Rewards [R]: weighted sum of the reward callables, batch columns repeated N times per prompt;
         every group kept (a subclass that abstains on a group returns its ``group_mask``)."""
         n = rollouts.n
-        prompts = [p for p in batch["prompt"] for _ in range(n)]
+        # the rewards read prompt strings: a record's (an agent's AgentPrompt, a SamplingRequest) text
+        prompts = [getattr(p, "text", p) for p in batch["prompt"] for _ in range(n)]
         columns = {k: [v for v in vals for _ in range(n)] for k, vals in batch.items() if k != "prompt"}
         ids = [row[: int(m.sum())].tolist() for row, m in zip(rollouts.completion_ids, rollouts.completion_mask)]
         per_fn = torch.stack([call_reward(fn, prompts, rollouts.texts, completion_ids=ids, **columns)

@@ -13,9 +13,10 @@ GRPO-style module (``CCRFTModule``) rolls out with it unchanged. Per row (prompt
   between ``<out>``/``</out>``; its tokens are *not* the model's: :class:`AgentRollouts` keeps them out of
   ``completion_mask`` (the loss mask the GRPO step aggregates over) and in ``completion_attention`` (what
   the model attends to; ``attention_mask()`` uses it), and marks them in ``observation_mask``.
-* The pixels come with the prompt: an :class:`AgentPrompt` is a ``str`` that carries ``image`` /
-  ``frames`` and the ``source`` it was drawn from, so batches pass through modules unchanged. A text model
-  sees the question and the observations only; the tools see the pixels.
+* The pixels come with the prompt: an :class:`AgentPrompt` is a record of the prompt ``text``, the ``image`` /
+  ``frames`` and the ``source`` they were drawn from (named fields, never inside a string), so batches pass
+  through modules unchanged. A text model sees the question and the observations only; the tools see the
+  pixels. A plain ``str`` is a prompt without pixels.
 * Every row leaves a :class:`Trajectory` (``rollouts.trajectories``): its tool steps (the replayable record
   of ``ToolSession.steps``), answer, tool latencies. :func:`save_trajectories` writes them as JSON lines and
   :func:`replay_trajectory` re-executes one, pixels redrawn from ``source``, and returns the steps whose
@@ -30,6 +31,7 @@ The session and its cache are :mod:`.agent_session`, the trajectory record and i
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -181,6 +183,7 @@ class AgentEngine:
         self.max_turn_tokens = int(max_turn_tokens)
         self.disabled = tuple(canonical_name(d) for d in disabled)
         self.cache = cache if cache is not None else ToolCache()
+        self._calls = itertools.count()  # the cache scope of a prompt without a source: its call and index
         self.record_signals = bool(record_signals)
         self.processor = processor
         # the model never writes vision tokens itself: only the engine places images
@@ -197,8 +200,7 @@ class AgentEngine:
         processor)."""
         if self.processor is None:
             return []
-        image = getattr(prompt, "image", None)
-        frames = getattr(prompt, "frames", None)
+        image, frames = prompt.image, prompt.frames
         if image is None and frames:
             image = frames[0]
         return [vision_block(self.processor, image)] if image is not None else []
@@ -235,21 +237,21 @@ class AgentEngine:
         return [row[: int(m.sum())].tolist() for row, m in zip(new, mask)]
 
     @torch.no_grad()
-    def generate(self, model, prompts: Sequence[str], params: SamplingParams) -> AgentRollouts:
+    def generate(self, model, prompts: Sequence[AgentPrompt | str], params: SamplingParams) -> AgentRollouts:
         if not prompts:
             raise ValueError("no prompts")
+        prompts = [AgentPrompt.of(p) for p in prompts]
+        call = next(self._calls)
         tok = self.tokenizer
         n = params.n
         prompt_blocks = [self._prompt_blocks(p) for p in prompts]
-        prompt_ids = [[t for b in blocks for t in b.ids] + self._encode(str(p))
+        prompt_ids = [[t for b in blocks for t in b.ids] + self._encode(p.text)
                       for p, blocks in zip(prompts, prompt_blocks)]
         rows: list[_Row] = []
         for i, p in enumerate(prompts):
-            source = getattr(p, "source", None)
-            scope = cache_key(source) if source is not None else f"call{id(prompts)}:{i}"
+            scope = cache_key(p.source) if p.source is not None else f"call{call}:{i}"
             for _ in range(n):
-                rows.append(_Row(AgentToolSession(image=getattr(p, "image", None),
-                                                  frames=getattr(p, "frames", None), disabled=self.disabled,
+                rows.append(_Row(AgentToolSession(image=p.image, frames=p.frames, disabled=self.disabled,
                                                   cache=self.cache, scope=scope)))
         with sampling_mode(model, params.seed):
             limit = context_length(model)
@@ -323,9 +325,9 @@ class AgentEngine:
                 att[r, :len(row.ids)] = 1
             prompt = prompts[r // n]
             trajectories.append(Trajectory(
-                prompt=str(prompt), completion=row.text, answer=final_answer(row.text),
+                prompt=prompt.text, completion=row.text, answer=final_answer(row.text),
                 steps=[dict(s) for s in row.session.steps], latencies=list(row.session.latencies),
-                source=getattr(prompt, "source", None), disabled=self.disabled, truncated=row.truncated))
+                source=prompt.source, disabled=self.disabled, truncated=row.truncated))
         return AgentRollouts(
             prompt_ids=p_ids.to(device), prompt_mask=p_mask.to(device), completion_ids=c_ids.to(device),
             completion_mask=gen.to(device), texts=[row.text for row in rows],

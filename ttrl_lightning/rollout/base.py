@@ -17,6 +17,7 @@ their images (``SamplingRequest.images``, paths) with the model's processor.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from dataclasses import dataclass, field
 from typing import Iterator, Protocol, Sequence, runtime_checkable
 
@@ -194,7 +195,8 @@ def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
     """The engine a config names: ``spec`` is a ``ROLLOUT_ENGINES`` name (``"hf"``, ``"vllm"``), a mapping
     ``{"name": <name>, <options>}`` or an engine object (returned as it is); None is ``"hf"``. ``defaults``
     (e.g. ``record_signals``) are passed unless the spec sets them. A bad spec is a ``UserError`` naming the
-    known engines, an unknown option one naming the option."""
+    known engines, an unknown option or a refused value one naming the engine. The ``processor`` of
+    ``defaults`` goes to an engine whose constructor takes one (HF, vLLM, the agent)."""
     if spec is None:
         spec = "hf"
     if isinstance(spec, str):
@@ -209,12 +211,12 @@ def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
     if name not in ROLLOUT_ENGINES:
         raise UserError(f"engine name must be one of {', '.join(ROLLOUT_ENGINES.names())}, got {name!r}")
     cls = ROLLOUT_ENGINES[name]
-    if not getattr(cls, "takes_images", False):
-        defaults.pop("processor", None)  # an engine without images has no use for the processor
+    if "processor" not in inspect.signature(cls).parameters:
+        defaults.pop("processor", None)  # an engine that shows no images has no use for the processor
     options = {**defaults, **options}
     try:
         return cls(tokenizer, **options)
-    except TypeError as err:  # an option the engine does not take
+    except (TypeError, ValueError) as err:  # an option the engine does not take, or a value it refuses
         raise UserError(f"engine {name}: {err}") from None
 
 

@@ -61,7 +61,7 @@ def as_requests(prompts: Sequence) -> list[SamplingRequest]:
     for p in prompts:
         if isinstance(p, SamplingRequest):
             out.append(p)
-        elif type(p) is str:  # a str subclass (the agent's AgentPrompt) may carry what a request would drop
+        elif type(p) is str:  # a str subclass may carry attributes that a request would drop
             out.append(SamplingRequest(p))
         else:
             raise TypeError(f"an engine samples SamplingRequests or str prompts, got {type(p).__name__}")

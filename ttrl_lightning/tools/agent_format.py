@@ -1,7 +1,7 @@
 """What the pixel agent reads and writes as text: its prompt, the observation it is shown, its final answer.
 
 One place for the strings that the CoTA traces (``data.cota``) and the agent rollout engine
-(``rollout.agent``) must agree on, and for :class:`AgentPrompt`, the prompt that carries its pixels (here, under
+(``rollout.agent``) must agree on, and for :class:`AgentPrompt`, the record of a prompt and its pixels (here, under
 ``tools``, so that both ``data`` and ``rollout`` read it from below)::
 
     Q: What colour is the triangle?\\n                                    <- AGENT_PROMPT (prompt)
@@ -92,23 +92,44 @@ def last_call_text(text: str) -> str:
     return text[start:end + len(TOOL_CALL_END)] if end >= 0 else text[start:]
 
 
-class AgentPrompt(str):
-    """A prompt string with the pixels its tools read: ``image`` (HxWx3 uint8 / PIL), ``frames`` (a list of
-    them) and ``source`` (JSON-able, e.g. ``{"kind": "count", "seed": 0, "index": 3}``: where the pixels
-    come from, for replay and for sharing tool results across calls). Compares and hashes as its text."""
+class AgentPrompt:
+    """The prompt of one agent task and the pixels its tools read: ``text`` (the question in
+    :data:`AGENT_PROMPT`'s form), ``image`` (HxWx3 uint8 / PIL), ``frames`` (a list of them) and ``source``
+    (JSON-able, e.g. ``{"kind": "count", "seed": 0, "index": 3}``: where the pixels come from, for replay and
+    for sharing tool results across calls).
 
-    image: Any
-    frames: Any
-    source: dict | None
+    A read-only record, not a ``str``: the pixels are named fields, so no string operation can drop them (a
+    string operation on it fails). It compares by identity (its pixels are arrays). Not a dataclass either, so
+    Lightning moves a batch of them to the device as they are (its collection walk rebuilds dataclasses)."""
 
-    def __new__(cls, text: str, *, image: Any = None, frames: Any = None, source: dict | None = None):
-        obj = super().__new__(cls, text)
-        obj.image, obj.frames, obj.source = image, frames, source
-        return obj
+    __slots__ = ("text", "image", "frames", "source")
 
-    def __reduce__(self):
-        return (_agent_prompt, (str(self), self.image, self.frames, self.source))
+    def __init__(self, text: str, *, image: Any = None, frames: Any = None, source: dict | None = None):
+        if not isinstance(text, str):
+            raise TypeError(f"AgentPrompt.text must be a str, got {type(text).__name__}")
+        for name, value in (("text", text), ("image", image), ("frames", frames), ("source", source)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"AgentPrompt is read-only: cannot set {name!r}")
+
+    def __reduce__(self):  # pickled (a DataLoader worker, a spawned process) with its pixels
+        return (_agent_prompt, (self.text, self.image, self.frames, self.source))
+
+    def __repr__(self) -> str:
+        pixels = "image" if self.image is not None else f"{len(self.frames)} frames" if self.frames else "no pixels"
+        return f"AgentPrompt({self.text!r}, {pixels}, source={self.source!r})"
+
+    @classmethod
+    def of(cls, prompt) -> "AgentPrompt":
+        """``prompt`` as an :class:`AgentPrompt`: one as it is, a plain ``str`` as a prompt without pixels (a
+        string carries none, so nothing is dropped)."""
+        if isinstance(prompt, cls):
+            return prompt
+        if type(prompt) is str:
+            return cls(prompt)
+        raise TypeError(f"the agent engine samples AgentPrompts or str prompts, got {type(prompt).__name__}")
 
 
-def _agent_prompt(text, image, frames, source):
+def _agent_prompt(text, image, frames, source) -> AgentPrompt:
     return AgentPrompt(text, image=image, frames=frames, source=source)

@@ -135,7 +135,8 @@ def test_image_prompts_sample_reproducibly_from_their_seed(scene_file):
 
 def test_a_vision_language_folder_without_its_processor_is_one_line(scene_file, tmp_path, capsys):
     """A Qwen2-VL folder saved without its processor files: transformers' multi-line OSError became the
-    one line of the folder, in TTRL and in ttrl eval."""
+    one line of the folder, in TTRL (when the module is built: its engine is given the processor then) and in
+    ttrl eval."""
     from ttrl_lightning.cli import main
     from ttrl_lightning.models import load_model, load_tokenizer
 
@@ -143,10 +144,8 @@ def test_a_vision_language_folder_without_its_processor_is_one_line(scene_file, 
     folder = str(tmp_path / "vl")
     load_model("tiny:qwen2_vl", tok).save_pretrained(folder)
     tok.save_pretrained(folder)
-    m = TTRLModule(policy=PolicySpec(model=folder), voting={"num_votes": 2, "num_trained": 1}, calibrate=False)
-    m.configure_model()
     with pytest.raises(UserError, match=r"a vision-language model without a loadable processor"):
-        m.rollout(_batch(scene_file))
+        TTRLModule(policy=PolicySpec(model=folder), voting={"num_votes": 2, "num_trained": 1}, calibrate=False)
     capsys.readouterr()
     rc = main(["eval", "--model", folder, "--data", scene_file, "--k", "2", "--max-new-tokens", "4", "--no-progress"])
     err = capsys.readouterr().err
@@ -174,4 +173,4 @@ def test_a_resume_whose_processor_shows_images_otherwise_is_refused():
     text.configure_model()
     plain = {}
     text.on_save_checkpoint(plain)
-    assert "image_settings" not in plain and "_processor" not in text.__dict__  # no processor loaded for text
+    assert "image_settings" not in plain and text.processor is None  # a text model has no processor

@@ -369,7 +369,7 @@ def test_agent_votes_are_labelled_with_the_visfid_of_their_tool_steps():
     m = TTRLModule(policy=policy, voting={"labeler": "pixel", "num_votes": 4, "num_trained": 2,
                                           "answer_extractor": "agent_answer",
                                           "options": {"delta": 0.0, "duplicate_threshold": None}},
-                   agent={"max_steps": 2, "max_turn_tokens": 16})
+                   engine={"name": "agent", "max_steps": 2, "max_turn_tokens": 16})
     assert m.engine.record_signals
     m.engine = ScriptedAgentEngine(m.tokenizer, script, max_steps=2, record_signals=True)
     m.configure_model()
@@ -414,7 +414,7 @@ def test_agent_pixel_fits_its_calibration_on_the_datamodules_dev_cal_split(tmp_p
     policy = PolicySpec(model="tiny:qwen2", lr=1e-2, tiny_kwargs={"max_pos": 1024})
     m = TTRLModule(policy=policy, voting={"labeler": "pixel", "num_votes": 4, "num_trained": 2,
                                           "answer_extractor": "agent_answer", "options": {"delta": 0.0}},
-                   agent={"max_steps": 2, "max_turn_tokens": 16})
+                   engine={"name": "agent", "max_steps": 2, "max_turn_tokens": 16})
     m.engine = ScriptedAgentEngine(m.tokenizer, lambda prompt, turn: "Answer: 2<eos>", max_steps=2,
                                    record_signals=True)
     fitted = {}
@@ -434,11 +434,14 @@ def test_agent_pixel_fits_its_calibration_on_the_datamodules_dev_cal_split(tmp_p
     assert set(m.calibration["options"]) == {"temperature", "conformal_qhat"}
 
 
-def test_agent_option_is_checked():
-    with pytest.raises(UserError, match="agent: .*max_steps"):
-        TTRLModule(policy=TINY, agent={"max_steps": 0})
-    with pytest.raises(UserError, match="no fused view"):
-        TTRLModule(policy=TINY, voting={"labeler": "self_harmony", "fused_prompt_template": FUSED}, agent={})
+def test_agent_engine_options_are_checked():
+    with pytest.raises(UserError, match="engine agent: .*max_steps"):
+        TTRLModule(policy=TINY, engine={"name": "agent", "max_steps": 0})
+    with pytest.raises(UserError, match="engine agent: .*unexpected keyword argument 'max_step'"):
+        TTRLModule(policy=TINY, engine={"name": "agent", "max_step": 2})
+    with pytest.raises(UserError, match="self_harmony samples a reframed view, which the prompts of AgentEngine"):
+        TTRLModule(policy=TINY, voting={"labeler": "self_harmony", "fused_prompt_template": FUSED},
+                   engine={"name": "agent"})
 
 
 def test_gold_reward_control_is_handed_gold_and_random_reward_a_seed_per_step_and_question():

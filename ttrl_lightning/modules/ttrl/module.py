@@ -11,7 +11,7 @@ records, as TTRL-on-verl labels in its reward stage:
                         and cut into one columnar ``QuestionVotes`` per question (canonical answers, texts, views,
                         the engine's [N, T] signal tensors; no gold, no per-token lists) ->
                         ``pseudo_label(voting.labeler, ...)`` -> the labels' [Q, V * M] rewards and row masks
-                        laid out on the rows trained on in one view/transpose (``trained_layout``): the
+                        laid out on the rows trained on in one view/transpose (``labelling``): the
                         ``RolloutRewards`` of the first N = voting.num_trained rows of every prompt (the
                         samples are i.i.d., so the first N are a uniform draw: TTRL's 64 votes / 32 trained),
                         a question whose labeler abstains left out (``group_mask``), rows a labeler rejects
@@ -43,7 +43,6 @@ Pixelis' online stream (``shuffle=False``, one epoch: each question seen once; `
 """
 from __future__ import annotations
 
-import itertools
 from dataclasses import asdict, replace
 from typing import Any, ClassVar, Sequence
 
@@ -59,12 +58,10 @@ from ttrl_lightning.modules.perturbations import VOTE_PERTURBATIONS
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
 from ttrl_lightning.modules.ttrl.specs import AdvantageSpec, EvalSpec, VotingSpec
 from ttrl_lightning.modules.ttrl.labelers import TTRL_LABELERS, LabelerSpec, LabellingContext, labeler_spec
+from ttrl_lightning.modules.ttrl.labelling import label_votes, vote_signal_names, vote_views, votes_by_question
 from ttrl_lightning.modules.ttrl.monitor import TTRLCounters, ttrl_metrics
-from ttrl_lightning.pseudo_labels import pseudo_label
-from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.rollout.requests import as_requests
-from ttrl_lightning.tools.agent_format import AgentPrompt
 from ttrl_lightning.seeding import derive_seed
 
 __all__ = ["TTRLModule", "VoteStep", "TTRL_LABELERS", "LabelerSpec"]
@@ -84,12 +81,13 @@ class TTRLModule(GRPOModule):
       calibrate: fit the labeler's calibration (pixel: temperature and conformal threshold) on the
         datamodule's labelled dev-cal questions at the start of training;
       eval: the ``EvalSpec`` of validation (k samples per question, their temperature and top-p);
-      agent: roll out as a tool-using agent (``rollout.agent.AgentEngine``): its options, e.g.
-        ``{"max_steps": 4, "max_turn_tokens": 160}``; the prompts are ``AgentPrompt`` s carrying their pixels
-        (``data.cota.AgentPromptDataModule``), the labeler's signals are replayed over the trajectories and
-        ``pixel`` scores each vote's tool steps (VisFid); use ``voting.answer_extractor: agent_answer``;
       sampling, grpo, engine, prompt_format: as ``GRPOModule``'s (``grpo.kl_coef`` 0 by default, the TTRL
-        recipe's). GRPO's ``num_generations`` is ``voting.num_trained``.
+        recipe's). GRPO's ``num_generations`` is ``voting.num_trained``. ``engine={"name": "agent", <options>}``
+        rolls out as a tool-using agent (``rollout.agent.AgentEngine``; options e.g. ``"max_steps": 4,
+        "max_turn_tokens": 160``): the prompts are ``AgentPrompt`` s with their pixels
+        (``data.cota.AgentPromptDataModule``), the labeler's signals are replayed over the trajectories and
+        ``pixel`` scores each vote's tool steps (VisFid); use ``voting.answer_extractor: agent_answer``. An
+        agent has no fused view.
     Batch: ``{"prompt": [...], "id"?: [...], "gold"?: [...] (monitoring only), "choices"?: [...]}``.
     """
 
@@ -104,7 +102,6 @@ class TTRLModule(GRPOModule):
         advantage: AdvantageSpec = AdvantageSpec(),
         calibrate: bool = True,
         eval: EvalSpec = EvalSpec(),
-        agent: dict[str, Any] | None = None,
         sampling: SamplingSpec = SamplingSpec(),
         grpo: GRPOSpec = GRPOSpec(kl_coef=0.0),
         engine: str | dict[str, Any] | None = None,
@@ -113,8 +110,7 @@ class TTRLModule(GRPOModule):
         voting = spec_of(VotingSpec, voting, "voting")
         evaluation = spec_of(EvalSpec, eval, "eval")
         advantage = spec_of(AdvantageSpec, advantage, "advantage").resolved(voting.labeler)
-        signals = _checked_options(f"{type(self).__name__} argument ", voting, signals, perturbation, agent,
-                                   engine)
+        signals = _checked_options(f"{type(self).__name__} argument ", voting, signals, perturbation)
         super().__init__(policy=policy, num_generations=voting.num_trained, sampling=sampling, grpo=grpo,
                          record_signals=bool(signals), engine=engine, prompt_format=prompt_format)
         self.voting, self.evaluation, self.advantage = voting, evaluation, advantage
@@ -122,22 +118,18 @@ class TTRLModule(GRPOModule):
                                    "advantage": asdict(advantage)})
         self.neighbourhoods = None  # ttrl.retrieval.QueryNeighbourhoods, built with the policy
         self._pending_neighbourhoods: dict | None = None
-        if agent is not None:
-            self.engine = self.agent_engine(dict(agent), bool(signals))
+        self.refuse_a_fused_view_without_text_prompts()
         self.signal_names = tuple(signals)
         self.calibration: dict[str, Any] | None = None
         self.baseline: float | None = None  # the EMA baseline b of "ema_baseline"
         self.counters = TTRLCounters()  # the run's cumulative counts (ttrl.monitor), checkpointed
 
-    def agent_engine(self, options: dict[str, Any], record_signals: bool):
-        """The tool-using agent engine of ``agent=options`` (``rollout.agent.AgentEngine``), shown the pixels
-        through the policy's processor when it has one."""
-        from ttrl_lightning.rollout.agent import AgentEngine
-
-        try:
-            return AgentEngine(self.tokenizer, record_signals=record_signals, processor=self.processor, **options)
-        except (TypeError, ValueError) as err:
-            raise UserError(f"{type(self).__name__} argument agent: {err}") from None
+    def refuse_a_fused_view_without_text_prompts(self) -> None:
+        """A fused labeler (Self-Harmony) samples a reframed view of each text prompt; an engine that takes no
+        text prompts (the agent engine's ``AgentPrompt`` s) has none: one ``UserError``."""
+        if self.labeler.fused and not self.engine_takes_text_prompts:
+            raise UserError(f"{type(self).__name__}: {self.voting.labeler} samples a reframed view, which the "
+                            f"prompts of {type(self.engine).__name__} do not have; use a one-view labeler with it")
 
     # ------------------------------------------------------------------ state
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -176,9 +168,8 @@ class TTRLModule(GRPOModule):
         return labeler_spec(self.voting.labeler)
 
     def vote_views(self, num_questions: int) -> list[str]:
-        """The view of every vote prompt: the questions' ("original"), then (a fused labeler) their fused
-        Reframe-and-Solve prompts' ("reframed")."""
-        return [view for view in self.labeler.views for _ in range(num_questions)]
+        """The view of every vote prompt (``labelling.vote_views``)."""
+        return vote_views(self.labeler, num_questions)
 
     def vote_prompts(self, prompts: Sequence) -> list:
         """The requests sampled for voting: the questions, then (a fused labeler) their fused prompts
@@ -195,16 +186,12 @@ class TTRLModule(GRPOModule):
         model is the user turn; and every view's instruction is placed by the same rule, so the two views
         differ in the instruction only. A chat model tuned to follow system prompts may follow the instruction
         less well in the user turn (docs/ttrl.md, the prompt rule)."""
-        if any(isinstance(p, AgentPrompt) for p in prompts):  # the agent engine templates its prompts itself
-            if self.labeler.fused:
-                raise UserError(f"{type(self).__name__}: {self.voting.labeler} samples a reframed view, which the "
-                                "agent engine's AgentPrompts do not have; use a one-view labeler with agent")
-            return list(prompts)
+        self.refuse_a_fused_view_without_text_prompts()  # an engine set after construction
+        if not self.labeler.fused:
+            return self.model_prompts(prompts)
         requests = as_requests(prompts)
-        if self.labeler.fused:
-            template = self.voting.fused_prompt_template
-            requests = requests + [self.renderer.fused(r, template) for r in requests]
-        return self.model_prompts(requests)
+        template = self.voting.fused_prompt_template
+        return self.model_prompts(requests + [self.renderer.fused(r, template) for r in requests])
 
     def sample_votes(self, prompts: Sequence[str], seed: int | None) -> Rollouts:
         """M samples of every vote prompt of ``prompts`` (``vote_prompts``; the requests of ``batch_prompts``, a
@@ -214,51 +201,11 @@ class TTRLModule(GRPOModule):
 
     def label_votes(self, votes: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """Pseudo-label every question of ``batch`` from its votes (never from gold) and lay the labels'
-        rewards and row masks out on the rows trained on, the first N of every prompt, in one operation:
-        the labels' [Q, V * M] rewards are viewed [Q, V, M], cut to N and put prompt-major ([V * Q * N], prompt
-        ``v * Q + q``); an abstained question's prompts are masked (``group_mask``)."""
-        Q = len(batch["prompt"])
-        ids = _question_ids(batch)
-        views = self.vote_views(Q)
-        choices = batch.get("choices") or [None] * Q
-        groups = self.votes_by_question(votes, Q, views, choices)
-        name = self.voting.labeler
-        extra = self.labeler.inputs(self.labelling_context(), votes, groups) if self.labeler.inputs else \
-            [{} for _ in groups]
-        if self.labeler.reads_gold:  # the gold_reward control (module docstring)
-            golds = batch.get("gold")
-            missing = [ids[q] for q in range(Q) if golds is None or golds[q] is None]
-            if missing:
-                raise UserError(f"{name} rewards with the gold answers, but questions {missing[:5]} have none")
-            extra = [dict(e, gold=str(golds[q])) for q, e in enumerate(extra)]
-        kwargs = {k: v for k, v in self.voting.options.items() if k not in self.labeler.calibration_options}
-        if self.calibration:
-            kwargs.update(self.calibration.get("options", {}))
-        if self.global_step < self.voting.warmup_majority_steps:
-            kwargs["warmup_majority"] = True
-        labels = [pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q])
-                  for q, group in enumerate(groups)]
-        M, N = self.voting.num_votes, self.voting.num_trained
-        V = len(views) // Q
-        wrong = [(ids[q], len(lab.rewards)) for q, lab in enumerate(labels) if len(lab.rewards) != V * M]
-        if wrong:
-            raise RuntimeError(f"{name} returned {wrong[0][1]} rewards for {V * M} rollouts of question "
-                               f"{wrong[0][0]!r}")
-        rewards = torch.tensor([lab.rewards for lab in labels], dtype=torch.float32)  # [Q, V * M]
-        if not bool(torch.isfinite(rewards).all()):
-            raise RuntimeError(f"{name} returned a non-finite reward")
-        row_mask = torch.tensor([lab.row_mask if lab.row_mask is not None else [True] * (V * M)
-                                 for lab in labels], dtype=torch.bool)
-
-        step = VoteStep(votes, labels, [list(group.answers) for group in groups], ids, M, N)
-        trained = step.trained_rows()
-        device = trained.completion_ids.device
-        # RESTRAIN's negative branch (advantage.negative_shift > 0) trains a question that failed the gate
-        negative = self.advantage.negative_shift > 0
-        group_mask = torch.tensor([not lab.abstain or (negative and lab.negative) for lab in labels],
-                                  dtype=torch.bool).repeat(V)
-        return RolloutRewards(trained_layout(rewards, V, M, N).to(device), group_mask.to(device),
-                              trained_layout(row_mask, V, M, N).to(device), rollouts=trained, detail=step)
+        rewards and row masks out on the rows trained on (``labelling.label_votes``, with this module's voting
+        spec, labelling context, recorded signals, calibration, step and negative shift)."""
+        return label_votes(votes, batch, self.voting, self.labelling_context(), signal_names=self.signal_names,
+                           calibration=self.calibration, global_step=self.global_step,
+                           negative_shift=self.advantage.negative_shift)
 
     def labelling_context(self) -> LabellingContext:
         """What the labeler's hooks read (``LabellingContext``): the tokenizer, the policy seed, this call's step
@@ -267,47 +214,6 @@ class TTRLModule(GRPOModule):
         world = self._trainer.world_size if self._trainer is not None else 1
         return LabellingContext(self.tokenizer, self.policy_spec.seed, self.global_step * world + self.global_rank,
                                 self.voting.options)
-
-    def votes_by_question(self, votes: Rollouts, num_questions: int, views: Sequence[str],
-                    choices: Sequence) -> list[QuestionVotes]:
-        """Each question's votes as one ``QuestionVotes`` (no gold): the rows of its prompts (``views``: one per
-        prompt, the questions' then their fused prompts'; prompt ``v * Q + q`` is question q's view v), in
-        that order; each vote's answer read with ``answer_extractor``; the recorded ``signals`` on the vote's
-        own tokens (``completion_mask``: an agent's observations left out), taken from the engine's tensors
-        as they are. The rows are put in question order by one stable sort of their prompt index and cut
-        by the questions' row counts."""
-        names = self.vote_signal_names(votes)
-        missing = [s for s in names if s not in votes.signals]
-        if missing:
-            raise RuntimeError(f"the rollout engine did not record signal {missing[0]!r}; it recorded "
-                               f"{sorted(votes.signals)}")
-        extract = ANSWER_EXTRACTORS[self.voting.answer_extractor]
-        Q = num_questions
-        prompt_of = votes.group.cpu()
-        question_of = prompt_of % Q
-        order = torch.argsort(question_of * len(views) + prompt_of, stable=True)
-        counts = torch.bincount(question_of, minlength=Q).tolist()
-        rows = order.tolist()
-        starts = [0, *itertools.accumulate(counts)]
-        question_rows = question_of.tolist()
-        answers = [extract(votes.texts[r], choices[question_rows[r]]) for r in rows]
-        texts = [votes.texts[r] for r in rows]
-        view_of = [views[p] for p in prompt_of[order].tolist()]
-
-        def cut(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return torch.split(t[order.to(t.device)], counts)
-
-        signals = {s: cut(votes.signals[s]) for s in names}
-        masks = cut(votes.completion_mask)
-        return [QuestionVotes.from_tensors(answers[a:b], texts[a:b], view_of[a:b],
-                                       {s: signals[s][q] for s in names}, masks[q])
-                for q, (a, b) in enumerate(zip(starts, starts[1:]))]
-
-    def vote_signal_names(self, votes: Rollouts) -> tuple[str, ...]:
-        """The signals the labeler reads on these votes: its ``signals``, and its ``image_signals`` when the
-        votes show images (``Rollouts.images``)."""
-        images = self.labeler.image_signals if any(votes.images) else ()
-        return tuple(self.signal_names) + tuple(s for s in images if s not in self.signal_names)
 
     # ------------------------------------------------------------------ GRPO hooks
     def rollout(self, batch: dict[str, list]) -> Rollouts:
@@ -463,7 +369,9 @@ class TTRLModule(GRPOModule):
                  "images": [q.get("images") or () for q in questions]}
         seed = derive_seed(self.policy_spec.seed, "calibration", 0, self.global_rank)
         votes = self.sample_votes(self.batch_prompts(batch), seed)
-        groups = self.votes_by_question(votes, len(questions), self.vote_views(len(questions)), batch["choices"])
+        groups = votes_by_question(votes, len(questions), self.vote_views(len(questions)), batch["choices"],
+                                   vote_signal_names(self.labeler, self.signal_names, votes),
+                                   self.voting.answer_extractor)
         fitted = self.labeler.calibration(self.labelling_context(), votes, groups,
                                           [str(q["gold"]) for q in questions], batch["choices"])
         return {"options": fitted, "num_questions": len(questions)}
@@ -496,35 +404,15 @@ def fixed_advantages(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     return torch.where(keep.to(adv.device)[:, None], adv, torch.zeros_like(adv))
 
 
-def trained_layout(per_vote: torch.Tensor, num_views: int, num_votes: int, num_trained: int) -> torch.Tensor:
-    """Per-vote values of Q questions, [Q, V * M] (each question's votes, views in order), laid out on the
-    rows trained on: [V * Q * N], prompt-major (prompt ``v * Q + q``, its first N votes)."""
-    Q = per_vote.shape[0]
-    return per_vote.view(Q, num_views, num_votes)[:, :, :num_trained].transpose(0, 1).reshape(-1)
-
-
-def _question_ids(batch: dict[str, list]) -> list[str]:
-    ids = batch.get("id")
-    if ids is None:
-        return [f"q{i}" for i in range(len(batch["prompt"]))]
-    ids = [str(i) for i in ids]
-    if len(set(ids)) != len(ids):
-        raise UserError(f"question ids repeat within a batch: {sorted(i for i in set(ids) if ids.count(i) > 1)}")
-    return ids
-
-
-def _checked_options(where: str, voting: VotingSpec, signals, perturbation, agent, engine) -> tuple[str, ...]:
+def _checked_options(where: str, voting: VotingSpec, signals, perturbation) -> tuple[str, ...]:
     """The signals to record (the labeler's by default), after refusing (``UserError`` naming the argument) a
-    perturbation that is not registered, an agent with an engine or a fused view, and signals that cannot be
-    recorded while sampling. The voting options checked themselves (``VotingSpec``)."""
+    perturbation that is not registered and signals that cannot be recorded while sampling. The voting
+    options checked themselves (``VotingSpec``)."""
     if perturbation is not None and (not isinstance(perturbation, dict)
                                      or perturbation.get("name") not in VOTE_PERTURBATIONS):
         raise UserError(f"{where}perturbation must be {{'name': one of "
                         f"{', '.join(VOTE_PERTURBATIONS.names())}, <options>}}, got {perturbation!r}")
     spec = labeler_spec(voting.labeler)
-    if agent is not None and (engine is not None or spec.fused):
-        raise UserError(f"{where}agent builds its own engine and has no fused view: not with engine= or "
-                        f"{voting.labeler}")
     signals = tuple(spec.signals if signals is None else signals)
     unknown = [x for x in signals if x not in TOKEN_FIELDS[:3]]
     if unknown:
