@@ -102,7 +102,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
     import signal
 
     out = str(tmp_path / "pool.parquet")
-    real = generate_pkg.sample_view
+    real = generate_pkg.sample_batch
     calls = []
 
     def stop_at_the_fourth_view(*args, **kwargs):
@@ -113,7 +113,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
             os.kill(os.getpid(), signal.SIGTERM)  # its handler runs at the next bytecode, here
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(generate_pkg, "sample_view", stop_at_the_fourth_view)
+    monkeypatch.setattr(generate_pkg, "sample_batch", stop_at_the_fourth_view)
     argv = ["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", out, "--views", "original",
             "reframed", "--shard-size", "2", *SETTINGS]
     assert main(argv) == (130 if stop == "ctrl_c" else 143)
@@ -124,7 +124,7 @@ def test_interrupted_run_resumes_to_the_uninterrupted_pool(vl_pool, scenes, tmp_
     shards = sorted(os.listdir(out + ".parts"))
     assert shards == ["manifest.json", "rank0-of-1.00000.jsonl", "rank0-of-1.lock"]
     assert main(["pool", "validate", os.path.join(out + ".parts", shards[1])]) == 0  # the partial pool
-    monkeypatch.setattr(generate_pkg, "sample_view", real)
+    monkeypatch.setattr(generate_pkg, "sample_batch", real)
     assert main(argv) == 0
     assert "1 already in" in capsys.readouterr().out
     assert _records(out) == _records(vl_pool)
@@ -187,7 +187,7 @@ def test_a_vision_checkpoint_without_a_processor_is_one_line(scenes, tmp_path, c
 def test_an_error_mid_run_keeps_a_valid_partial_pool(tmp_path, monkeypatch, capsys):
     data = _jsonl(tmp_path / "q.jsonl", [{"id": f"q{i}", "prompt": f"{i}+1=", "gold": str(i + 1)}
                                          for i in range(3)])
-    real = generate_pkg.sample_view
+    real = generate_pkg.sample_batch
     calls = []
 
     def fail_on_the_third(*args, **kwargs):
@@ -196,7 +196,7 @@ def test_an_error_mid_run_keeps_a_valid_partial_pool(tmp_path, monkeypatch, caps
             raise RuntimeError("out of memory")
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(generate_pkg, "sample_view", fail_on_the_third)
+    monkeypatch.setattr(generate_pkg, "sample_batch", fail_on_the_third)
     out = str(tmp_path / "p.jsonl")
     with pytest.raises(RuntimeError):
         main(["generate", "--model", "tiny:qwen2", "--data", data, "--out", out, *SETTINGS])
@@ -367,34 +367,3 @@ def test_pool_merge_refuses_rank_pools_of_other_settings(tmp_path, capsys):
     assert not os.path.exists(tmp_path / "m2.jsonl")
     assert main(["pool", "merge", *pools, "--out", str(tmp_path / "m2.jsonl"), "--allow-unknown-settings"]) == 0
     assert read_settings(str(tmp_path / "m2.jsonl")) is None
-
-
-def test_batched_hf_generation_samples_image_questions_with_their_images(scenes, tmp_path):
-    """--batch-size 2 on the HF engine: a batch's image prompts go through the engine's image path (the pool's
-    texts are the engine's on the batch's requests with its seed), and every per-token signal of the pool
-    equals a teacher-forced replay of those rollouts with their images (``Rollouts.forward_inputs``)."""
-    from ttrl_lightning.rollout import HFGenerateEngine
-
-    out = str(tmp_path / "pool.jsonl")
-    assert main(["generate", "--model", "tiny:qwen2_vl", "--data", scenes, "--out", out, "--batch-size", "2",
-                 *SETTINGS]) == 0
-    records = {r["id"]: r for r in _records(out)}
-    tok, proc = load_tokenizer("tiny:qwen2_vl"), load_processor("tiny:qwen2_vl")
-    model = load_model("tiny:qwen2_vl", tok, seed=3).eval()
-    builder = PromptBuilder(tok, proc)
-    questions = read_questions(scenes)[:2]  # the first batch
-    prompts = [builder.request(q, "original") for q in questions]
-    params = SamplingParams(n=2, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=4,
-                            seed=derive_seed(3, "generate_batch", 0, 2))
-    ro = HFGenerateEngine(tok, record_signals=True, processor=proc).generate(model, prompts, params)
-    assert ro.texts == [r["text"] for q in questions for r in records[q["id"]]["rollouts"]]
-    P = ro.prompt_ids.shape[1]
-    batch = {**ro.forward_inputs(), "completion_mask": torch.cat([torch.zeros_like(ro.prompt_mask),
-                                                                  ro.completion_mask], 1)}
-    replay = score_rollouts(model, batch, tokenizer=tok)
-    rows = [r for q in questions for r in records[q["id"]]["rollouts"]]
-    for name in ("logprob", "entropy", "self_certainty", "visual_engagement", "image_attention"):
-        want = getattr(replay, name)[:, P:]
-        for i, r in enumerate(rows):
-            n = r["num_tokens"]
-            torch.testing.assert_close(torch.tensor(r[name]), want[i, :n], atol=3e-5, rtol=1e-4)

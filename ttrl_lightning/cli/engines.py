@@ -39,12 +39,15 @@ def add_engine_arguments(p: CommandParser) -> None:
                         "model's max_position_embeddings)")
 
 
-def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False, processor=None):
+def build_sampling_engine(args: argparse.Namespace, tokenizer, record_signals: bool = False, processor=None,
+                          **options):
     """The rollout engine of ``--engine`` with the options it takes (``rollout.build_engine``; its presence
-    was checked with the options); ``processor`` goes to an engine that samples image prompts."""
+    was checked with the options) and the command's own ``options``; ``processor`` goes to an engine that
+    samples image prompts."""
     from ..rollout import ROLLOUT_ENGINES, build_engine
 
-    options = {o: getattr(args, o) for o in ROLLOUT_ENGINES[args.engine].cli_options if getattr(args, o) is not None}
+    options.update({o: getattr(args, o) for o in ROLLOUT_ENGINES[args.engine].cli_options
+                    if getattr(args, o) is not None})
     return build_engine({"name": args.engine, **options}, tokenizer, record_signals=record_signals,
                         processor=processor)
 

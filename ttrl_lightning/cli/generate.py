@@ -195,8 +195,10 @@ class _Tokens:
 
 def _load(parser, args, questions, max_new, device):
     """``(policy, max_new, builder, engine, seconds)``: the policy, the token budget (a tiny model's default
-    when not given), the prompt builder (questions checked against it) and the batched sampling engine (None
-    for the one-question-at-a-time HF path)."""
+    when not given), the prompt builder (questions checked against it) and the sampling engine: at
+    ``--batch-size 1`` on an engine that samples one question per call by default (the HF engine), one that
+    samples each prompt by its own ``generate`` call (``per_prompt_generate``), for one (question, view) and
+    its own seed at a time."""
     from ..generate import PromptBuilder
     from ..models import load_processor
     from .policy_source import load_policy
@@ -216,19 +218,26 @@ def _load(parser, args, questions, max_new, device):
     builder = PromptBuilder(policy.tokenizer, processor, args.prompt_format, args.data, model=args.model)
     from ..rollout import ROLLOUT_ENGINES
 
-    engine_class = ROLLOUT_ENGINES[args.engine]
-    # the one-question-at-a-time path (``sample_view``) serves an engine that samples one question per call by
-    # default (the HF engine) at --batch-size 1; an engine that batches by default (vLLM) always samples batches
-    batched = args.batch_size > 1 or engine_class.default_batch_size > 1
-    builder.check(questions, engine_class if batched else None)
-    engine = build_sampling_engine(args, policy.tokenizer, record_signals=True, processor=processor) \
-        if batched else None
+    builder.check(questions, ROLLOUT_ENGINES[args.engine])
+    extra = {"per_prompt_generate": True} if _per_question(args) else {}
+    engine = build_sampling_engine(args, policy.tokenizer, record_signals=True, processor=processor, **extra)
     return policy, max_new, builder, engine, time.perf_counter() - t0
 
 
-def _sample_one_by_one(args, questions, todo, policy, builder, params, extract, limit, store, bar, tokens):
-    """The HF path: each question's views sampled in turn, each with its own seed."""
-    from ..generate import sample_view
+def _per_question(args: argparse.Namespace) -> bool:
+    """Whether each (question, view) is sampled alone with its own seed: ``--batch-size 1`` on an engine that
+    samples one question per call by default (the HF engine); an engine that batches by default (vLLM) always
+    samples batches."""
+    from ..rollout import ROLLOUT_ENGINES
+
+    return args.batch_size == 1 and ROLLOUT_ENGINES[args.engine].default_batch_size == 1
+
+
+def _sample_one_by_one(args, questions, todo, policy, builder, engine, params, extract, store, bar, tokens):
+    """Each question's views sampled in turn, one engine call per (question, view) with its own seed, so a
+    question's rollouts do not depend on which other questions run, in which order, on which rank, or
+    whether the run was resumed."""
+    from ..generate import sample_batch
     from ..seeding import derive_seed
 
     for i in todo:
@@ -236,13 +245,9 @@ def _sample_one_by_one(args, questions, todo, policy, builder, params, extract, 
         rollouts = []
         for view in args.views:
             seed_qv = derive_seed(args.seed, "generate", i, VIEWS.index(view))
-            inputs = builder.inputs(q, view)
-            if q["images"]:  # text prompts were checked before anything was written
-                check_context([inputs["input_ids"].shape[1]], params.max_new_tokens, limit, _CONTEXT,
-                              names=[q["id"]])
-            got, count = sample_view(policy.model, policy.tokenizer, inputs, view, params, seed_qv, extract,
-                                     q["choices"])
-            rollouts.extend(got)
+            (record,), count = sample_batch(engine, policy.model, [builder.request(q, view)], [q], [view], params,
+                                            seed_qv, extract)
+            rollouts.extend(record["rollouts"])
             tokens.add(count, bar)
         store.add({"id": q["id"], "gold": q["gold"], "choices": q["choices"], "rollouts": rollouts})
         bar.update(1)
@@ -338,8 +343,8 @@ def _run(parser, args, questions, kind, max_new, device, dp) -> int:
     tokens = _Tokens()
     interrupted = None  # the KeyboardInterrupt (Ctrl-C, or SIGTERM from the dispatcher) that stopped sampling
     try:
-        if engine is None:
-            _sample_one_by_one(args, questions, todo, policy, builder, params, extract, limit, store, bar, tokens)
+        if _per_question(args):
+            _sample_one_by_one(args, questions, todo, policy, builder, engine, params, extract, store, bar, tokens)
         else:
             _sample_batches(args, questions, mine, finished, policy, builder, engine, params, extract, store,
                             bar, tokens)

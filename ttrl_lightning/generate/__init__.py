@@ -3,10 +3,10 @@ per-token signals recorded during generation, a sharded resumable writer, data-p
 merge of shards."""
 from .merge import merge_pool_files, merge_records
 from .prompts import FUSED_REFRAME_INSTRUCTION, PROMPT_FORMATS, PromptBuilder, view_prompt
-from .sampler import sample_batch, sample_sequences, sample_view
+from .sampler import sample_batch, sample_sequences
 from .sharding import DataParallel, rank_indices
 from .store import ShardStore
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt", "sample_sequences",
-           "sample_view", "sample_batch",
+           "sample_batch",
            "DataParallel", "rank_indices", "ShardStore", "merge_pool_files", "merge_records"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..data.pool import VIEWS
 from ..prompt_format import PROMPT_FORMATS
-from ..rollout.image_sampling import image_inputs
+from ..rollout.image_sampling import prompt_inputs
 from ..rollout.requests import PromptRenderer, SamplingRequest
 
 __all__ = ["FUSED_REFRAME_INSTRUCTION", "PROMPT_FORMATS", "PromptBuilder", "view_prompt"]
@@ -87,9 +87,6 @@ class PromptBuilder:
 
     def inputs(self, question: dict, view: str) -> dict:
         """``{input_ids [1, T0], attention_mask [1, T0], ...}``: and ``pixel_values``, ``image_grid_thw``
-        (and ``mm_token_type_ids`` when the processor gives them) for a question with images."""
-        request = self.request(question, view)
-        if self.processor is None:
-            enc = self.tokenizer([request.text], return_tensors="pt", add_special_tokens=False)
-            return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        return image_inputs(self.processor, request.text, request.images)
+        (and ``mm_token_type_ids`` when the processor gives them) for a question with images
+        (``rollout.image_sampling.prompt_inputs``, what the HF engine samples from)."""
+        return prompt_inputs(self.tokenizer, self.processor, self.request(question, view))

@@ -9,7 +9,7 @@ from ttrl_lightning.rollout.base import (ROLLOUT_ENGINES, Rollouts, SamplingPara
                                          check_context_chars, context_length, plain_generation_config,
                                          sampling_mode)
 from ttrl_lightning.rollout.finishing import finish_rollouts
-from ttrl_lightning.rollout.image_sampling import has_images, sample_image_prompts
+from ttrl_lightning.rollout.image_sampling import has_images, sample_each_prompt
 from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
@@ -36,17 +36,23 @@ class HFGenerateEngine:
 
     Image requests (``rollout.requests.SamplingRequest`` with ``images``; ``processor``: the vision-language model's,
     ``models.load_processor``): a call with any of them samples every prompt through
-    ``image_sampling.sample_image_prompts``, one ``generate`` call per prompt with the processor's pixel
+    ``image_sampling.sample_each_prompt``, one ``generate`` call per prompt with the processor's pixel
     inputs, the signals recorded while sampling (``record_signals``: the text signals and VisConf's
     ``visual_engagement`` / ``image_attention`` from the streaming attention-mass function), each row's
     images on ``Rollouts.images`` for the training pass. Without ``record_signals`` and with ``share_prompt``,
     each image prompt is prefilled once with its pixels and its cache repeated n ways (``shared_prefill``,
     M-RoPE positions continued from the prompt's ``rope_deltas``): one vision-tower pass per question, not n.
     An image prompt without a processor is one ``UserError``.
+
+    ``per_prompt_generate``: every prompt, text or image, through ``image_sampling.sample_each_prompt``: one
+    ``generate`` call per prompt (``num_return_sequences``), no prompt sharing, the signals recorded by the
+    step recorder. Called with one prompt and its own seed, a prompt's rollouts depend on the model, the
+    settings and that seed alone: ``ttrl generate --batch-size 1`` samples each (question, view) so.
     """
 
     def __init__(self, tokenizer, record_signals: bool = False, signal_backend: str = "torch",
-                 signal_source: str = "generate", share_prompt: bool = True, processor=None):
+                 signal_source: str = "generate", share_prompt: bool = True, processor=None,
+                 per_prompt_generate: bool = False):
         if signal_source not in ("generate", "replay"):
             raise ValueError(f"signal_source must be 'generate' or 'replay', got {signal_source!r}")
         self.tokenizer = tokenizer
@@ -55,6 +61,7 @@ class HFGenerateEngine:
         self.signal_source = signal_source
         self.share_prompt = bool(share_prompt)
         self.processor = processor
+        self.per_prompt_generate = bool(per_prompt_generate)
         self.last_timing: dict = {}
 
     #: samples with the trained module itself: nothing to sync, its log-probs are the trainer's
@@ -79,10 +86,10 @@ class HFGenerateEngine:
             raise ValueError("no prompts")
         tok = self.tokenizer
         requests = as_requests(requests)
-        if has_images(requests):
+        if self.per_prompt_generate or has_images(requests):
             with sampling_mode(model, params.seed):
-                return sample_image_prompts(model, tok, self.processor, requests, params, self.record_signals,
-                                            share_prompt=self.share_prompt)
+                return sample_each_prompt(model, tok, self.processor, requests, params, self.record_signals,
+                                          share_prompt=self.share_prompt and not self.per_prompt_generate)
         prompts = [r.text for r in requests]
         if tok.padding_side != "left":
             tok.padding_side = "left"

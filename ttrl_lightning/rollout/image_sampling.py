@@ -12,12 +12,13 @@ step, the LM head's output reduced at once to lse, entropy and self-certainty, a
 VisConf sec. 3.1's visual engagement ``v_t = A_I / (A_I + A_P + A_G)``, never an eager ``[H, T, T]`` map,
 never ``[R, C, V]`` logits. The signals are under the raw logits (temperature 1), whatever the sampling
 temperature, and equal a teacher-forced replay with ``integrations.score_rollouts`` (tested).
-:func:`sample_image_prompts` is the HF engine's path for image prompts: one ``generate`` call per prompt
+:func:`sample_each_prompt` is the HF engine's path for image prompts (and, with ``per_prompt_generate``, for
+every prompt): one ``generate`` call per prompt
 (with signals: ``generate``, each image encoded once per sample; without: prompt-shared sampling, each image
 encoded once per question), the rows
 finished by the engines' shared rules (``finishing.finish_rollouts``) and each row's images kept on
-``Rollouts.images`` for the training pass. ``ttrl generate`` samples its image questions with the same
-:func:`sample_sequences`, so a pool's ``visual_engagement`` is the one a TTRL labeler reads.
+``Rollouts.images`` for the training pass. ``ttrl generate`` samples its questions through the same engine,
+so a pool's ``visual_engagement`` is the one a TTRL labeler reads.
 """
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from typing import Sequence
 
 import torch
 
-from ttrl_lightning.errors import UserError
 from ttrl_lightning.integrations import RolloutSignals, StepLogitsSignalRecorder
 from ttrl_lightning.integrations.groups import image_token_ids
 from ttrl_lightning.models import VisionBlock
@@ -38,7 +38,7 @@ from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_cri
 from ttrl_lightning.rollout.signal_recording import mask_signals
 
 __all__ = ["image_inputs", "image_rollouts", "load_images", "sample_sequences",
-           "sample_image_prompts", "has_images"]
+           "sample_each_prompt", "prompt_inputs", "has_images"]
 
 #: the signals recorded while sampling an image prompt (the text signals, then the visual ones)
 IMAGE_SIGNALS = ("logprob", "entropy", "self_certainty", "image_attention", "visual_engagement")
@@ -178,9 +178,21 @@ def image_rollouts(tokenizer, parts: Sequence[tuple], params: SamplingParams, de
     return rollouts
 
 
-def sample_image_prompts(model, tokenizer, processor, requests: Sequence[SamplingRequest], params: SamplingParams,
-                         record_signals: bool, share_prompt: bool = True) -> Rollouts:
-    """The ``Rollouts`` of ``requests`` (some showing images), ``params.n`` rows per prompt, prompt-major:
+def prompt_inputs(tokenizer, processor, request: SamplingRequest) -> dict[str, torch.Tensor]:
+    """The model inputs of one request: the processor's (:func:`image_inputs`) for a vision-language model,
+    the tokenizer's ``input_ids [1, T0]`` and ``attention_mask`` (no special tokens added: the text is
+    templated already) for a text-only one, which an image is refused for."""
+    if processor is not None:
+        return image_inputs(processor, request.text, request.images)
+    if request.images:
+        refuse_images_without_processor(processor)
+    enc = tokenizer([request.text], return_tensors="pt", add_special_tokens=False)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+
+
+def sample_each_prompt(model, tokenizer, processor, requests: Sequence[SamplingRequest], params: SamplingParams,
+                       record_signals: bool, share_prompt: bool = True) -> Rollouts:
+    """The ``Rollouts`` of ``requests`` (with or without images), ``params.n`` rows per prompt, prompt-major:
     one :func:`sample_sequences` call per prompt in the caller's RNG (the engine's ``sampling_mode``), the
     prompts left-padded and the completions right-padded to the batch's longest, finished by
     ``finish_rollouts`` (EOS, stop strings), each row's images on ``Rollouts.images``. ``record_signals``:
@@ -189,8 +201,9 @@ def sample_image_prompts(model, tokenizer, processor, requests: Sequence[Samplin
     image). ``share_prompt`` (used when no signals are recorded and the model supports it,
     ``shared_prefill.supports_vision_prompt_sharing``): each prompt prefilled once with its pixels and its
     cache repeated n ways (``shared_prefill.prompt_shared_sample``), the same tokens as ``generate`` up to
-    the first finished row; the signal recorder follows ``generate``'s rows, so recording keeps ``generate``."""
-    refuse_images_without_processor(processor)
+    the first finished row; the signal recorder follows ``generate``'s rows, so recording keeps ``generate``.
+    The model inputs are :func:`prompt_inputs`' (a text-only model's tokenizer, which an image is refused
+    for)."""
     n = params.n
     device = next(model.parameters()).device
     limit = context_length(model)
@@ -200,17 +213,21 @@ def sample_image_prompts(model, tokenizer, processor, requests: Sequence[Samplin
     check_context_chars([r.text for r in requests], params.max_new_tokens, limit, tokenizer,
                         "the model's context (max_position_embeddings)")
     for i, request in enumerate(requests):
-        inputs = image_inputs(processor, request.text, request.images)
+        inputs = prompt_inputs(tokenizer, processor, request)
         check_context([int(inputs["input_ids"].shape[1])], params.max_new_tokens, limit,
-                      "the model's context (max_position_embeddings)", prompts=[request.text])
+                      "the model's context (max_position_embeddings)", prompts=[request.text],
+                      names=None if request.question_id is None else [request.question_id])
         t0 = inputs["input_ids"].shape[1]
         if shared:
             comp, sig = shared_completions(model, tokenizer, inputs, params), None
         else:
             sequences, sig = sample_sequences(model, tokenizer, inputs, params, record_signals=record_signals)
             comp = sequences[:, t0:]
-        parts.append((inputs["input_ids"][0].cpu(), comp.cpu(), sig, vision_blocks(processor, inputs)))
+        blocks = vision_blocks(processor, inputs) if processor is not None else []
+        parts.append((inputs["input_ids"][0].cpu(), comp.cpu(), sig, blocks))
     rollouts = image_rollouts(tokenizer, [(ids, comp, blocks) for ids, comp, _, blocks in parts], params, device)
+    if not any(rollouts.images):  # text prompts only: no pixel inputs for the training pass
+        rollouts.images = []
     C = rollouts.completion_ids.shape[1]
     if record_signals:
         names = [s for s in IMAGE_SIGNALS if any(getattr(sig, s) is not None for _, _, sig, _ in parts)]
