@@ -12,7 +12,7 @@ from ttrl_lightning.data.cota import (
     text_chain,
 )
 from ttrl_lightning.data.datamodules import encode_trace
-from ttrl_lightning.data.scenes import SCENE_TASKS
+from ttrl_lightning.data.scenes import SCENE_TASKS, tool_kinds
 from ttrl_lightning.masking import IGNORE_INDEX
 from ttrl_lightning.models import load_tokenizer
 from ttrl_lightning.tools import parse_tool_call, run_tool
@@ -64,7 +64,7 @@ def test_read_small_for_a_text_agent_zooms_on_the_span_ocr_found():
 
 
 def test_every_kind_has_a_trace_and_traces_are_deterministic():
-    kinds = [k for k in SCENE_TASKS.names() if k not in ("read", "read_small")]  # OCR kinds: slow, above
+    kinds = [k for k in tool_kinds() if k not in ("read", "read_small")]  # OCR kinds: slow, above
     a = generate_cota_traces(3, len(kinds), kinds)
     assert [parse_tool_call(s.text)[0] for t in a for s in t if s.kind == "action"] == \
         [SCENE_TASKS[k](3, i).chain[0][0] for i, k in enumerate(kinds)]

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ttrl_lightning.data.scenes import SCENE_TASKS, make_clip, make_scene, make_tasks
+from ttrl_lightning.data.scenes import SCENE_TASKS, make_clip, make_scene, make_tasks, tool_kinds
 from ttrl_lightning.tools.palette import BACKGROUND, COLOURS, size_name
 
 
@@ -55,7 +55,7 @@ def test_clip_truth_and_planted_segment():
 
 
 def test_every_tool_has_a_task_and_chains_are_calls():
-    tasks = make_tasks(0, 2 * len(SCENE_TASKS.names()))
+    tasks = make_tasks(0, 2 * len(tool_kinds()))
     assert {t.tool for t in tasks} == {"SEG", "ZOOM", "TRK", "OCR", "TEMP", "PROP"}
     for task in tasks:
         assert task.chain[0][0] == task.tool and task.answer
@@ -111,7 +111,7 @@ def test_a_glance_scene_is_one_large_object_of_its_named_colour(index):
 
 @pytest.mark.parametrize("index", range(24))
 def test_a_tinted_object_is_mixed_toward_one_other_colour_and_stays_nearest_its_own(index):
-    from ttrl_lightning.data.scenes import GLANCE_COLOUR_QUESTIONS, GLANCE_TASKS, TINT, make_glance
+    from ttrl_lightning.data.scenes import GLANCE_COLOUR_QUESTIONS, TINT, make_glance
 
     plain, tinted = make_glance(5, index), make_glance(5, index, TINT)
     obj = tinted.objects[0]
@@ -129,21 +129,26 @@ def test_a_tinted_object_is_mixed_toward_one_other_colour_and_stays_nearest_its_
         if np.abs(own + f * d - fill).max() <= 1.0:  # rounding to integers moves each channel <= 0.5
             fits.append((name, f))
     assert len(fits) == 1 and TINT[0] - 0.01 <= fits[0][1] <= TINT[1] + 0.01, fits
-    task = GLANCE_TASKS["tinted_object_colour"](5, index)
+    task = SCENE_TASKS["tinted_object_colour"](5, index)
     assert task.answer == obj.colour and task.question in GLANCE_COLOUR_QUESTIONS
     # the wordings differ in length, so the answer starts at another position (scenes.GLANCE_COLOUR_QUESTIONS)
     assert len({len(q) for q in GLANCE_COLOUR_QUESTIONS}) == len(GLANCE_COLOUR_QUESTIONS)
     assert task.image.tobytes() == tinted.image.tobytes()
 
 
-def test_glance_kinds_are_found_by_name_but_stay_out_of_the_tool_tasks():
-    from ttrl_lightning.data.scenes import GLANCE_TASKS, scene_source, scene_task
+def test_one_registry_holds_every_image_task_and_the_glance_kinds_stay_out_of_the_tool_defaults():
+    from ttrl_lightning.data.scenes import question_file_kinds, scene_kinds, scene_source, tool_kinds
 
-    assert set(GLANCE_TASKS.names()) == {"object_colour", "tinted_object_colour"}
-    assert not set(GLANCE_TASKS.names()) & set(SCENE_TASKS.names())  # the agent's defaults are unchanged
-    assert {t.kind for t in make_tasks(0, 14)} == set(SCENE_TASKS.names())
+    assert scene_kinds("glance") == ("object_colour", "tinted_object_colour")
+    assert set(scene_kinds()) == set(SCENE_TASKS.names())
+    assert tool_kinds() == ("colour", "count", "direction", "read", "read_small", "shape", "when")
+    assert scene_kinds(clip=True) == ("direction", "when")
+    assert question_file_kinds() == ("count", "colour", "shape", "read", "read_small", "object_colour",
+                                     "tinted_object_colour")  # a question file's cycling order
+    assert {t.kind for t in make_tasks(0, 14)} == set(tool_kinds())  # the agent's defaults
     assert [t.kind for t in make_tasks(0, 2, ["object_colour", "colour"])] == ["object_colour", "colour"]
-    assert scene_task("tinted_object_colour") is GLANCE_TASKS["tinted_object_colour"]
+    kind = SCENE_TASKS["tinted_object_colour"]
+    assert (kind.name, kind.family, kind.clip) == ("tinted_object_colour", "glance", False)
     with pytest.raises(KeyError, match="known: .*count.*object_colour"):
         scene_source(0, ["object_color"])
     with pytest.raises(ValueError, match="tint must satisfy"):

@@ -129,6 +129,31 @@ def test_ttrl_questions_exclude_prints_the_overlap(tmp_path, capsys):
     assert "0 distinct questions found" in err and "besides the 200 excluded ones" in err
 
 
+def test_ttrl_questions_writes_scene_questions_with_their_images_and_excludes_another_file(tmp_path, capsys):
+    """The generated image questions come from ``ttrl questions --task scenes`` (no second command): the file
+    reads back with its images, ``--exclude`` leaves out the other file's questions (same prompt and pixels)."""
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.generate.scene_questions import write_scene_questions
+
+    a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
+    kinds = ["--config", json.dumps({"kinds": ["colour", "object_colour"]})]
+    assert main(["questions", "--task", "scenes", *kinds, "--n", "4", "--out", a]) == 0
+    assert main(["questions", "--task", "scenes", *kinds, "--n", "3", "--out", b, "--exclude", a]) == 0
+    assert f"overlap with {a} (4 questions): 0" in capsys.readouterr().out
+    qa, qb = read_questions(a), read_questions(b)
+    assert [q["id"] for q in qa] == ["colour-0-0", "object_colour-0-1", "colour-0-2", "object_colour-0-3"]
+    assert all(len(q["images"]) == 1 and q["images"][0].startswith(str(tmp_path / "images")) for q in qa + qb)
+    assert not keys_of(qa) & keys_of(qb)
+    # the same questions as the function writes
+    again = read_questions(write_scene_questions(str(tmp_path / "fn"), 4, 0, ["colour", "object_colour"]))
+    assert [(q["id"], q["prompt"], q["gold"]) for q in again] == [(q["id"], q["prompt"], q["gold"]) for q in qa]
+    for extra, needle in ((["--instruction", "Be brief."], "argument --instruction: scenes' prompts already ask"),
+                          (["--config", json.dumps({"kinds": ["when"]})], "kinds must be a non-empty list among"),
+                          (["--config", json.dumps({"kind": ["count"]})], "scenes takes only 'kinds'")):
+        assert main(["questions", "--task", "scenes", "--n", "2", "--out", str(tmp_path / "c.jsonl"), *extra]) == 1
+        assert needle in capsys.readouterr().err
+
+
 def test_a_split_far_larger_than_its_task_is_refused_after_a_bounded_number_of_draws():
     """``--n 1000000`` on a task of a few thousand questions read 16 million draws before saying so; the patience
     is capped (data.splits.MAX_PATIENCE), so the refusal comes after the task's questions plus the cap."""

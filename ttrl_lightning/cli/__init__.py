@@ -14,7 +14,9 @@ validate   :mod:`ttrl_lightning.cli.fit`         validation with a training conf
 eval       :mod:`ttrl_lightning.cli.eval`        avg@k / maj@k / pass@k of sampled completions
 generate   :mod:`ttrl_lightning.cli.generate`    a rollout pool with per-token signals from a model
 demo       :mod:`ttrl_lightning.cli.demo`        the README's main job (CPU)
-questions  :mod:`ttrl_lightning.cli.questions`   a generated task as a question file
+questions  :mod:`ttrl_lightning.cli.questions`   a generated task (text or images) as questions
+index      :mod:`ttrl_lightning.cli.index`       audit / describe an exemplar index
+model      :mod:`ttrl_lightning.cli.model`       import a real checkpoint (SmolLM2, GGUF)
 ========== ===================================== ==========================================
 
 ``python -m ttrl_lightning.cli <command> ...`` is the same command without the console script (what
@@ -64,7 +66,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "index": ("ttrl_lightning.cli.index:index_main",
               "exemplar index files: `ttrl index audit|info` (leakage audit of the retrieval index)"),
     "questions": ("ttrl_lightning.cli.questions:questions_main",
-                  "a generated task (or reasoning_gym:<name>) as a question file for fit, eval and generate"),
+                  "a generated task (reasoning_gym:<name>, or scenes: image questions) as a question file for fit, "
+                  "eval and generate"),
     "model": ("ttrl_lightning.cli.model:model_main",
               "real checkpoints: `ttrl model import --out DIR` (the packaged SmolLM2, or --gguf FILE)"),
 }

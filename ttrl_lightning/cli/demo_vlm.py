@@ -1,6 +1,6 @@
 """``ttrl demo --part vlm``: a vision-language model improves itself without labels, on CPU, with no download.
 
-1. Question files of generated glance questions (``data.scenes.GLANCE_TASKS``: "What colour is the object?",
+1. Question files of generated glance questions (``data.scenes.SCENE_TASKS``' glance family: "What colour is the object?",
    one large object alone on a 112-pixel canvas), here the shifted kind ``tinted_object_colour`` (the object's
    colour mixed 15-40% toward another palette colour, still nearest its own), three disjoint splits
    (``data.splits``): the unlabeled questions the TTRL runs train on, held-out questions for the validation

@@ -6,8 +6,10 @@
 
 writes one JSON line per question (``id``, ``prompt``, ``gold``; :func:`ttrl_lightning.data.questions.read_questions`
 reads it back before the command ends), atomically. ``--task`` is a generated task of ``data.tasks.TASKS`` or a
-reasoning-gym generator (``reasoning_gym:<name>``, extra ``real-model``), ``--config`` its settings as a JSON
-object, ``--instruction`` a sentence appended to every prompt (``data.questions.with_instruction``). The prompts
+reasoning-gym generator (``reasoning_gym:<name>``, extra ``real-model``) or ``scenes``, the generated image
+questions of ``data.scenes`` (each image saved under ``images/`` beside the file; ``--config '{"kinds": [...]}'``
+among ``data.scenes.question_file_kinds()``, by default the tool tasks with one image), ``--config`` its settings
+as a JSON object, ``--instruction`` a sentence appended to every prompt (``data.questions.with_instruction``). The prompts
 are written as the generator gives them (plus the instruction): the chat template is applied by the commands
 that sample (``prompt_format``). The questions are distinct, and ``--exclude FILE...`` leaves out every question
 of those files, so a held-out file shares no question with a training file (``data.splits``: the stream of
@@ -21,11 +23,15 @@ import json
 from ..errors import UserError
 from .arguments import EXIT_CODES, CommandParser, positive_int, seed
 
+#: the task name of the generated image questions (``data.scenes``, ``generate.scene_questions``)
+SCENES = "scenes"
+
 
 def build_parser() -> CommandParser:
     p = CommandParser(prog="ttrl questions", description=__doc__.split("\n\n")[0], epilog=EXIT_CODES)
     p.add_argument("--task", required=True, metavar="NAME",
-                   help="a generated task (data.tasks.TASKS) or reasoning_gym:<generator>")
+                   help=f"a generated task (data.tasks.TASKS), reasoning_gym:<generator> or {SCENES} (generated "
+                        "image questions, data.scenes)")
     p.add_argument("--config", default="{}", metavar="JSON", help="the task's settings, a JSON object")
     p.add_argument("--n", type=positive_int, default=64, help="questions to write")
     p.add_argument("--seed", type=seed, default=0, help="seed of the questions")
@@ -54,10 +60,12 @@ def questions_main(argv: list[str]) -> int:
     from ..data.reasoning_gym_tasks import is_reasoning_gym
     from ..data.tasks import TASKS
 
-    if args.task not in TASKS and not is_reasoning_gym(args.task):
-        parser.error(f"argument --task: unknown task {args.task!r}; known: {', '.join(TASKS.names())} or "
+    if args.task not in TASKS and not is_reasoning_gym(args.task) and args.task != SCENES:
+        parser.error(f"argument --task: unknown task {args.task!r}; known: {', '.join(TASKS.names())}, {SCENES} or "
                      "reasoning_gym:<generator>")
     excluded = {path: keys_of(read_questions(path)) for path in args.exclude}
+    if args.task == SCENES:
+        return _scene_questions(parser, args, config, excluded)
     try:
         questions = task_splits(args.task, args.seed, {"questions": args.n},
                                 exclude=set().union(*excluded.values()),
@@ -69,4 +77,34 @@ def questions_main(argv: list[str]) -> int:
     written = keys_of(questions)
     for path, keys in excluded.items():
         print(f"  overlap with {path} ({len(keys)} questions): {len(written & keys)}")
+    return 0
+
+
+def _scene_questions(parser, args, config: dict, excluded: dict) -> int:
+    """``--task scenes``: the generated image questions (``generate.scene_questions``), each image under
+    ``images/`` beside ``--out``."""
+    import os
+
+    from ..data.questions import read_questions
+    from ..data.splits import keys_of
+    from ..generate.scene_questions import IMAGE_TASKS, TOOL_IMAGE_TASKS, write_scene_questions
+
+    unknown = sorted(set(config) - {"kinds"})
+    if unknown:
+        parser.error(f"argument --config: {SCENES} takes only 'kinds', got {unknown}")
+    kinds = config.get("kinds", list(TOOL_IMAGE_TASKS))
+    if not isinstance(kinds, list) or not kinds or any(k not in IMAGE_TASKS for k in kinds):
+        parser.error(f"argument --config: {SCENES}' kinds must be a non-empty list among {', '.join(IMAGE_TASKS)}, "
+                     f"got {kinds!r}")
+    if args.instruction is not None:
+        parser.error(f"argument --instruction: {SCENES}' prompts already ask for the answer in their own format "
+                     "(\"The answer is X.\")")
+    folder, name = os.path.split(os.path.abspath(args.out))
+    path = write_scene_questions(folder, args.n, args.seed, kinds, exclude=list(excluded), name=name)
+    questions = read_questions(path)
+    print(f"wrote {len(questions)} distinct questions of {SCENES} {kinds} (seed {args.seed}) to {args.out}, their "
+          f"images under {os.path.join(os.path.dirname(args.out) or '.', 'images')}")
+    written = keys_of(questions)
+    for p, keys in excluded.items():
+        print(f"  overlap with {p} ({len(keys)} questions): {len(written & keys)}")
     return 0

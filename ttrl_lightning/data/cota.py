@@ -28,7 +28,7 @@ import functools
 from typing import Any, Sequence
 
 from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, ProcessorFromModule, encode_trace
-from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks, scene_source
+from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks, scene_source, tool_kinds
 from ttrl_lightning.data.tasks import Segment
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
 from ttrl_lightning.tools.agent_format import ANSWER_PREFIX, AgentPrompt, agent_prompt, format_agent_observation
@@ -110,7 +110,7 @@ def scene_task_source(kind: str, seed: int, index: int) -> dict[str, Any]:
 
 
 def _kinds(kinds: Sequence[str] | None) -> tuple[str, ...]:
-    out = tuple(kinds) if kinds else tuple(SCENE_TASKS.names())
+    out = tuple(kinds) if kinds else tool_kinds()
     for k in out:
         SCENE_TASKS[k]  # an unknown kind: KeyError listing the known ones
     return out

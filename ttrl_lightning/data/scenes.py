@@ -9,8 +9,10 @@ downloaded) from a ``random.Random`` seeded with ``seed * 1_000_003 + index`` (t
 * :func:`make_clip` -> :class:`Clip`: objects moving in their own horizontal lanes (bouncing off the sides,
   never overlapping), per-frame truth boxes by track id, and one object present only during a planted
   segment ``[start, end]`` of frames;
-* :data:`SCENE_TASKS`: question makers, each solved by a known tool chain of one tool family, so a
-  single-tool ablation removes exactly the tasks that need that tool:
+* :data:`SCENE_TASKS`: the one registry of image tasks (:class:`SceneTaskKind`: its maker, its family, whether
+  it shows a clip); :func:`scene_kinds` lists them by family. The ``tool`` family: question makers, each solved by
+  a known tool chain of one tool family, so a single-tool ablation removes exactly the tasks that need that
+  tool (``direction`` and ``when`` show clips):
 
   =============  ======================================================  ==========================
   task           question                                                tool chain
@@ -24,11 +26,12 @@ downloaded) from a ``random.Random`` seeded with ``seed * 1_000_003 + index`` (t
   ``when``       In which frames is the green square visible?            TEMP
   =============  ======================================================  ==========================
 
-* :data:`GLANCE_TASKS`: questions answered at a glance, without tools, for direct-answer SFT and test-time RL
+* the ``glance`` family: questions answered at a glance, without tools, for direct-answer SFT and test-time RL
   of a small vision-language model (``ttrl demo --part vlm``): one large object alone on a small canvas
   (:func:`make_glance`), asked its colour (``object_colour``, in one of :data:`GLANCE_COLOUR_QUESTIONS`), and its
   shifted twin ``tinted_object_colour``, whose object is tinted toward another palette colour (:data:`TINT`).
-  :func:`scene_task` finds a kind in either registry.
+
+A question file (``ttrl questions --task scenes``) holds the kinds with one image (:func:`question_file_kinds`).
 
 Boxes are pixel boxes ``(x0, y0, x1, y1)`` with ``x1, y1`` exclusive (the tools' artifacts normalise them).
 """
@@ -301,8 +304,47 @@ class SceneTask:
     truth: dict[str, Any] = field(default_factory=dict, repr=False)
 
 
-#: task kind -> ``(seed, index) -> SceneTask``
-SCENE_TASKS: Registry[Callable[[int, int], SceneTask]] = Registry("scene task")
+#: the families of image tasks: ``tool`` (solved by a known tool chain), ``glance`` (answered without tools)
+SCENE_FAMILIES = ("tool", "glance")
+
+
+@dataclass(frozen=True)
+class SceneTaskKind:
+    """One kind of image task: ``make(seed, index) -> SceneTask`` (calling the kind calls it), its ``family``
+    (:data:`SCENE_FAMILIES`) and ``clip``: its tasks show frames, not one image (no question file holds them)."""
+
+    name: str
+    make: Callable[[int, int], "SceneTask"]
+    family: str = "tool"
+    clip: bool = False
+
+    def __call__(self, seed: int, index: int) -> "SceneTask":
+        return self.make(seed, index)
+
+
+#: task kind -> :class:`SceneTaskKind`: every image task, tool and glance
+SCENE_TASKS: Registry[SceneTaskKind] = Registry("scene task")
+_REGISTERED: list[str] = []  # the kinds in the order they were registered (the question files' cycling order)
+
+
+def scene_task_kind(name: str, family: str = "tool", clip: bool = False):
+    """Register the decorated maker as kind ``name`` of :data:`SCENE_TASKS`."""
+    if family not in SCENE_FAMILIES:
+        raise ValueError(f"family must be one of {SCENE_FAMILIES}, got {family!r}")
+
+    def deco(fn: Callable[[int, int], "SceneTask"]):
+        SCENE_TASKS.register(name, SceneTaskKind(name, fn, family, clip))
+        _REGISTERED.append(name)
+        return fn
+
+    return deco
+
+
+def scene_kinds(family: str | None = None, clip: bool | None = None) -> tuple[str, ...]:
+    """The kinds of :data:`SCENE_TASKS` of ``family`` (None: every family) that show a clip or not (``clip``;
+    None: both), in the order they were registered."""
+    return tuple(k for k in _REGISTERED if (family is None or SCENE_TASKS[k].family == family)
+                 and (clip is None or SCENE_TASKS[k].clip == clip))
 
 
 def _norm_box(box: tuple[int, int, int, int], width: int, height: int) -> list[float]:
@@ -314,7 +356,7 @@ def _norm_box(box: tuple[int, int, int, int], width: int, height: int) -> list[f
     ]
 
 
-@SCENE_TASKS.register("count")
+@scene_task_kind("count")
 def count_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(3, 6))
     colour = scene_rng(seed, index + 7_919).choice(sorted({o.colour for o in scene.objects}))
@@ -363,17 +405,17 @@ def _property_task(kind: str, asked: str, named_by: str, question: str, seed: in
     )
 
 
-@SCENE_TASKS.register("colour")
+@scene_task_kind("colour")
 def colour_task(seed: int, index: int) -> SceneTask:
     return _property_task("colour", "colour", "shape", "What colour is the {}?", seed, index)
 
 
-@SCENE_TASKS.register("shape")
+@scene_task_kind("shape")
 def shape_task(seed: int, index: int) -> SceneTask:
     return _property_task("shape", "shape", "colour", "What shape is the {} object?", seed, index)
 
 
-@SCENE_TASKS.register("read")
+@scene_task_kind("read")
 def read_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(1, 3), n_words=1)
     word = scene.words[0]
@@ -388,7 +430,7 @@ def read_task(seed: int, index: int) -> SceneTask:
     )
 
 
-@SCENE_TASKS.register("read_small")
+@scene_task_kind("read_small")
 def read_small_task(seed: int, index: int) -> SceneTask:
     scene = make_scene(seed, index, n_objects=(1, 3), n_words=0, tiny_word=True)
     word = scene.words[0]
@@ -404,7 +446,7 @@ def read_small_task(seed: int, index: int) -> SceneTask:
     )
 
 
-@SCENE_TASKS.register("direction")
+@scene_task_kind("direction", clip=True)
 def direction_task(seed: int, index: int) -> SceneTask:
     for attempt in range(50):  # draw again until the object's first and last positions differ
         clip = make_clip(seed, index * 64 + attempt, n_frames=12)
@@ -427,7 +469,7 @@ def direction_task(seed: int, index: int) -> SceneTask:
     )
 
 
-@SCENE_TASKS.register("when")
+@scene_task_kind("when", clip=True)
 def when_task(seed: int, index: int) -> SceneTask:
     clip = make_clip(seed, index)
     tid, start, end = clip.segment
@@ -452,10 +494,6 @@ GLANCE_RADII = (24, 44)
 #: range of the tint fraction ``f`` of ``tinted_object_colour``: the object's pixels are
 #: ``(1 - f) * its colour + f * another palette colour``
 TINT = (0.15, 0.40)
-
-#: task kind -> ``(seed, index) -> SceneTask``: the glance tasks (module docstring)
-GLANCE_TASKS: Registry[Callable[[int, int], SceneTask]] = Registry("glance task")
-
 
 def _nearest_colour(rgb: np.ndarray) -> str:
     return min(COLOURS, key=lambda c: float(((rgb - np.asarray(COLOURS[c], dtype=float)) ** 2).sum()))
@@ -516,29 +554,32 @@ def _glance_colour_task(kind: str, seed: int, index: int, tint: tuple[float, flo
                      image=scene.image, truth={"colour": obj.colour, "shape": obj.shape, "box": obj.box})
 
 
-@GLANCE_TASKS.register("object_colour")
+@scene_task_kind("object_colour", family="glance")
 def object_colour_task(seed: int, index: int) -> SceneTask:
     return _glance_colour_task("object_colour", seed, index, None)
 
 
-@GLANCE_TASKS.register("tinted_object_colour")
+@scene_task_kind("tinted_object_colour", family="glance")
 def tinted_object_colour_task(seed: int, index: int) -> SceneTask:
     return _glance_colour_task("tinted_object_colour", seed, index, TINT)
 
 
-def scene_task(kind: str) -> Callable[[int, int], SceneTask]:
-    """The maker of task ``kind``: a tool task (:data:`SCENE_TASKS`) or a glance task (:data:`GLANCE_TASKS`)."""
-    for registry in (SCENE_TASKS, GLANCE_TASKS):
-        if kind in registry:
-            return registry[kind]
-    raise KeyError(f"unknown scene task {kind!r}; known: {', '.join(SCENE_TASKS.names() + GLANCE_TASKS.names())}")
+def question_file_kinds() -> tuple[str, ...]:
+    """The kinds a question file holds: those that show one image, tool and glance, in registration order (the
+    order a file cycles through)."""
+    return scene_kinds(clip=False)
+
+
+def tool_kinds() -> tuple[str, ...]:
+    """The agent's default kinds: every ``tool`` kind (clips too), sorted by name."""
+    return tuple(sorted(scene_kinds("tool")))
 
 
 def make_tasks(seed: int, n: int, kinds: list[str] | None = None) -> list[SceneTask]:
-    """``n`` tasks cycling through ``kinds`` (all of :data:`SCENE_TASKS` by default; glance kinds too), item
+    """``n`` tasks cycling through ``kinds`` (any of :data:`SCENE_TASKS`; by default :func:`tool_kinds`), item
     ``i`` drawn from ``(seed, i)``."""
-    kinds = kinds or SCENE_TASKS.names()
-    return [scene_task(kinds[i % len(kinds)])(seed, i) for i in range(n)]
+    kinds = kinds or tool_kinds()
+    return [SCENE_TASKS[kinds[i % len(kinds)]](seed, i) for i in range(n)]
 
 
 def scene_source(seed: int, kinds: list[str] | None = None):
@@ -548,8 +589,8 @@ def scene_source(seed: int, kinds: list[str] | None = None):
     (:func:`.splits.question_key`), so two scenes asked the same question are two questions."""
     from .splits import QuestionSource
 
-    kinds = list(kinds or SCENE_TASKS.names())
-    makers = [scene_task(k) for k in kinds]  # an unknown kind fails here, naming the known ones
+    kinds = list(kinds or tool_kinds())
+    makers = [SCENE_TASKS[k] for k in kinds]  # an unknown kind fails here, naming the known ones
     drawn: list[dict] = []
 
     def draw(n: int) -> list[dict]:
