@@ -12,7 +12,7 @@ from ttrl_lightning.data.pool import load_pool
 from ttrl_lightning.eval.bon.protocol import DEFAULT_METHODS, BoNConfig, evaluate_pool
 
 ALL_METHODS = {"first", "oracle", "majority", "self_certainty", "self_certainty_borda_p1.2", "lookback",
-               "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
+               "lookback_rwc", "visconf_top1", "visconf_rwc", "visconf_wc", "min_length", "hms",
                "dual_view_majority"}
 
 

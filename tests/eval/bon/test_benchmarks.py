@@ -34,11 +34,11 @@ def test_bon_on_several_pools_reports_their_macro_average(tmp_path, capsys):
         write_records(pool_to_records(pool), path)
     out = str(tmp_path / "r.json")
     assert main(["bon", "--pool", *paths, "--n", "2", "4", "--subsets", "4", "--bootstrap", "100",
-                 "--methods", "majority", "visconf", "visconf_rwc", "--out", out, "--no-progress"]) == 0
+                 "--methods", "majority", "visconf_top1", "visconf_rwc", "--out", out, "--no-progress"]) == 0
     assert "macro average over 2 pools" in capsys.readouterr().out
     report = json.load(open(out))
     cfg = BoNConfig(ns=(2, 4), subsets=4)
-    results = [evaluate_pool(p, ["majority", "visconf", "visconf_rwc"], cfg, progress=False) for p in pools]
+    results = [evaluate_pool(p, ["majority", "visconf_top1", "visconf_rwc"], cfg, progress=False) for p in pools]
     for m in ("majority", "visconf_rwc"):
         want = sum(r.accuracy()[m]["2"] for r in results) / 2
         assert abs(report["accuracy"][m]["2"] - want) < 1e-12

@@ -69,6 +69,6 @@ def test_clear_errors_for_missing_signals_views_and_budgets():
         evaluate_pool(pool, ["majority"], BoNConfig(ns=(9,)), progress=False)
     pool.signals.pop("visual_engagement")
     with pytest.raises(ValueError, match="visual_engagement"):
-        evaluate_pool(pool, ["visconf"], BoNConfig(ns=(4,)), progress=False)
+        evaluate_pool(pool, ["visconf_top1"], BoNConfig(ns=(4,)), progress=False)
     with pytest.raises(KeyError, match="known"):
         evaluate_pool(pool, ["no_such_method"], BoNConfig(ns=(4,)), progress=False)

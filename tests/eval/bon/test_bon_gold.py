@@ -47,8 +47,8 @@ def test_method_requirements_name_the_pool_file(tmp_path):
     path = str(tmp_path / "nosc.jsonl")
     write_records(records, path)
     pool = load_pool(path)
-    with pytest.raises(PoolError, match=r"nosc\.jsonl: method 'visconf' needs per-token "
+    with pytest.raises(PoolError, match=r"nosc\.jsonl: method 'visconf_top1' needs per-token "
                                         r"\['self_certainty'\]"):
-        evaluate_pool(pool, ["visconf"], BoNConfig(ns=(2,), subsets=2), progress=False)
+        evaluate_pool(pool, ["visconf_top1"], BoNConfig(ns=(2,), subsets=2), progress=False)
     with pytest.raises(PoolError, match=r"nosc\.jsonl: methods \['hms'\] need reframed-view rollouts"):
         evaluate_pool(pool, ["hms"], BoNConfig(ns=(2,), subsets=2), progress=False)

@@ -55,7 +55,7 @@ __all__ = ["BoNMethod", "BON_METHODS", "DEFAULT_METHODS", "VISCONF_ABLATIONS", "
            "expand_methods"]
 
 DEFAULT_METHODS = ("first", "oracle", "majority", "self_certainty", "self_certainty_borda", "lookback",
-                   "lookback_rwc", "visconf", "visconf_rwc", "visconf_wc", "min_length", "hms",
+                   "lookback_rwc", "visconf_top1", "visconf_rwc", "visconf_wc", "min_length", "hms",
                    "dual_view_majority")
 #: VisConf sec. 7.2's score ablations (Table 2), evaluated when named in ``--methods``
 VISCONF_ABLATIONS = ("visconf_v_only", "visconf_vk_uncalibrated", "visconf_token_fusion")
@@ -139,7 +139,8 @@ _register("self_certainty_borda", lambda ch, p: _vote_correct(ch, borda_from_cou
           "borda", "K", param="p", sweep="borda_p")
 _register("lookback", lambda ch: _top1(ch, ch.score("L")), "top1", "L")
 _register("lookback_rwc", lambda ch: _rwc_correct(ch, "L"), "rwc", "L")
-_register("visconf", lambda ch: _top1(ch, ch.score("Z")), "top1", "Z")
+# top-1 by Z, named apart from the ``visconf`` pseudo-labeler (RWC over Z: ``visconf_rwc`` here)
+_register("visconf_top1", lambda ch: _top1(ch, ch.score("Z")), "top1", "Z")
 _register("visconf_rwc", lambda ch: _rwc_correct(ch, "Z"), "rwc", "Z")
 _register("visconf_wc", lambda ch: _vote_correct(ch, ch.score("Z")), "wc", "Z")
 _register("min_length", lambda ch: _top1(ch, -ch.score("len")), "top1", "len")
