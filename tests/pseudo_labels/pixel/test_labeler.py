@@ -1,29 +1,13 @@
-import logging
+"""Pixel TTRL's uncertainty-weighted vote (Pixelis sec. 3.3, ``pseudo_labels.pixel.labeler``): the weights,
+abstention, errors and the conformal calibration, worked by hand."""
 import math
-import random
 
 import pytest
-import torch
 
 from ttrl_lightning.consensus import conformal_threshold
-from ttrl_lightning.pseudo_labels import (PseudoLabelError, batch_reliability, calibrate_pixel,
-                                          decisive_token_mask, fit_temperature, pseudo_label)
-from ttrl_lightning.pseudo_labels.pixel.labeler import rollout_similarity
+from ttrl_lightning.pseudo_labels import PseudoLabelError, calibrate_pixel, fit_temperature, pseudo_label
 
-LN_HALF = math.log(0.5)  # p = exp(mean logprob) = 0.5 exactly -> Cal = 0.5 at any T
-
-
-def ro(answer, entropy=(0.0,), logprob=(LN_HALF,), text=None):
-    out = {"answer": answer, "entropy": list(entropy), "logprob": list(logprob)}
-    if text is not None:
-        out["text"] = text
-    return out
-
-
-def temperature_scaled(p, t):
-    # sigmoid(logit(p) / T) written as p^(1/T) / (p^(1/T) + (1-p)^(1/T)), a different route to the same value
-    a, b = p ** (1 / t), (1 - p) ** (1 / t)
-    return a / (a + b)
+from tests.pseudo_labels.pixel._votes import ro, temperature_scaled
 
 
 # ------------------------------------------------------------------------------------- the weights w_j
@@ -161,40 +145,6 @@ def test_zero_weights_abstain():
     assert out.abstain and out.info["abstain_reason"] == "every rollout has weight 0"
     assert out.info["confidence"] == 0.0
 
-
-# ------------------------------------------------------------------------------------------ duplicates
-
-def test_rollout_similarity_is_the_jaccard_index_of_character_trigrams():
-    assert rollout_similarity("abcd", "abce") == pytest.approx(1 / 3)  # {abc, bcd} vs {abc, bce}
-    assert rollout_similarity("the answer is 5", "the answer is 5") == 1.0
-    assert rollout_similarity("ab", "ab") == 1.0 and rollout_similarity("ab", "abc") == 0.0
-    assert rollout_similarity("xyz", "abc") == 0.0
-
-
-def test_duplicates_stay_in_the_vote_and_leave_the_update():
-    # "abcdef" ~ "abcdefg" 4/5; "abcdefg" ~ "abcdefgh" 5/6; "abcdef" ~ "abcdefgh" 4/6
-    texts = ["abcdef", "abcdefg", "abcdefgh", "abcdef", None]
-    rollouts = [ro(a, text=t) for a, t in zip(["5", "5", "6", "5", "5"], texts)]
-    out = pseudo_label("pixel", rollouts, duplicate_threshold=0.75)
-    # rollout 1 copies rollout 0; rollout 2 is close only to the rejected rollout 1, so it is kept;
-    # rollout 3 is an exact copy of rollout 0; rollout 4 has no text
-    assert out.row_mask == [True, False, True, False, True]
-    assert out.info["duplicates"] == 2
-    assert out.info["support"] == pytest.approx({"5": 2.0, "6": 0.5})  # every rollout still votes
-    assert out.rewards == [1.0, 1.0, 0.0, 1.0, 1.0]
-    assert pseudo_label("pixel", rollouts, duplicate_threshold=0.8).row_mask == [
-        True, True, False, False, True]  # 4/5 is not above 0.8, 5/6 is
-    off = pseudo_label("pixel", rollouts, duplicate_threshold=None)
-    assert off.row_mask == [True] * 5 and off.info["duplicates"] == 0
-
-
-def test_default_threshold_rejects_exact_copies():
-    text = r"Adding the two numbers gives \boxed{5}"
-    rollouts = [ro(None, text=text), ro(None, text=text), ro(None, text="So it is \\boxed{5}")]
-    out = pseudo_label("pixel", rollouts)
-    assert out.label == "5" and out.row_mask == [True, False, True]
-
-
 # ---------------------------------------------------------------------------------------------- errors
 
 def test_nan_and_missing_signals_are_named():
@@ -238,139 +188,6 @@ def test_bad_inputs_are_named():
                      ({"duplicate_threshold": 1.5}, "duplicate_threshold")):
         with pytest.raises(PseudoLabelError, match=rf"pixel: {flag} must be"):
             pseudo_label("pixel", two, **kw)
-
-
-# ------------------------------------------------------------------------------------- decisive tokens
-
-CS, CE, OS, OE = 10, 11, 12, 13
-
-
-@pytest.mark.parametrize("ids,expected", [
-    ([1, 2, 3], [True, True, True]),                                       # no tool call: all decisive
-    ([1, 2, CS, 3, 4, CE, OS, 5, OE, 6, 7],
-     [False, False, True, True, True, True, False, False, False, True, True]),
-    ([CS, 3, CE, OS, 5, OE, 1, CS, 4, CE, OS, 6, OE, 7, 8],
-     [True, True, True, False, False, False, False, True, True, True, False, False, False, True, True]),
-    ([CS, 3, CE, OS, 5, OE, 1, CS, 4, CE],                                 # a call after the last observation
-     [True, True, True, False, False, False, True, True, True, True]),
-    ([CS, 3, CE, 1, 2], [True] * 5),                                        # a call with no observation
-    ([], []),
-])
-def test_decisive_token_mask_on_hand_made_ids(ids, expected):
-    assert decisive_token_mask(ids, CS, CE, OE) == expected
-
-
-def test_decisive_token_mask_with_the_char_tokenizer():
-    from ttrl_lightning.models import build_char_tokenizer
-    from ttrl_lightning.tools.protocol import CALL_END, CALL_START, OBSERVATION_END
-
-    tok = build_char_tokenizer()
-    text = "12+7=<call>add(12,7)</call><out>19</out>19<eos>"
-    ids = tok(text, add_special_tokens=False)["input_ids"]
-    mask = decisive_token_mask(ids, *tok.convert_tokens_to_ids([CALL_START, CALL_END, OBSERVATION_END]))
-    tokens = tok.convert_ids_to_tokens(ids)
-    assert "".join(t for t, m in zip(tokens, mask) if m) == "<call>add(12,7)</call>19<eos>"
-
-
-def test_decisive_token_mask_refuses_bad_ids():
-    with pytest.raises(TypeError, match=r"completion_ids\[1\]"):
-        decisive_token_mask([1, 2.0], CS, CE, OE)
-    with pytest.raises(ValueError, match="three different ids"):
-        decisive_token_mask([1], CS, CS, OE)
-
-
-# ----------------------------------------------------------------------------------------- temperature
-
-def nll(confidences, correct, t):
-    total = 0.0
-    for p, y in zip(confidences, correct):
-        p = min(max(p, 1e-6), 1 - 1e-6)
-        q = temperature_scaled(p, t)
-        total -= math.log(q) if y else math.log(1 - q)
-    return total
-
-
-def synthetic(t_true, n, seed):
-    g = torch.Generator().manual_seed(seed)
-    z = torch.randn(n, generator=g, dtype=torch.float64) * 2.0  # true logits
-    correct = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(z)).tolist()
-    confidences = torch.sigmoid(z * t_true).tolist()  # an overconfident model: logits scaled by t_true
-    return confidences, correct
-
-
-def test_fit_temperature_matches_an_independent_optimiser():
-    optimize = pytest.importorskip("scipy.optimize")
-    conf, correct = synthetic(1.7, 400, seed=3)
-    t = fit_temperature(conf, correct)
-    res = optimize.minimize_scalar(lambda lt: nll(conf, correct, math.exp(lt)),
-                                   bounds=(math.log(1e-2), math.log(1e2)), method="bounded",
-                                   options={"xatol": 1e-10})
-    assert t == pytest.approx(math.exp(res.x), rel=1e-5)
-    assert nll(conf, correct, t) <= nll(conf, correct, math.exp(res.x)) + 1e-9
-    grid = [math.exp(math.log(0.5) + k * (math.log(4) - math.log(0.5)) / 2000) for k in range(2001)]
-    best = min(grid, key=lambda x: nll(conf, correct, x))
-    assert t == pytest.approx(best, rel=2e-3)
-
-
-@pytest.mark.parametrize("t_true", [0.6, 2.5])
-def test_fit_temperature_recovers_a_known_temperature(t_true):
-    conf, correct = synthetic(t_true, 20000, seed=11)
-    assert fit_temperature(conf, correct) == pytest.approx(t_true, rel=0.05)
-
-
-def test_fit_temperature_edges(caplog):
-    assert fit_temperature([0.5, 0.5], [True, False]) == 1.0
-    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel.labeler"):
-        assert fit_temperature([0.9, 0.1], [True, False]) == 1e-2  # separable: T -> 0, clipped to the bound
-    assert "T <= 0.01" in caplog.text
-    with pytest.raises(ValueError, match="2 confidences but 1"):
-        fit_temperature([0.9, 0.2], [True])
-    with pytest.raises(ValueError, match=r"confidences\[1\] = 1.5"):
-        fit_temperature([0.9, 1.5], [True, False])
-    with pytest.raises(ValueError, match=r"correct\[0\] must be a bool"):
-        fit_temperature([0.9], [2])
-
-
-# ----------------------------------------------------------------------------------------- reliability
-
-def batch(seed, accuracies, queries):
-    rng = random.Random(seed)
-    return [[str(10 * q) if rng.random() < a else str(10 * q + 1 + rng.randrange(3)) for a in accuracies]
-            for q in range(queries)]
-
-
-def test_a_planted_unreliable_slot_gets_the_lowest_reliability():
-    rows = batch(0, [0.8] * 5 + [0.25], 60)
-    r = batch_reliability(rows)
-    assert len(r) == 60 and all(row == r[0] for row in r)
-    slot = r[0]
-    assert sum(slot) / 6 == pytest.approx(1.0, rel=1e-12)
-    assert min(range(6), key=slot.__getitem__) == 5 and slot[5] < 0.6 < min(slot[:5])
-
-
-def test_iid_slots_stay_near_one():
-    slot = batch_reliability(batch(0, [0.7] * 6, 200))[0]
-    assert sum(slot) / 6 == pytest.approx(1.0, rel=1e-12)
-    assert max(abs(x - 1.0) for x in slot) < 0.3
-
-
-def test_reliability_follows_answer_equivalence_and_ragged_rows():
-    rows = batch(1, [0.8] * 5 + [0.25], 60)
-    rows_eq = [[a + ".0" if j == 2 else a for j, a in enumerate(row)] for row in rows]  # "10" == "10.0"
-    assert batch_reliability(rows_eq)[0] == pytest.approx(batch_reliability(rows)[0], rel=1e-12)
-    rows[0] = rows[0][:3]
-    r = batch_reliability(rows)
-    assert len(r[0]) == 3 and r[0] == r[1][:3]
-
-
-def test_fewer_than_two_queries_gives_ones_and_a_reason(caplog):
-    with caplog.at_level(logging.WARNING, logger="ttrl_lightning.pseudo_labels.pixel.labeler"):
-        r, reason = batch_reliability([["5", "5", "6"], [None, None, None]], return_reason=True)
-    assert r == [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
-    assert "1 query with an extractable answer" in reason and reason in caplog.text
-    assert batch_reliability([["5", None]]) == [[1.0, 1.0]]
-    assert batch_reliability(batch(0, [0.8] * 3, 5), return_reason=True)[1] is None
-
 
 # ----------------------------------------------------------------------------------------- calibration
 
@@ -417,11 +234,3 @@ def test_calibrate_pixel_per_group_options_and_errors():
     groups[1][0]["entropy"] = [float("nan")]
     with pytest.raises(PseudoLabelError, match=r"groups\[1\]: pixel: rollouts\[0\]\.entropy holds NaN"):
         calibrate_pixel(groups, ["5", "8"])
-
-
-def test_decisive_mask_of_a_completion_cut_after_an_observation_is_every_token():
-    from ttrl_lightning.pseudo_labels.pixel.labeler import decisive_token_mask
-
-    # 7 text, 3 observation end: the budget ended the completion right after the observation
-    assert decisive_token_mask([7, 7, 3], 1, 2, 3) == [True, True, True]
-    assert decisive_token_mask([7, 3, 9], 1, 2, 3) == [False, False, True]
