@@ -41,10 +41,10 @@ test: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q -m "not slow" tests
 
 # a real pretrained model improves itself (or not): SmolLM2-135M-Instruct imported from its package, then the
-# TTRL arms and the random- / gold-reward controls on reasoning-gym tasks (benchmarks/real_model_ttrl.py)
+# TTRL arms and the random- / gold-reward controls on reasoning-gym tasks (benchmarks/training/real_model_ttrl.py)
 real-model: $(STAMP)
 	$(VENV)/bin/ttrl model import --out models/smollm2
-	$(PY) benchmarks/real_model_ttrl.py --model models/smollm2 --out outputs/bench/real_model_ttrl
+	$(PY) -m benchmarks.training.real_model_ttrl --model models/smollm2 --out outputs/bench/real_model_ttrl
 
 test-all: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q tests

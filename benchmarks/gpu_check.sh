@@ -5,16 +5,16 @@
 # (benchmarks/gpu_wheels.txt, fetched here by benchmarks/gpu_wheels.sh; installed under /tmp, never into the
 # image's environment). Steps, each with its own timeout, log and exit code:
 #   A (in parallel) build_cuda_ext: the CUDA extension in place against the machine's torch (sm_90 by default);
-#                   check_triton / check_torch: benchmarks/gpu_kernel_check.py (head dims 64-256, fp32/bf16/fp16,
+#                   check_triton / check_torch: benchmarks/kernels/gpu_kernel_check.py (head dims 64-256, fp32/bf16/fp16,
 #                   token_stats, linear_logprobs) plus tests/ops/_backend_check.py (odd small shapes);
 #   B check_cuda:   the same checks for the extension built in A;
 #   C bench_token_stats, bench_attention_mass, bench_generate_signals (bf16, one at a time: they time things);
-#   D bench_vllm:   benchmarks/rollout_engines.py on a random Llama (hidden 1024 x 8 layers), HF generate vs the
+#   D bench_vllm:   benchmarks/engines/rollout_engines.py on a random Llama (hidden 1024 x 8 layers), HF generate vs the
 #                   colocated vLLM engine (needs the `vllm` package on the machine; bf16).
 #   E vlm_recipe:   configs/ttrl/visconf_qwen2.5_vl_3b.yaml for 2 steps on 8 generated scene questions with a real
 #                   Qwen2.5-VL checkpoint folder ($QWEN25_VL_DIR, default /models/Qwen2.5-VL-3B-Instruct) when
 #                   the machine has one; otherwise it says so and passes (dry run: one step on tiny:qwen2_5_vl).
-#   F vllm_vlm:     benchmarks/vllm_vlm_probe.py: vLLM serves a tiny Qwen2-VL with an image, then the engine's image
+#   F vllm_vlm:     benchmarks/engines/vllm_vlm_probe.py: vLLM serves a tiny Qwen2-VL with an image, then the engine's image
 #                   path (VLLMEngine, 2 scene questions x 4) against the policy's log-probs with the images (last:
 #                   two vLLM start-ups; skipped, and reported, when the budget is spent).
 # A step that would end past the budget is skipped and reported. Then one summary table (correctness per
@@ -93,7 +93,7 @@ finish() {
 
 # a check step: gpu_kernel_check.py for the backend, then the odd-shape backend check
 check_cmd() {  # check_cmd BACKEND DEVICE QUICK
-  echo "$PY benchmarks/gpu_kernel_check.py --backend $1 --device $2 $3 --out $LOGS/check_$1.json && " \
+  echo "$PY -m benchmarks.kernels.gpu_kernel_check --backend $1 --device $2 $3 --out $LOGS/check_$1.json && " \
        "$PY tests/ops/_backend_check.py --backend $1 --device $2"
 }
 
@@ -123,32 +123,32 @@ launch check_cuda 60 "$(check_cmd cuda cuda "")"
 finish check_cuda
 
 launch bench_token_stats 90 \
-  "$PY benchmarks/token_stats.py --device cuda --dtype bfloat16 --repeats 5 --out $LOGS/token_stats.json" \
-  "$PY benchmarks/token_stats.py --device cpu --M 64 --H 32 --V 2000 --repeats 1 --candidates materialised,fused_torch --out $LOGS/token_stats.json"
+  "$PY -m benchmarks.kernels.token_stats --device cuda --dtype bfloat16 --repeats 5 --out $LOGS/token_stats.json" \
+  "$PY -m benchmarks.kernels.token_stats --device cpu --M 64 --H 32 --V 2000 --repeats 1 --candidates materialised,fused_torch --out $LOGS/token_stats.json"
 finish bench_token_stats
 launch bench_attention_mass 120 \
-  "$PY benchmarks/attention_mass.py --device cuda --dtype bfloat16 --repeats 10 --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T --out $LOGS/attention_mass.json" \
-  "$PY benchmarks/attention_mass.py --device cpu --T 128 --heads 2 --d 32 --repeats 1 --candidates sdpa_no_mass,ours_torch --out $LOGS/attention_mass.json"
+  "$PY -m benchmarks.kernels.attention_mass --device cuda --dtype bfloat16 --repeats 10 --candidates sdpa_no_mass,sdpa_flash_no_mass,flash_attn2_no_mass,eager_output_attentions,ours_triton,ours_cuda,ours_triton_half_T --out $LOGS/attention_mass.json" \
+  "$PY -m benchmarks.kernels.attention_mass --device cpu --T 128 --heads 2 --d 32 --repeats 1 --candidates sdpa_no_mass,ours_torch --out $LOGS/attention_mass.json"
 finish bench_attention_mass
 launch bench_generate_signals 120 \
-  "$PY benchmarks/generate_signals.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32 --out $LOGS/generate_signals.json" \
-  "$PY benchmarks/generate_signals.py --prompts 1 --n 2 --new-tokens 4 --repeats 1 --out $LOGS/generate_signals.json"
+  "$PY -m benchmarks.engines.generate_signals --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32 --out $LOGS/generate_signals.json" \
+  "$PY -m benchmarks.engines.generate_signals --prompts 1 --n 2 --new-tokens 4 --repeats 1 --out $LOGS/generate_signals.json"
 finish bench_generate_signals
 launch bench_vllm 100 \
-  "$PY benchmarks/rollout_engines.py --device cuda --dtype bfloat16 --random-model 1024:8 --prompts 64 --n 16 --new-tokens 128 --rounds 2 --ttrl-steps 1 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json" \
-  "$PY benchmarks/rollout_engines.py --random-model 128:2 --prompts 2 --n 2 --new-tokens 4 --rounds 1 --ttrl-steps 1 --ttrl-questions 2 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json"
+  "$PY -m benchmarks.engines.rollout_engines --device cuda --dtype bfloat16 --random-model 1024:8 --prompts 64 --n 16 --new-tokens 128 --rounds 2 --ttrl-steps 1 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json" \
+  "$PY -m benchmarks.engines.rollout_engines --random-model 128:2 --prompts 2 --n 2 --new-tokens 4 --rounds 1 --ttrl-steps 1 --ttrl-questions 2 --workdir $LOGS/rollout_engines --out $LOGS/rollout_engines.json"
 finish bench_vllm
 VLM_DIR=${QWEN25_VL_DIR:-/models/Qwen2.5-VL-3B-Instruct}
 TTRL="$PY -m ttrl_lightning.cli"
 VLM_FIT="fit --config configs/ttrl/visconf_qwen2.5_vl_3b.yaml --data.init_args.path $LOGS/vlm_scenes/questions.jsonl --data.init_args.batch_size 4 --trainer.enable_progress_bar=false --trainer.default_root_dir $LOGS/vlm_recipe --trainer.logger lightning.pytorch.loggers.CSVLogger --trainer.logger.save_dir $LOGS/vlm_recipe"
-SCENES="$PY -m ttrl_lightning.generate.scene_questions $LOGS/vlm_scenes --n 8 --kinds colour shape count"
+SCENES="$PY -m ttrl_lightning.cli questions --task scenes --config '{\"kinds\": [\"colour\", \"shape\", \"count\"]}' --n 8 --out $LOGS/vlm_scenes/questions.jsonl"
 launch vlm_recipe 90 \
   "if [ -d $VLM_DIR ]; then $SCENES && $TTRL $VLM_FIT --model.init_args.policy.model $VLM_DIR --trainer.max_steps 2 --model.init_args.sampling.max_new_tokens 128; else echo 'vlm_recipe: no Qwen2.5-VL checkpoint folder at $VLM_DIR (set QWEN25_VL_DIR): the recipe did not run'; fi" \
   "$SCENES && $TTRL $VLM_FIT --model.init_args.policy.model tiny:qwen2_5_vl --model.init_args.policy.dtype float32 --trainer.accelerator cpu --trainer.precision 32-true --trainer.max_steps 1 --model.init_args.sampling.max_new_tokens 8"
 finish vlm_recipe
 launch vllm_vlm 120 \
-  "$PY benchmarks/vllm_vlm_probe.py --device cuda --require --out $LOGS/vllm_vlm_probe.json" \
-  "$PY benchmarks/vllm_vlm_probe.py --out $LOGS/vllm_vlm_probe.json"
+  "$PY -m benchmarks.engines.vllm_vlm_probe --device cuda --require --out $LOGS/vllm_vlm_probe.json" \
+  "$PY -m benchmarks.engines.vllm_vlm_probe --out $LOGS/vllm_vlm_probe.json"
 finish vllm_vlm
 
 echo

@@ -1,7 +1,7 @@
 """The one summary table of benchmarks/gpu_check.sh, from the files its steps left in a log folder:
 
 * ``<step>.rc``: the step's exit code, ``dry`` (a dry run only printed its command) or ``skipped``;
-* ``check_<backend>.json`` (benchmarks/gpu_kernel_check.py): correctness per backend and dtype;
+* ``check_<backend>.json`` (benchmarks/kernels/gpu_kernel_check.py): correctness per backend and dtype;
 * ``token_stats.json`` / ``attention_mass.json`` (the two benchmarks): memory and time ratios.
 
     python benchmarks/gpu_check_summary.py LOG_DIR [--out summary.md] [--json summary.json]

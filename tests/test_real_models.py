@@ -77,9 +77,9 @@ def test_another_file_into_the_same_folder_and_bad_inputs_are_refused(smollm2, t
 
 
 def test_the_regime_scan_runs_on_the_real_model(smollm2, tmp_path):
-    """benchmarks/real_model_scan.py at smoke size: one candidate measured and written, the regime rule by hand."""
+    """benchmarks/training/real_model_scan.py at smoke size: one candidate measured and written, the regime rule by hand."""
     pytest.importorskip("reasoning_gym")
-    from benchmarks.real_model_scan import in_regime, main as scan
+    from benchmarks.training.real_model_scan import in_regime, main as scan
 
     assert in_regime(0.30, 0.45) and not in_regime(0.30, 0.35) and not in_regime(0.10, 0.40)
     assert not in_regime(0.65, 0.90)
@@ -91,10 +91,10 @@ def test_the_regime_scan_runs_on_the_real_model(smollm2, tmp_path):
 
 
 def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, capsys):
-    """benchmarks/real_model_ttrl.py at smoke size: the scan, the checkpoint's splits, a majority and a
+    """benchmarks/training/real_model_ttrl.py at smoke size: the scan, the checkpoint's splits, a majority and a
     gold-reward run (one step each) evaluated on three splits, the checks, the plot; --resume trains nothing."""
     pytest.importorskip("reasoning_gym")
-    from benchmarks.real_model_ttrl import _compared, main as bench
+    from benchmarks.training.real_model_ttrl import _compared, main as bench
 
     # equal counts over k x questions may differ by round-off: a tie is never "exceeds"
     assert _compared(44 / 384, 0.40625 - 0.2916666666666667).startswith("equals")
@@ -141,7 +141,7 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
         report["runs"]["chain_sum:2x1/majority/seed0"]["after"]["trained_on"]["avg"] - before)
     assert (tmp_path / "real_model_ttrl.png").stat().st_size > 0
     # a split that overlaps another is refused before anything is measured
-    from benchmarks.real_model_ttrl import _checked_disjoint
+    from benchmarks.training.real_model_ttrl import _checked_disjoint
 
     with pytest.raises(SystemExit, match="splits overlap"):
         _checked_disjoint({"a": [{"prompt": "1 + 2 ="}], "b": [{"prompt": "1 +  2 = "}]})
@@ -156,7 +156,7 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     row and the arms start from; its questions share none with the harder level's splits (checked with them);
     the recipe options reach the runs; a guard arm runs majority with its guard; --resume keeps the warm-up."""
     pytest.importorskip("reasoning_gym")
-    from benchmarks.real_model_ttrl import main as bench
+    from benchmarks.training.real_model_ttrl import main as bench
 
     argv = ["--model", smollm2, "--out", str(tmp_path), "--warmup", "chain_sum:2x1", "--n-warmup", "4",
             "--warmup-epochs", "1", "--candidates", "chain_sum:3x1", "basic_arithmetic:2x1",
@@ -199,6 +199,55 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     assert bench(argv + ["--resume"]) == 0
     printed = capsys.readouterr().out
     assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed and "(1 of 1)" in printed
+
+
+def test_a_run_stopped_mid_way_continues_from_its_last_checkpoint_on_resume(smollm2, tmp_path, monkeypatch, capsys):
+    """A sitting that ends inside a run loses at most --save-every steps: the run saved last.ckpt at step 1,
+    an error at step 2 stops it, and --resume continues it from there (its curve joined across the two
+    sittings), ends at the same step count, and deletes the checkpoint."""
+    pytest.importorskip("reasoning_gym")
+    from benchmarks.training.real_model_ttrl import main as bench
+    from ttrl_lightning.modules import TTRLModule
+
+    argv = ["--model", smollm2, "--out", str(tmp_path), "--candidates", "chain_sum:2x1", "basic_arithmetic:2x1",
+            "--train-on", "chain_sum:2x1", "--arms", "majority", "--seeds", "0", "--n-scan", "1", "--n-train", "3",
+            "--n-eval", "1", "--n-calibration", "1", "--k", "1", "--epochs", "1", "--val-every", "0", "--votes", "2",
+            "--trained", "1", "--batch-size", "1", "--save-every", "1"]
+    real = TTRLModule.training_step
+
+    def stop_at_the_third_step(self, batch, batch_idx):
+        if self.global_step == 2:
+            raise RuntimeError("the sitting ends")
+        return real(self, batch, batch_idx)
+
+    monkeypatch.setattr(TTRLModule, "training_step", stop_at_the_third_step)
+    with pytest.raises(RuntimeError, match="the sitting ends"):
+        bench(argv)
+    last = tmp_path / "runs" / "chain_sum_2x1" / "majority" / "seed0" / "checkpoints" / "last.ckpt"
+    assert last.is_file()
+    monkeypatch.setattr(TTRLModule, "training_step", real)
+    assert bench(argv + ["--resume"]) == 0
+    assert "continues from" in capsys.readouterr().out
+    run = json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"]["chain_sum:2x1/majority/seed0"]
+    assert run["steps"] == 3 and run["resumed_at_step"] == 2
+    assert [step for step, _ in run["curves"]["train/vote_accuracy"]] == [0, 1, 2]
+    assert not last.exists()
+
+
+def test_run_curves_join_the_sittings_of_a_run(tmp_path):
+    from benchmarks.training.real_model_ttrl import _run_curves
+
+    def log(version: int, rows: list[tuple[int, float]]):
+        folder = tmp_path / f"version_{version}"  # where the CSV logger of ttrl fit writes
+        folder.mkdir(parents=True)
+        (folder / "metrics.csv").write_text("step,train/vote_accuracy,val/avg@8\n" + "".join(
+            f"{step},{value},\n" for step, value in rows))
+
+    log(0, [(0, 0.1), (1, 0.2), (2, 0.3)])  # step 2 ran after the last checkpoint (at step 2)
+    log(1, [(2, 0.35), (3, 0.4)])           # the resumed sitting runs step 2 again
+    curves, start = _run_curves(str(tmp_path))
+    assert curves["train/vote_accuracy"] == [(0, 0.1), (1, 0.2), (2, 0.35), (3, 0.4)] and start == 2
+    assert _run_curves(str(tmp_path / "none")) == ({}, 0)
 
 
 def test_a_rerun_checks_the_weights_cleans_a_killed_import_and_files_get_the_usual_mode(smollm2, capsys):

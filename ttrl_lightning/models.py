@@ -144,7 +144,7 @@ def _tiny_qwen2_vl(tokenizer, hidden=32, layers=2, heads=4, kv_heads=2, max_pos=
     """A tiny Qwen2-VL: the text model of :func:`_common` with M-RoPE (sections 2/1/1 of the head's 4
     frequency pairs at the default size) and a ``vision_depth``-block vision tower of width ``vision_width``
     (default ``hidden``; patch 14, 2 x 2 merge). ``vocab`` (at least the tokenizer's) and ``intermediate``
-    (default ``2 hidden``) size the text model for benchmarks (``benchmarks/generate_signals.py``)."""
+    (default ``2 hidden``) size the text model for benchmarks (``benchmarks/engines/generate_signals.py``)."""
     from transformers import Qwen2VLConfig
 
     text, ids = _tiny_vl_parts(tokenizer, hidden, layers, heads, kv_heads, max_pos, vocab, intermediate)

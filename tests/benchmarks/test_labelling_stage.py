@@ -1,9 +1,9 @@
-"""benchmarks/labelling_stage.py at toy size: the columnar stage and the former loops give the same rewards,
+"""benchmarks/labelers/labelling_stage.py at toy size: the columnar stage and the former loops give the same rewards,
 masks and vote groups for every labeler (the benchmark refuses to time them otherwise), and the JSON holds
 one paired ratio per round. No timing is asserted."""
 import json
 
-from benchmarks.labelling_stage import main
+from benchmarks.labelers.labelling_stage import main
 
 
 def test_the_stage_agrees_with_the_former_loops_and_reports_paired_rounds(tmp_path, capsys):

@@ -7,7 +7,7 @@ pytest.importorskip("cv2")
 
 
 def test_pixel_agent_quick_run_writes_the_table(tmp_path, capsys):
-    from benchmarks.pixel_agent import main
+    from benchmarks.training.pixel_agent import main
 
     out = tmp_path / "agent.json"
     assert main(["--quick", "--out", str(out), "--sft-dir", str(tmp_path / "sft")]) == 0

@@ -1,7 +1,7 @@
-"""benchmarks/_verdict.py: a pass or a fail only when every paired round agrees, else the spread."""
+"""benchmarks/common.py: a pass or a fail only when every paired round agrees, else the spread."""
 import pytest
 
-from benchmarks._verdict import paired_ratios, paired_verdict
+from benchmarks.common import paired_ratios, paired_verdict
 
 
 def test_paired_ratios_are_round_by_round():

@@ -1,10 +1,10 @@
-"""benchmarks/vlm_engagement.py: its AUROCs equal the Mann-Whitney count on hand-made votes, its label accuracies
+"""benchmarks/labelers/vlm_engagement.py: its AUROCs equal the Mann-Whitney count on hand-made votes, its label accuracies
 are the labelers' own, and the script runs end to end on a tiny VLM."""
 import json
 
 import pytest
 
-from benchmarks.vlm_engagement import analyse, main
+from benchmarks.labelers.vlm_engagement import analyse, main
 
 
 def _rollout(answer, v, sc):

@@ -1,9 +1,9 @@
-"""benchmarks/vlm_prompt_sharing.py at toy size: both engines sample the image question, the vision tower is
+"""benchmarks/engines/vlm_prompt_sharing.py at toy size: both engines sample the image question, the vision tower is
 counted (one image per question prompt-shared), and the JSON holds one paired growth ratio per round and both
 verdict lines. No timing is asserted."""
 import json
 
-from benchmarks.vlm_prompt_sharing import main
+from benchmarks.engines.vlm_prompt_sharing import main
 
 
 def test_the_benchmark_counts_image_encodings_and_reports_paired_rounds(tmp_path, capsys):

@@ -1,8 +1,8 @@
-"""benchmarks/weights_digest.py: the digest is a function of the trained weights (two identical runs agree, a
+"""benchmarks/training/weights_digest.py: the digest is a function of the trained weights (two identical runs agree, a
 run with another seed does not), and --compare says so and exits 1 on a difference."""
 import json
 
-from benchmarks.weights_digest import main
+from benchmarks.training.weights_digest import main
 
 
 def test_identical_runs_agree_and_another_seed_differs(tmp_path, capsys):

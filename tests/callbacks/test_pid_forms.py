@@ -1,5 +1,5 @@
 """PID forms of the KL controller (Pixelis appendix 6.1): each discrete rule against a hand-computed sequence,
-the state through a checkpoint round trip, and the simulated plants of benchmarks/kl_control.py."""
+the state through a checkpoint round trip, and the simulated plants of benchmarks/training/kl_control.py."""
 import math
 from types import SimpleNamespace
 
@@ -7,7 +7,7 @@ import pytest
 
 from ttrl_lightning.errors import UserError
 
-from benchmarks.kl_control import PLANTS, BoundController, simulate, step_metrics
+from benchmarks.training.kl_control import PLANTS, BoundController, simulate, step_metrics
 from ttrl_lightning.callbacks.pid import PID_FORMS, PIDController, PIDKLController
 
 
@@ -123,7 +123,7 @@ def test_checkpoint_of_another_form_is_refused_and_old_checkpoints_load():
     assert c.state.step == 3 and c.state.form == "positional"
 
 
-# ------------------------------------------------------------ simulated plants (benchmarks/kl_control.py)
+# ------------------------------------------------------------ simulated plants (benchmarks/training/kl_control.py)
 def test_log_form_meets_the_claims_on_the_matched_plant():
     m = step_metrics(simulate(PLANTS["matched"], PIDController(beta_0=0.04, form="log")))
     assert m["ok"] and m["rise"] < 200 and m["overshoot"] < 0.10

@@ -3,7 +3,7 @@
 Measured inside the pytest process, the resident set carries whatever earlier tests left behind: when the
 collector frees some of it during the measured call, the resident set falls below its starting point and hides
 the call's own peak (a run of the whole suite once read 0 bytes for materialised [256, 65536] logits). A fresh
-process holds only the case's inputs. The measurement itself is the benchmarks' (benchmarks/_memory.py).
+process holds only the case's inputs. The measurement itself is the benchmarks' (benchmarks/common.py).
 
     python -m tests.ops._peak_memory CASE [ARG]   # prints one JSON line: {"peak_extra_bytes": ...} or {"skip": ...}
 """
@@ -111,8 +111,8 @@ CASES = {"token_stats": _token_stats, "linear_logprobs": _linear_logprobs, "grpo
 
 
 def main(case: str, arg: str) -> None:
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    from _memory import peak_extra_memory, reset_peak_rss
+    sys.path.insert(0, ROOT)  # run as a script: the repository root, where the benchmarks package lies
+    from benchmarks.common import peak_extra_memory, reset_peak_rss
 
     if not reset_peak_rss():
         print(json.dumps({"skip": "cannot reset the peak RSS on this system (/proc/self/clear_refs needs Linux)"}))

@@ -6,7 +6,7 @@ The default run compiles one configuration per kernel and architecture: fp32 att
 configuration whose 185,600 B overflowed sm_80 and sm_89 before the launcher fitted its blocks), fp32
 token_stats with bias and the widest linear_logprobs tiles; Triton caches compiled kernels on disk, so a
 second run takes seconds. The exhaustive sweep (every dtype, head dim, bias,
-causal flag and group count) is marked slow; ``python benchmarks/triton_compile_check.py`` prints it as a
+causal flag and group count) is marked slow; ``python -m benchmarks.kernels.triton_compile_check`` prints it as a
 table.
 """
 from __future__ import annotations

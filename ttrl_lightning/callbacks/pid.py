@@ -31,7 +31,7 @@ smoothing and the warm-up; they differ in the update rule (``PID_FORMS``, chosen
     t >= warmup, whichever comes first). The P and I terms logged are the step's increments.
     Departure from appendix 6.1: the paper holds only Kd at 0 in warm-up; ``integral_start="immediate"`` is
     its rule. The default ``"warmup"`` also holds Ki, because from KL = 0 the relative error is -1 for the
-    whole rise and the integral would drive beta to beta_min before KL arrives (``benchmarks/kl_control.py``
+    whole rise and the integral would drive beta to beta_min before KL arrives (``benchmarks/training/kl_control.py``
     compares the rules). A run shorter than its warm-up is then proportional-only: the callback warns when
     ``trainer.max_steps`` does not pass ``warmup_steps``; size ``warmup_steps`` to the run.
 
@@ -46,7 +46,7 @@ Ki 0.05, Kd 0.10, beta in [1e-3, 1e2], I_max 5, warm-up 100, tau 0.9. ``beta_0``
 the module's initial ``kl_coef``) is not given by the paper. Authority: in positional form the steady
 state (e = 0) is beta_0 + Ki * I with |I| <= I_max, i.e. beta_0 +- 0.25 with these gains, so beta_0 must be
 set near the beta that holds KL at target; the velocity forms reach the whole [beta_min, beta_max].
-Measured step responses of every form: ``benchmarks/kl_control.py`` and docs/training.md.
+Measured step responses of every form: ``benchmarks/training/kl_control.py`` and docs/training.md.
 Timing: the update runs after each training batch, so the loss of batch t uses beta_{t-1} (beta_0 first).
 Under DDP the callback all-reduces k_t (mean over the ranks that trained a token) first, so every rank
 computes the same beta.

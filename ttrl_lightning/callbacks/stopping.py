@@ -32,7 +32,7 @@ are logged (the CSV log's ``step`` column; the README's step index), not ``train
 of optimizer steps: one more after the batch, and ``num_iterations`` per batch). ``mode="stop"`` ends the
 run after that step: ``trainer.global_step`` is then its optimizer-step count.
 
-The rule was validated on one task and one model (``benchmarks/real_model_ttrl.py``: SmolLM2-135M-Instruct on
+The rule was validated on one task and one model (``benchmarks/training/real_model_ttrl.py``: SmolLM2-135M-Instruct on
 reasoning-gym ``chain_sum``; the README reports the step it picks against the best held-out step). It is a
 heuristic, not a guarantee.
 """

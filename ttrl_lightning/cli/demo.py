@@ -155,7 +155,7 @@ def run_ttrl_demo(out: str, labelers: list[str], seed_value: int, sft_steps: int
     """SFT (or reuse it), accuracy before, TTRL per labeler, accuracy after (the module docstring).
 
     ``seed_value`` seeds the SFT, the questions and the evaluation's sampling; ``ttrl_seed`` (default
-    ``seed_value``) the TTRL runs (``benchmarks/ttrl_seeds.py`` varies it alone); ``extra_args``: more
+    ``seed_value``) the TTRL runs (``benchmarks/training/ttrl_seeds.py`` varies it alone); ``extra_args``: more
     ``ttrl fit`` options per labeler; ``sft_checkpoint``: start from this checkpoint instead of an SFT run."""
     from ..data.questions import read_questions
     from ..models import load_model, load_tokenizer

@@ -56,7 +56,7 @@ def run_portable(argv: list[str]) -> int:
 
 def reexec_portable() -> None:
     """Replace this process with the same script (``sys.argv``) under :data:`PORTABLE_ENV`, unless it already
-    runs under it: a benchmark's entry point that reports the demo's figures (``benchmarks/ttrl_seeds.py``)."""
+    runs under it: a benchmark's entry point that reports the demo's figures (``benchmarks/training/ttrl_seeds.py``)."""
     if not is_portable():
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **PORTABLE_ENV})
 

@@ -67,7 +67,7 @@ class PolicySpec:
     through the forward with gradients and recompute the layer in the backward (transformers'
     ``gradient_checkpointing_enable``, non-reentrant): the same values and gradients for one more forward's
     time, the activations' memory cut to one layer's (SmolLM2-135M, 32 rows: about 4 GB to a few hundred MB;
-    ``benchmarks/ttrl_step_breakdown.py``). Sampling and the no-grad passes run in eval mode or without
+    ``benchmarks/training/ttrl_step_breakdown.py``). Sampling and the no-grad passes run in eval mode or without
     gradients and are not affected.
 
     In a config: ``init_args: {policy: {model: tiny:qwen2, lr: 1.0e-3}, <the module's own arguments>}``.

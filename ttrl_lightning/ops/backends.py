@@ -34,8 +34,8 @@ ENV_VAR = "TTRL_KERNEL_IMPL"
 #: the ops found in every backend's module as ``<op>_<backend>``
 OPS = ("token_stats", "attention_with_mass")
 
-# Preference order per device type and op for ``auto``. On CPU the order follows benchmarks/token_stats.py,
-# benchmarks/attention_mass.py and benchmarks/train_logprobs.py: the fused C++ epilogues win for token_stats
+# Preference order per device type and op for ``auto``. On CPU the order follows benchmarks/kernels/token_stats.py,
+# benchmarks/kernels/attention_mass.py and benchmarks/kernels/train_logprobs.py: the fused C++ epilogues win for token_stats
 # and linear_logprobs, while SDPA with indicator channels (torch) beats the hand-written C++ flash loop for
 # attention (see docs/kernels.md).
 AUTO_ORDER = {

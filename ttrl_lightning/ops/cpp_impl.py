@@ -8,7 +8,7 @@ import torch  # noqa: F401  (loads libc10/libtorch before the extension)
 from ttrl_lightning import _C  # noqa: F401  (ImportError here means the extension was not built)
 
 # Tile of the token_stats GEMM: block_m x block_v float32 (16 MiB), cache-friendly and 1/150 of full logits
-# at the benchmark size; see benchmarks/token_stats.py.
+# at the benchmark size; see benchmarks/kernels/token_stats.py.
 BLOCK_V = 4096
 BLOCK_M = 1024
 # Query x key blocks of the attention loop (two GEMMs per block); 128 x 512 measured best at T=2048, d=128.

@@ -5,7 +5,7 @@ target=GPUTarget("cuda", cc, 32))`` lowers a kernel to a cubin for compute capab
 shared memory one block needs (``metadata.shared``). A launch whose block needs more than the device's
 opt-in limit per block fails with "out of resources", which the CPU interpreter never shows, so every
 configuration a launcher can choose is compiled here for each supported architecture and checked against
-that architecture's limit (tests/ops/test_triton_compile.py, benchmarks/triton_compile_check.py).
+that architecture's limit (tests/ops/test_triton_compile.py, benchmarks/kernels/triton_compile_check.py).
 
 * :data:`ARCHITECTURES`: compute capability, opt-in shared memory per block (NVIDIA's tuning guides: 163 KB
   on the A100, 99 KB on compute capability 8.6/8.9, 227 KB on the H100/H200; 1 KB = 1,024 B).

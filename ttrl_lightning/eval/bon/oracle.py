@@ -5,7 +5,7 @@ per-token signals, scores them with :mod:`ttrl_lightning.signals` and decides wi
 :func:`ttrl_lightning.consensus.aggregate` / :func:`harmonic_mean_select` / :func:`dual_view_majority`.
 Which rule and score a method uses comes from its :class:`~.methods.BoNMethod` entry (``rule``, ``score``,
 ``needs_views``); everything else here is independent of the vectorised code.
-It is slow; tests run it on small pools and ``benchmarks/bon_harness.py`` times it as the baseline.
+It is slow; tests run it on small pools and ``benchmarks/labelers/bon_harness.py`` times it as the baseline.
 """
 from __future__ import annotations
 

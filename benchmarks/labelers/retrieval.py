@@ -14,7 +14,7 @@ on them at 100k keys).
 faiss runs with ``--threads`` OpenMP threads (default 2: the Pixelis goal is P50 <= 10 ms per query on 2
 cores with recall@10 >= 0.9; the paper reports 7.8 ms on 32 cores). The machine's load average is recorded.
 
-Run:  python benchmarks/retrieval.py [--sizes 100000 1000000] [--out outputs/bench_retrieval.json]
+Run:  python -m benchmarks.labelers.retrieval [--sizes 100000 1000000] [--out outputs/bench_retrieval.json]
 """
 from __future__ import annotations
 

@@ -31,21 +31,19 @@ memory, the thread settings, the CPU's float features (AVX2, AVX-512, AVX512-BF1
 writes JSON.
 
     ttrl model import --out models/smollm2
-    python benchmarks/ttrl_step_breakdown.py --model models/smollm2 [--votes 32 --trained 16] [--steps 3]
+    python -m benchmarks.training.ttrl_step_breakdown --model models/smollm2 [--votes 32 --trained 16] [--steps 3]
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import sys
 import tempfile
 import time
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import _status_kib, reset_peak_rss, write_json  # noqa: E402
-from _provenance import cpu_features, git_commit, peak_rss_gb  # noqa: E402
+from benchmarks.common import _status_kib, reset_peak_rss, write_json
+from benchmarks.common import cpu_features, git_commit, peak_rss_gb
 
 CONFIG = "ttrl/real_smollm2.yaml"
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}

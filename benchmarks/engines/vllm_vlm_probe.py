@@ -10,7 +10,7 @@ It prints ``OK`` and the figures, or the stage that failed and vLLM's own error 
 model in a subprocess, so the root cause is in its log lines above the verdict), and writes the same as
 JSON. Usage::
 
-    python benchmarks/vllm_vlm_probe.py --out outputs/bench/vllm_vlm_probe.json [--device cuda]
+    python -m benchmarks.engines.vllm_vlm_probe --out outputs/bench/vllm_vlm_probe.json [--device cuda]
 """
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ import sys
 import tempfile
 import traceback
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _error_chain(err: BaseException) -> dict:

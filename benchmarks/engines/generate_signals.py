@@ -14,24 +14,21 @@ generated scene questions with one image each (the tiny processor), ``--n`` samp
 sample is forced to ``--new-tokens`` tokens (``min_new_tokens``) so the three do the same work. Time: the
 candidates run in turns for ``--repeats`` rounds; the verdict uses the paired ratio (median over rounds of
 candidate / plain in the same round), and a pass or a fail is printed only when every round is on the same
-side of the target (``_verdict.py``). Throughput = generated tokens / s. Targets: ours at most 1.10x plain
+side of the target (``benchmarks.common``). Throughput = generated tokens / s. Targets: ours at most 1.10x plain
 on CPU (and at most 1.15x, the bound for recording visual engagement while sampling), and well below eager (VisConf reports +18% at N = 32 on GPU for its way). Usage::
 
-    nice -n 10 python benchmarks/generate_signals.py
-    python benchmarks/generate_signals.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32
+    nice -n 10 python -m benchmarks.engines.generate_signals
+    python -m benchmarks.engines.generate_signals --device cuda --dtype bfloat16 --hidden 1024 --layers 8 --n 32
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import write_json  # noqa: E402
-from _verdict import paired_ratios, paired_verdict  # noqa: E402
+from benchmarks.common import write_json
+from benchmarks.common import paired_ratios, paired_verdict
 
 CANDIDATES = ("plain", "ours", "eager")
 

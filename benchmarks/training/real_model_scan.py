@@ -11,8 +11,8 @@ prompt rule of ``prompt_format``) and prints avg@k, maj@k and whether the candid
 JSON is rewritten after every candidate, so an interrupted scan keeps what it measured.
 
     ttrl model import --out models/smollm2
-    python benchmarks/real_model_scan.py --model models/smollm2            # the default candidates, ~25 min
-    python benchmarks/real_model_scan.py --model models/smollm2 --n 16 --k 8 --candidates chain_sum:2x1
+    python -m benchmarks.training.real_model_scan --model models/smollm2            # the default candidates, ~25 min
+    python -m benchmarks.training.real_model_scan --model models/smollm2 --n 16 --k 8 --candidates chain_sum:2x1
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ subset). Running it on all 4,230 questions would take hours, so it is timed on `
 questions drawn at random and its per-question time is scaled to the pool; the printed ratio says so.
 On those questions both implementations must give identical per-question accuracies (checked here).
 
-    python benchmarks/bon_harness.py [--questions 4230 --loop-questions 8 --out outputs/bench_bon_harness.json]
+    python -m benchmarks.labelers.bon_harness [--questions 4230 --loop-questions 8 --out outputs/bench_bon_harness.json]
 """
 from __future__ import annotations
 

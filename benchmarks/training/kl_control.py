@@ -40,9 +40,9 @@ Real run: ``GRPOModule`` on the tiny random Qwen2 (the settings of ``configs/rft
 learning rate of 1e-2 so that the KL to the EMA anchor reaches the corridor within the run), EMA anchor
 (rho 0.99), ``PIDKLController`` of each form, ``--real-steps`` steps on CPU (same seed for every form).
 
-    python benchmarks/kl_control.py                       # plants + real run (200 steps per controller,
+    python -m benchmarks.training.kl_control                       # plants + real run (200 steps per controller,
                                                                                1-5 min on 2 cores)
-    python benchmarks/kl_control.py --real-steps 0        # plants only (seconds)
+    python -m benchmarks.training.kl_control --real-steps 0        # plants only (seconds)
 
 Writes ``<out>/kl_control.json`` and step-response plots ``<out>/plant_<name>.png``, ``<out>/real_grpo.png``.
 """
@@ -54,13 +54,11 @@ import json
 import math
 import os
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ttrl_lightning.callbacks.pid import PIDController  # noqa: E402
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec

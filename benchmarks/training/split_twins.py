@@ -6,21 +6,19 @@ one in another form:
   other split's, the prompt is not (reasoning-gym words one ``chain_sum`` expression several ways);
 - **reordered twin**: the same signed terms in another order (``7 + 5`` for ``5 + 7``; ``12+7=`` for ``7+12=``).
 
-Splits: the real-model benchmark's (``benchmarks/real_model_ttrl.py`` with ``--train-on chain_sum:2x1`` and its
+Splits: the real-model benchmark's (``benchmarks/training/real_model_ttrl.py`` with ``--train-on chain_sum:2x1`` and its
 default sizes, the other task the first other candidate) and the text demo's TTRL splits
 (``configs/ttrl/tiny_demo.yaml``). Prints one line per pair with a count above 0, writes JSON.
 
-    python benchmarks/split_twins.py [--out outputs/bench/split_twins.json]
+    python -m benchmarks.training.split_twins [--out outputs/bench/split_twins.json]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import write_json  # noqa: E402
+from benchmarks.common import write_json
 
 _EXPR = re.compile(r"-?\d+(?:\s*[-+*/]\s*-?\d+)+")
 

@@ -3,24 +3,21 @@
 Default size is the issue's: V = 151,936 (Qwen vocabulary), H = 1024, M = 4096 tokens, on CPU, float32.
 Each step computes per-token log-probs, weights them with a fixed random upstream gradient g [M] (as a
 policy-gradient loss does) and back-propagates into hidden and the LM head weight (``--frozen-head``: into
-hidden only, e.g. LoRA). Peak extra memory: each candidate once in its own process (see _memory.py); it
+hidden only, e.g. LoRA). Peak extra memory: each candidate once in its own process (see ``benchmarks.common``); it
 includes the gradients themselves (the [V, H] weight gradient: 594 MiB at the default size). Time: all
 candidates in one process, called in turns (``--repeats`` rounds), medians compared. Targets: peak extra
 memory <= 1/10 of the materialised step's and time <= 1.2x. Usage:
 
-    python benchmarks/train_logprobs.py                                   # CPU, issue size
-    python benchmarks/train_logprobs.py --M 1024                          # smaller
-    python benchmarks/train_logprobs.py --device cuda --dtype bfloat16    # GPU (triton backend)
+    python -m benchmarks.kernels.train_logprobs                                   # CPU, issue size
+    python -m benchmarks.kernels.train_logprobs --M 1024                          # smaller
+    python -m benchmarks.kernels.train_logprobs --device cuda --dtype bfloat16    # GPU (triton backend)
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,  # noqa: E402
+from benchmarks.common import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,
                      report_auto_backend, report_ratios, time_interleaved)
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
@@ -101,8 +98,7 @@ def main():
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
     common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V)] + protocol_argv(args)
     common += ["--frozen-head"] if args.frozen_head else []
-    script = os.path.abspath(__file__)
-    results, timing = measure_candidates(script, names, common)
+    results, timing = measure_candidates(__spec__.name, names, common)
     head = "frozen head" if args.frozen_head else "trainable head"
     report_ratios(f"linear_logprobs forward + backward ({head})  M={args.M} H={args.H} V={args.V} "
                   f"{args.dtype} on {args.device} (threads={timing['threads']}, {args.repeats} interleaved "

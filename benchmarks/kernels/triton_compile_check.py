@@ -7,7 +7,7 @@ Meant for checking another Triton version than the development one (the target G
 in a scratch environment with that version, torch and this repository on PYTHONPATH:
 
     python -m venv /tmp/tr36 && /tmp/tr36/bin/pip install torch triton==3.6.0 numpy
-    PYTHONPATH=. /tmp/tr36/bin/python benchmarks/triton_compile_check.py --out outputs/triton_compile_3.6.json
+    PYTHONPATH=. /tmp/tr36/bin/python -m benchmarks.kernels.triton_compile_check --out outputs/triton_compile_3.6.json
 
 ``--quick`` compiles the default test's set (one configuration per kernel and architecture). Exit code 1
 when any configuration fails to compile or does not fit; the JSON lists every configuration.
@@ -15,14 +15,10 @@ when any configuration fails to compile or does not fit; the JSON lists every co
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-sys.path.insert(0, HERE)
-from _memory import write_json  # noqa: E402
+from benchmarks.common import write_json
 
 
 def check(arch_names, kernels, exhaustive):

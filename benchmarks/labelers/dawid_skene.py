@@ -14,7 +14,7 @@ Cases:
 
 Torch runs single-threaded by default (--threads 1), like crowd-kit's pandas code.
 
-Run:  python benchmarks/dawid_skene.py [--out outputs/bench_dawid_skene.json]
+Run:  python -m benchmarks.labelers.dawid_skene [--out outputs/bench_dawid_skene.json]
 """
 from __future__ import annotations
 

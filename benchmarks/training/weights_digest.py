@@ -7,8 +7,8 @@ labeler, whether the weights are the same bits). The run: ``--steps`` TTRL steps
 the demo's shifted task, M 8 votes, N 4 trained, 64 new tokens (the fused view needs about 60), pixel calibrated on 64 labelled
 questions, one thread, no validation, no logger.
 
-    python benchmarks/weights_digest.py --model outputs/demo/sft/checkpoints/last.ckpt --out before.json
-    python benchmarks/weights_digest.py --model outputs/demo/sft/checkpoints/last.ckpt --compare before.json
+    python -m benchmarks.training.weights_digest --model outputs/demo/sft/checkpoints/last.ckpt --out before.json
+    python -m benchmarks.training.weights_digest --model outputs/demo/sft/checkpoints/last.ckpt --compare before.json
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ continued from the prompt's ``rope_deltas``; ``rollout.shared_prefill``). On one
 ``--n`` (16), with one new token so that the prefill is the work:
 
 * wall time of ``engine.generate``, the candidates in turns for ``--rounds`` rounds (paired ratios, the verdict
-  rule of ``_verdict.py``); the prompt-shared path must stay O(prompt): its time at n 16 at most
+  rule of ``benchmarks.common``); the prompt-shared path must stay O(prompt): its time at n 16 at most
   ``--growth`` (2x) its time at n 1, the same test as the text path (``rollout_engines.py --parts prefill``);
 * vision-tower forwards and the images they encode, counted by a hook on the model's vision tower: one image
   per question prompt-shared (a check); ``generate`` is counted beside it (with transformers 5.19 it too
@@ -17,28 +17,25 @@ The model is a Qwen2-VL of the given size with random weights (built in code, no
 generated scene (``generate.scene_questions``) shown at ``--pixels`` (448 x 448: 256 image tokens). Writes
 ``--out`` (JSON). Usage::
 
-    python benchmarks/vlm_prompt_sharing.py                  # ~15 s on 2 CPU cores
-    python benchmarks/vlm_prompt_sharing.py --device cuda --dtype bfloat16 --hidden 1024 --layers 8
+    python -m benchmarks.engines.vlm_prompt_sharing                  # ~15 s on 2 CPU cores
+    python -m benchmarks.engines.vlm_prompt_sharing --device cuda --dtype bfloat16 --hidden 1024 --layers 8
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import write_json  # noqa: E402
-from _verdict import paired_ratios, paired_verdict  # noqa: E402
+from benchmarks.common import write_json
+from benchmarks.common import paired_ratios, paired_verdict
 
 ENGINES = ("generate", "shared")
 
 
 def build(args):
     """The model, its tokenizer and processor, and one image question as the engine takes it."""
-    from generate_signals import random_qwen2_vl
+    from benchmarks.engines.generate_signals import random_qwen2_vl
 
     from ttrl_lightning.data.questions import read_questions
     from ttrl_lightning.generate.scene_questions import write_scene_questions

@@ -6,7 +6,7 @@ the same prompts, with the same N samples per prompt, completion length, tempera
 Completion tokens are counted identically for both by a zero-weight reward callable that sees every
 rollout's ``completion_ids``. Times exclude model loading: from the start of training to its end.
 
-    python benchmarks/grpo_step.py --threads 1 --steps 10 --prompts 4 --n 8 --max-new-tokens 16 --out outputs/grpo_step.json
+    python -m benchmarks.training.grpo_step --threads 1 --steps 10 --prompts 4 --n 8 --max-new-tokens 16 --out outputs/grpo_step.json
 
 Prints rollout tokens/s and optimizer steps/s for each and the ratio ours / TRL (target: >= 1).
 """
@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec

@@ -17,12 +17,12 @@ exist), the questions single-digit additions ("What is a + b? Answer with just t
 template. Robust to a busy machine: the candidates run in turns for ``--rounds`` rounds (the first candidate
 alternates), each round gives a paired ratio (vLLM / HF in the same round), and the verdict against
 ``--margin`` is printed only when every round's ratio is on the same side of it (else "no verdict: the
-rounds' spread straddles the margin"; ``_verdict.py``, the rule of every benchmark here). Writes ``--out``
+rounds' spread straddles the margin"; ``benchmarks.common``, the rule of every benchmark here). Writes ``--out``
 (JSON). Usage::
 
-    python benchmarks/rollout_engines.py                     # ~15 min on 2 CPU cores (AVX2, float32)
-    python benchmarks/rollout_engines.py --trl               # and TRL's GRPOTrainer
-    python benchmarks/rollout_engines.py --device cuda --dtype bfloat16 --prompts 256 --n 16 --new-tokens 256
+    python -m benchmarks.engines.rollout_engines                     # ~15 min on 2 CPU cores (AVX2, float32)
+    python -m benchmarks.engines.rollout_engines --trl               # and TRL's GRPOTrainer
+    python -m benchmarks.engines.rollout_engines --device cuda --dtype bfloat16 --prompts 256 --n 16 --new-tokens 256
 """
 from __future__ import annotations
 
@@ -34,9 +34,7 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _verdict import paired_ratios, paired_verdict  # noqa: E402
+from benchmarks.common import paired_ratios, paired_verdict
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 QUESTION = "What is {a} + {b}? Answer with just the number."

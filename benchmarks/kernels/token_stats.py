@@ -1,23 +1,20 @@
 """Benchmark: fused token_stats vs materialising logits + log_softmax (peak extra memory and time).
 
 Default size is the issue's: V = 151,936 (Qwen vocabulary), H = 1024, M = 4096 tokens, on CPU, float32.
-Peak extra memory: each candidate once in its own process (see _memory.py). Time: all candidates in one
+Peak extra memory: each candidate once in its own process (see ``benchmarks.common``). Time: all candidates in one
 process, called in turns (``--repeats`` rounds), medians compared. Targets: fused peak extra memory
 <= 1/20 of the baseline's and time no slower. Usage:
 
-    python benchmarks/token_stats.py                                   # CPU, issue size
-    python benchmarks/token_stats.py --device cuda --dtype bfloat16    # GPU (triton / cuda backends)
+    python -m benchmarks.kernels.token_stats                                   # CPU, issue size
+    python -m benchmarks.kernels.token_stats --device cuda --dtype bfloat16    # GPU (triton / cuda backends)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,  # noqa: E402
+from benchmarks.common import (add_protocol_args, measure_candidates, peak_extra_memory, protocol_argv,
                      report_auto_backend, report_ratios, time_interleaved)
 
 CANDIDATES = {"cpu": ["materialised", "fused_cpp", "fused_torch"],
@@ -87,8 +84,7 @@ def main():
         return worker(args)
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
     common = ["--M", str(args.M), "--H", str(args.H), "--V", str(args.V)] + protocol_argv(args)
-    script = os.path.abspath(__file__)
-    results, timing = measure_candidates(script, names, common)
+    results, timing = measure_candidates(__spec__.name, names, common)
     report_ratios(f"token_stats  M={args.M} H={args.H} V={args.V} {args.dtype} on {args.device} "
                   f"(threads={timing['threads']}, {args.repeats} interleaved timing rounds)", results,
                   MEMORY_TARGET, TIME_TARGET)

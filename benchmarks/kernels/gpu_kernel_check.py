@@ -6,7 +6,7 @@ depends on: head dims 64, 80, 96, 128 and 256 (the Triton launcher picks its blo
 shared memory per block), causal and not, 2 / 4 / 16 key groups, Tq < Tk, fp32 / bf16 / fp16; token_stats
 at H = 64 and 1,024 with and without bias; linear_logprobs values and gradients (backends that have it).
 
-    python benchmarks/gpu_kernel_check.py --backend triton --device cuda --out check_triton.json
+    python -m benchmarks.kernels.gpu_kernel_check --backend triton --device cuda --out check_triton.json
 
 Prints one ``RESULT <backend> <dtype> PASS|FAIL <failed>/<cases>`` line per dtype and writes the JSON
 (cases, failures, and for Triton the blocks chosen for the device). ``--quick`` (one head dim, smaller
@@ -21,8 +21,6 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 
 DTYPES = ("float32", "bfloat16", "float16")
 # (out atol/rtol, mass atol) per dtype; the torch backend's bf16/fp16 masses pass through SDPA's 16-bit output
@@ -155,7 +153,6 @@ def main(argv=None):
     args = parse_args(argv)
     if args.backend == "triton" and args.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
-    sys.path.insert(0, ROOT)
     import torch
 
     t0 = time.perf_counter()

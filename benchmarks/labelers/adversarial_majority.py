@@ -14,8 +14,8 @@ It prints, side by side, accuracy after (avg@k and maj@k on the clean questions)
 (mean of the per-step P95, and the largest) and accepted updates per 1K questions, for every seed, and whether
 the weighted run ends with higher accuracy and lower KL P95 than hard majority; writes the figures as JSON.
 
-    python benchmarks/adversarial_majority.py                  # 25% flips, seed 0
-    python benchmarks/adversarial_majority.py --share 0.3 --seeds 0 1 2
+    python -m benchmarks.labelers.adversarial_majority                  # 25% flips, seed 0
+    python -m benchmarks.labelers.adversarial_majority --share 0.3 --seeds 0 1 2
 """
 from __future__ import annotations
 

@@ -1,10 +1,23 @@
-"""Peak-memory and timing helpers for the kernel benchmarks (token_stats.py, attention_mass.py,
-train_logprobs.py), and the side-by-side ratio report of token_stats.py and train_logprobs.py.
+"""What the benchmarks share. Each benchmark is a module run from the repository root (``python -m
+benchmarks.<kind>.<name>``) and imports these from here; none edits ``sys.path``.
 
-Memory: each candidate runs once in its own worker process; on CPU the peak resident set is reset through
-``/proc/self/clear_refs`` (writing "5" resets VmHWM, Linux >= 4.0) once the inputs exist, so
-``VmHWM - VmRSS(before)`` is the peak *extra* memory of the call alone; on CUDA the ``torch.cuda`` peak stats.
-Time: all candidates in one process, called in turns, so background load is shared fairly.
+* **Verdicts** (``paired_ratios``, ``paired_verdict``): the rule every benchmark that prints PASS / FAIL
+  follows on timings. The candidates run in turns (interleaved rounds), so each round gives a paired ratio:
+  candidate over baseline, measured under the same background load. A busy machine moves single timings by
+  more than the margins the benchmarks test (two runs of ``engines/generate_signals.py`` under load 2.9 once
+  printed +178% and -59% overhead), so a verdict is printed only when every round's ratio lies on the same
+  side of the margin; when the rounds' spread straddles it, the line says so and gives the spread instead.
+* **Provenance** (``cpu_features``, ``git_commit``, ``peak_rss_gb``, ``provenance``): where a benchmark's
+  figures come from, recorded in every long benchmark's JSON (a figure is only comparable on the same CPU
+  kind).
+* **Memory and timing of the kernel benchmarks** (``kernels/token_stats.py``, ``attention_mass.py``,
+  ``train_logprobs.py``) and their side-by-side ratio report. Memory: each candidate runs once in its own
+  worker process (``run_worker``: the benchmark's module again, ``--worker NAME``); on CPU the peak resident
+  set is reset through ``/proc/self/clear_refs`` (writing "5" resets VmHWM, Linux >= 4.0) once the inputs
+  exist, so ``VmHWM - VmRSS(before)`` is the peak *extra* memory of the call alone; on CUDA the
+  ``torch.cuda`` peak stats. Time: all candidates in one process, called in turns, so background load is
+  shared fairly.
+* ``write_json``: a report written through a temporary file renamed into place.
 """
 from __future__ import annotations
 
@@ -12,12 +25,80 @@ import argparse
 import gc
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
 
-from _verdict import paired_ratios, paired_verdict
+#: the repository root: a worker runs with it on its import path
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def paired_ratios(candidate_s: list[float], baseline_s: list[float]) -> list[float]:
+    """Round-by-round ratios ``candidate / baseline`` of two timing lists measured in the same rounds."""
+    if len(candidate_s) != len(baseline_s) or not candidate_s:
+        raise ValueError(f"paired timings need the same number of rounds (>= 1), got {len(candidate_s)} and "
+                         f"{len(baseline_s)}")
+    return [a / b for a, b in zip(candidate_s, baseline_s)]
+
+
+def paired_verdict(ratios: list[float], margin: float, at_least: bool = True) -> str:
+    """``at_least``: PASS when every ratio is >= ``margin`` (a speed-up), FAIL when every one is below it;
+    otherwise (``at_least=False``, a cost bound): PASS when every ratio is <= ``margin``, FAIL when every one
+    is above. Anything else is "no verdict" with the rounds' spread."""
+    if not ratios:
+        raise ValueError("no rounds to judge")
+    ok = [(r >= margin) if at_least else (r <= margin) for r in ratios]
+    side = ">=" if at_least else "<="
+    spread = f"[{min(ratios):.3g}, {max(ratios):.3g}]"
+    if all(ok):
+        return f"PASS (every round {side} {margin:g}x; spread {spread})"
+    if not any(ok):
+        return f"FAIL (no round {side} {margin:g}x; spread {spread})"
+    return f"no verdict: the rounds' spread {spread} straddles {margin:g}x"
+
+
+def cpu_features() -> dict:
+    """The CPU's model name and its float features, from /proc/cpuinfo (Linux)."""
+    flags: set[str] = set()
+    name = "unknown"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags") and not flags:
+                    flags = set(line.split(":", 1)[1].split())
+                elif line.startswith("model name") and name == "unknown":
+                    name = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"model": name, "cores": os.cpu_count(), "avx2": "avx2" in flags, "avx512f": "avx512f" in flags,
+            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
+            "amx_tile": "amx_tile" in flags}
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (with ``+dirty`` when tracked files differ from it), None outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here, timeout=30)
+        if head.returncode:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=here, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def peak_rss_gb() -> float:
+    """This process's peak resident memory in GB (Linux reports ``ru_maxrss`` in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def provenance() -> dict:
+    """``{commit, cpu}`` of this run."""
+    return {"commit": git_commit(), "cpu": cpu_features()}
 
 
 def _status_kib(field: str) -> int:
@@ -95,12 +176,11 @@ def time_interleaved(fns: dict, device: str = "cpu", repeats: int = 5) -> dict:
             for name, ts in times.items()}
 
 
-def run_worker(script: str, args: list[str], timeout: float = 1800) -> dict:
-    """Run ``script --worker ...`` in a fresh process and parse the JSON line it prints last."""
-    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [os.path.dirname(os.path.dirname(os.path.abspath(script))),
-                               os.environ.get("PYTHONPATH", "")])})
+def run_worker(module: str, args: list[str], timeout: float = 1800) -> dict:
+    """Run ``python -m module --worker ...`` in a fresh process (the repository root first on its import path)
+    and parse the JSON line it prints last. ``module``: the benchmark's own module name (``__spec__.name``)."""
+    proc = subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")])})
     if proc.returncode != 0:
         raise RuntimeError(f"worker {args} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -119,7 +199,7 @@ def write_json(path: str, payload: dict) -> None:
     print(f"wrote {path}")
 
 
-def measure_candidates(script: str, names: list[str], common: list[str]) -> tuple[dict, dict]:
+def measure_candidates(module: str, names: list[str], common: list[str]) -> tuple[dict, dict]:
     """Peak extra memory of each candidate in its own worker process, then one worker that times all the
     candidates that ran, in interleaved rounds (fair under background load). Candidates that cannot run
     here (missing backend, no GPU) are skipped with a line saying why.
@@ -129,12 +209,12 @@ def measure_candidates(script: str, names: list[str], common: list[str]) -> tupl
     results = {}
     for name in names:
         try:
-            results[name] = run_worker(script, common + ["--worker", name])
+            results[name] = run_worker(module, common + ["--worker", name])
         except RuntimeError as e:
             print(f"[skip] {name}: {str(e).strip().splitlines()[-1]}")
     if not results:
         raise SystemExit("no candidate ran")
-    timing = run_worker(script, common + ["--worker", "timing", "--names", ",".join(results)])
+    timing = run_worker(module, common + ["--worker", "timing", "--names", ",".join(results)])
     for name, r in results.items():
         r.update(timing[name])
     return results, timing

@@ -14,7 +14,7 @@ then prints, one run, side by side:
 
 The ``ttrl demo --part vlm`` SFT checkpoint on its tinted questions::
 
-    python benchmarks/vlm_engagement.py --model outputs/demo_vlm/sft/version_0/checkpoints/<file>.ckpt \\
+    python -m benchmarks.labelers.vlm_engagement --model outputs/demo_vlm/sft/version_0/checkpoints/<file>.ckpt \\
         --data outputs/demo_vlm/questions/train/questions.jsonl
 
 The pool is written under ``--workdir`` (a rerun continues it); the JSON report to ``--out``.
@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _memory import write_json  # noqa: E402
+from benchmarks.common import write_json
 
 
 def _auroc(scores: list[float], right: list[bool]) -> float | None:

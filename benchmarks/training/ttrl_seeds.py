@@ -7,8 +7,8 @@ labeler it prints avg@k and maj@k after TTRL (mean and spread over the seeds) be
 value, to check the corridor's upper edge 0.20) and accepted updates per 1K questions, and says whether the
 mean avg@k gain exceeds the seeds' spread (max - min of avg@k after). Writes the figures as JSON.
 
-    python benchmarks/ttrl_seeds.py                       # 3 seeds, majority / self_harmony / pixel
-    python benchmarks/ttrl_seeds.py --labelers majority --seeds 0 1 2 3 4
+    python -m benchmarks.training.ttrl_seeds                       # 3 seeds, majority / self_harmony / pixel
+    python -m benchmarks.training.ttrl_seeds --labelers majority --seeds 0 1 2 3 4
 """
 from __future__ import annotations
 

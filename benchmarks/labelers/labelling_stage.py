@@ -2,19 +2,21 @@
 
 The stage turns one step's votes (an engine's ``Rollouts``) into the ``RolloutRewards`` of the rows trained
 on: group the votes by question, label each question (``pseudo_label``), lay the rewards and row masks out
-on the first N rows of every prompt. ``TTRLModule.label_votes`` groups the rows by one stable sort of their
-prompt index and lays the labels' [Q, V * M] rewards out by one view/transpose. The baseline is the former
-code, kept here as the reference: a ``torch.nonzero`` per question and view to find its rows, and a double
-Python loop over views and questions that copies each label's rewards and mask into the [V * Q, N] layout.
+on the first N rows of every prompt. ``modules.ttrl.labelling.label_votes`` (what ``TTRLModule.label_votes``
+calls) groups the rows by one stable sort of their prompt index and lays the labels' [Q, V * M] rewards out by
+one view/transpose; it is called here as the free function it is, with a ``LabellingContext`` and no module.
+The baseline is the former code, kept here as the reference: a ``torch.nonzero`` per question and view to
+find its rows, and a double Python loop over views and questions that copies each label's rewards and mask
+into the [V * Q, N] layout.
 
 Both run on the same votes (a tiny policy's tokenizer; synthetic answers and per-token signals, so no model is
 sampled), for each labeler, in interleaved rounds; the outputs are checked equal (rewards, group and row masks,
 labels) before any time is reported. Printed per labeler: the whole stage (grouping, labelling, layout) and the
 form changes alone (grouping and layout, labelling excluded), ours / baseline per round, and the verdict
-rule of ``_verdict.py`` (no claim of a speed-up unless every round shows one). Writes JSON.
+rule of ``benchmarks.common`` (no claim of a speed-up unless every round shows one). Writes JSON.
 
-    python benchmarks/labelling_stage.py                     # 16 questions x 64 votes, 5 rounds
-    python benchmarks/labelling_stage.py --questions 32 --votes 128 --rounds 7
+    python -m benchmarks.labelers.labelling_stage                     # 16 questions x 64 votes, 5 rounds
+    python -m benchmarks.labelers.labelling_stage --questions 32 --votes 128 --rounds 7
 """
 from __future__ import annotations
 
@@ -28,8 +30,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _verdict import paired_ratios, paired_verdict  # noqa: E402
+from benchmarks.common import paired_ratios, paired_verdict
 
 LABELERS = {  # VotingSpec fields of each labeler's run
     "majority": {},
@@ -39,7 +40,32 @@ LABELERS = {  # VotingSpec fields of each labeler's run
 }
 
 
-def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
+class Setup:
+    """What the stage reads besides the votes: the ``VotingSpec``, the labeler's spec, the ``LabellingContext``
+    (a tiny policy's tokenizer) and the signals recorded (the labeler's)."""
+
+    def __init__(self, voting: dict):
+        from ttrl_lightning.models import load_tokenizer
+        from ttrl_lightning.modules.ttrl import LabellingContext, labeler_spec
+        from ttrl_lightning.modules.ttrl.specs import VotingSpec
+
+        self.voting = VotingSpec(**voting)
+        self.labeler = labeler_spec(self.voting.labeler)
+        self.context = LabellingContext(load_tokenizer("tiny:qwen2"), 0, 0, self.voting.options)
+        self.signal_names = tuple(self.labeler.signals)
+
+    def label_votes(self, votes, batch):
+        from ttrl_lightning.modules.ttrl.labelling import label_votes
+
+        return label_votes(votes, batch, self.voting, self.context, signal_names=self.signal_names)
+
+    def vote_views(self, num_questions: int) -> list[str]:
+        from ttrl_lightning.modules.ttrl.labelling import vote_views
+
+        return vote_views(self.labeler, num_questions)
+
+
+def synthetic_votes(setup, Q: int, M: int, views: int, seed: int):
     """Q questions x views prompts x M votes: answers drawn from a few numbers per question, 1-12 completion
     tokens per vote, the labeler's per-token signals (NaN outside the completion, as an engine records them)."""
     from ttrl_lightning.rollout.base import Rollouts
@@ -52,7 +78,7 @@ def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
     answers = torch.randint(0, 4, (R,), generator=g) + (torch.arange(R) // M % Q)
     texts = [f"so the answer is {int(a)}" for a in answers]
     signals = {}
-    for name in module.signal_names:
+    for name in setup.signal_names:
         values = torch.rand(R, C, generator=g) * (-1.0 if name == "logprob" else 1.0)
         signals[name] = torch.where(mask.bool(), values, float("nan"))
     ids = torch.randint(5, 100, (R, C), generator=g) * mask
@@ -63,12 +89,12 @@ def synthetic_votes(module, Q: int, M: int, views: int, seed: int):
 
 
 # ---------------------------------------------------------------------- the former code (the baseline)
-def former_vote_groups(module, votes, num_questions, views, choices):
-    """The former ``TTRLModule.votes_by_question``: a ``torch.nonzero`` per question and view."""
+def former_vote_groups(setup, votes, num_questions, views, choices):
+    """The former ``votes_by_question``: a ``torch.nonzero`` per question and view."""
     from ttrl_lightning.answers import ANSWER_EXTRACTORS
     from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 
-    extract = ANSWER_EXTRACTORS[module.voting.answer_extractor]
+    extract = ANSWER_EXTRACTORS[setup.voting.answer_extractor]
     prompt_of = votes.group.cpu()
     groups = []
     for q in range(num_questions):
@@ -76,7 +102,7 @@ def former_vote_groups(module, votes, num_questions, views, choices):
         rows = torch.cat(per_prompt)
         view_of = [views[q + v * num_questions] for v, r in enumerate(per_prompt) for _ in range(len(r))]
         texts = [votes.texts[r] for r in rows.tolist()]
-        signals = {s: votes.signals[s][rows] for s in module.signal_names}
+        signals = {s: votes.signals[s][rows] for s in setup.signal_names}
         groups.append(QuestionVotes.from_tensors([extract(t, choices[q]) for t in texts], texts, view_of, signals,
                                              votes.completion_mask[rows]))
     return groups
@@ -97,23 +123,23 @@ def former_layout(labels, Q: int, V: int, M: int, N: int):
     return rewards.reshape(-1), keep, update.reshape(-1)
 
 
-def label_all(module, votes, groups, choices):
+def label_all(setup, votes, groups, choices):
     from ttrl_lightning.pseudo_labels import pseudo_label
 
-    extra = module.labeler.inputs(module.labelling_context(), votes, groups) if module.labeler.inputs else \
+    extra = setup.labeler.inputs(setup.context, votes, groups) if setup.labeler.inputs else \
         [{} for _ in groups]
-    return [pseudo_label(module.voting.labeler, group, choices=choices[q], **module.voting.options,
+    return [pseudo_label(setup.voting.labeler, group, choices=choices[q], **setup.voting.options,
                          **extra[q]) for q, group in enumerate(groups)]
 
 
-def former_stage(module, votes, batch, labels: list | None = None):
+def former_stage(setup, votes, batch, labels: list | None = None):
     """The former grouping, labelling (or the given ``labels``: the form changes alone) and layout."""
     Q = len(batch["prompt"])
-    views = module.vote_views(Q)
+    views = setup.vote_views(Q)
     choices = [None] * Q
-    groups = former_vote_groups(module, votes, Q, views, choices)
-    labels = label_all(module, votes, groups, choices) if labels is None else labels
-    return former_layout(labels, Q, len(views) // Q, module.voting.num_votes, module.voting.num_trained)
+    groups = former_vote_groups(setup, votes, Q, views, choices)
+    labels = label_all(setup, votes, groups, choices) if labels is None else labels
+    return former_layout(labels, Q, len(views) // Q, setup.voting.num_votes, setup.voting.num_trained)
 
 
 def time_once(fn) -> float:
@@ -123,7 +149,7 @@ def time_once(fn) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ttrl_lightning.modules import PolicySpec, TTRLModule
+    from ttrl_lightning.modules.ttrl.labelling import votes_by_question
     from ttrl_lightning.safe_files import atomic_write
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -141,35 +167,34 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.labelers:
         voting = {"labeler": name, "num_votes": args.votes, "num_trained": args.trained,
                   "answer_extractor": "last_number", **LABELERS[name]}
-        module = TTRLModule(policy=PolicySpec(model="tiny:qwen2"), voting=voting, calibrate=False)
-        module.configure_model()
+        setup = Setup(voting)
         Q = args.questions
         batch = {"prompt": [f"q{i}" for i in range(Q)], "id": [f"q{i}" for i in range(Q)]}
-        votes = synthetic_votes(module, Q, args.votes, len(module.labeler.views), seed=0)
-        ours = module.label_votes(votes, batch)
-        base_rewards, base_keep, base_rows = former_stage(module, votes, batch)
+        votes = synthetic_votes(setup, Q, args.votes, len(setup.labeler.views), seed=0)
+        ours = setup.label_votes(votes, batch)
+        base_rewards, base_keep, base_rows = former_stage(setup, votes, batch)
         if not (torch.equal(ours.rewards, base_rewards) and torch.equal(ours.group_mask, base_keep)
                 and torch.equal(ours.row_mask, base_rows)):
             print(f"{name}: the columnar stage and the former loops disagree; no timing reported")
             return 1
-        former_groups = former_vote_groups(module, votes, Q, module.vote_views(Q), [None] * Q)
+        former_groups = former_vote_groups(setup, votes, Q, setup.vote_views(Q), [None] * Q)
         if [list(g.answers) for g in former_groups] != ours.detail.answers:
             print(f"{name}: the vote groups differ; no timing reported")
             return 1
-        views = module.vote_views(Q)
+        views = setup.vote_views(Q)
         V, M, N = len(views) // Q, args.votes, args.trained
         stage = {"ours": [], "baseline": []}
         forms = {"ours": [], "baseline": []}
         for _ in range(args.rounds):
-            stage["ours"].append(time_once(lambda: module.label_votes(votes, batch)))
-            stage["baseline"].append(time_once(lambda: former_stage(module, votes, batch)))
+            stage["ours"].append(time_once(lambda: setup.label_votes(votes, batch)))
+            stage["baseline"].append(time_once(lambda: former_stage(setup, votes, batch)))
 
             def ours_forms():
-                module.votes_by_question(votes, Q, views, [None] * Q)
-                module_layout(module, ours.detail.labels, Q, V, M, N)
+                votes_by_question(votes, Q, views, [None] * Q, setup.signal_names, setup.voting.answer_extractor)
+                module_layout(setup, ours.detail.labels, Q, V, M, N)
 
             forms["ours"].append(time_once(ours_forms))
-            forms["baseline"].append(time_once(lambda: former_stage(module, votes, batch, labels=ours.detail.labels)))
+            forms["baseline"].append(time_once(lambda: former_stage(setup, votes, batch, labels=ours.detail.labels)))
         r_stage = paired_ratios(stage["baseline"], stage["ours"])
         r_forms = paired_ratios(forms["baseline"], forms["ours"])
         results[name] = {"stage_s": stage, "forms_s": forms, "stage_speedup": r_stage, "forms_speedup": r_forms,
@@ -188,9 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def module_layout(module, labels, Q, V, M, N):
-    """Ours: the layout of ``TTRLModule.label_votes`` on labels already computed."""
-    from ttrl_lightning.modules.ttrl.module import trained_layout
+def module_layout(setup, labels, Q, V, M, N):
+    """Ours: the layout of ``label_votes`` on labels already computed."""
+    from ttrl_lightning.modules.ttrl.labelling import trained_layout
 
     rewards = torch.tensor([lab.rewards for lab in labels], dtype=torch.float32)
     rows = torch.tensor([lab.row_mask if lab.row_mask is not None else [True] * (V * M) for lab in labels])

@@ -40,14 +40,15 @@ is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200
 Prints the scan, then one row per arm (means over seeds; gain = after - before, spread = max - min of the
 seeds' avg@k after), then the issue's checks: majority's trained-on gain against the seeds' spread and the
 random-reward arm's gain, and whether gold reward bounds the table. Writes ``real_model_ttrl.json`` (rewritten
-after every run; ``--resume`` keeps the runs already in it) and ``real_model_ttrl.png`` (vote accuracy and
-KL P95 over steps per arm, mean over seeds).
+after every run; ``--resume`` keeps the runs already in it and continues an unfinished run from the
+``last.ckpt`` it saves every ``--save-every`` steps, so a study spans sittings losing at most that many steps
+of a run) and ``real_model_ttrl.png`` (vote accuracy and KL P95 over steps per arm, mean over seeds).
 
     ttrl model import --out models/smollm2
-    python benchmarks/real_model_ttrl.py --model models/smollm2                  # the default, about 1.5 h here
-    python benchmarks/real_model_ttrl.py --model models/smollm2 --arms majority random_reward --seeds 0
-    python benchmarks/real_model_ttrl.py --model models/smollm2 --report-only   # the tables of the runs so far
-    python benchmarks/real_model_ttrl.py --model models/smollm2 --warmup chain_sum:2x1 \
+    python -m benchmarks.training.real_model_ttrl --model models/smollm2                  # the default, about 1.5 h here
+    python -m benchmarks.training.real_model_ttrl --model models/smollm2 --arms majority random_reward --seeds 0
+    python -m benchmarks.training.real_model_ttrl --model models/smollm2 --report-only   # the tables of the runs so far
+    python -m benchmarks.training.real_model_ttrl --model models/smollm2 --warmup chain_sum:2x1 \
         --candidates chain_sum:3x1 chain_sum:2x2 basic_arithmetic:2x1 --votes 16 --trained 8 --temperature 1.0 \
         --lr 1e-6 --arms majority majority+gate_negative random_reward gold_reward --seeds 0 --resume
 
@@ -63,9 +64,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _provenance import peak_rss_gb, provenance  # noqa: E402
-from real_model_scan import CANDIDATES, in_regime  # noqa: E402
+from benchmarks.common import peak_rss_gb, provenance
+from benchmarks.training.real_model_scan import CANDIDATES, in_regime
 
 CONFIG = "ttrl/real_smollm2.yaml"
 #: arm -> (its labeler, its ``ttrl fit`` options beyond the config's); the guard arms are majority with one guard
@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-every", type=int, default=4,
                    help="steps between held-out evaluations during a run (the long-horizon curve; 0: none)")
     p.add_argument("--val-k", type=int, default=8, help="samples per held-out question in those evaluations")
-    p.add_argument("--resume", action="store_true", help="keep the runs already in --out's JSON")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the runs already in --out's JSON, and continue an unfinished run from its last.ckpt")
+    p.add_argument("--save-every", type=int, default=8, metavar="STEPS",
+                   help="a run saves last.ckpt every STEPS steps, for --resume (0: never; deleted when the run ends)")
     c = p.add_argument_group("curriculum (SRT's protocol: gold-reward RL on an easier level, then label-free TTRL "
                              "on a harder one)")
     c.add_argument("--warmup", choices=sorted(CANDIDATES), default=None,
@@ -520,8 +523,13 @@ def _print_splits(title: str, splits: dict, k: int) -> None:
 
 def _run(args, base, files: dict, splits: dict, task: str, other: str | None, arm: str, seed: int,
          evaluate) -> dict:
-    from ttrl_lightning.cli.demo_runs import fit_in_process, logged_curves, seed_args
+    """One arm's ``ttrl fit`` and its evaluation. The run saves ``last.ckpt`` under its folder every
+    ``--save-every`` steps; with ``--resume`` an unfinished run continues from it (``--ckpt_path``: weights,
+    optimizer, reference, counters and the data loader's position), its curves joined across the sittings
+    (:func:`_run_curves`), so a sitting that ends mid-run loses at most ``--save-every`` steps. The checkpoint
+    is deleted once the run is in the report."""
     from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.demo_runs import fit_in_process, seed_args
 
     labeler, options = ARMS[arm]
     halves = {"{half_votes}": str(base.voting.num_votes // 2), "{half_generations}": str(base.voting.num_trained // 2)}
@@ -529,30 +537,71 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     if arm == "pixel":
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
+    last = os.path.join(root, "checkpoints", "last.ckpt")
+    resuming = bool(args.resume and os.path.isfile(last))
+    if not resuming and os.path.isdir(root):  # an earlier attempt's logs would join this run's curves
+        import shutil
+
+        shutil.rmtree(root)
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": os.path.join(root, "checkpoints"), "save_last": True, "save_top_k": 0,
+                                "every_n_train_steps": args.save_every}}
     fit_args = ["--config", config_path(CONFIG), *recipe_args(args), "--model.init_args.policy.model", args.start,
                 "--model.init_args.voting.labeler", labeler,
                 "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
                 *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
-                "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root, *extra]
+                "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root,
+                "--trainer.callbacks", json.dumps([checkpoint] if args.save_every else []), *extra]
     if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
         fit_args += ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval.k",
                      str(args.val_k), "--trainer.limit_val_batches", "1.0", "--trainer.val_check_interval",
                      str(args.val_every), "--trainer.check_val_every_n_epoch", "null"]
+    if resuming:
+        fit_args += ["--ckpt_path", last]
+        print(f"--resume: {root} continues from {last}", flush=True)
     t0 = time.perf_counter()
     cli = fit_in_process(fit_args)
     fit_seconds = time.perf_counter() - t0
-    curves = logged_curves(cli.trainer, CURVES)
+    curves, start_step = _run_curves(root)
+    steps = int(cli.trainer.global_step)
     policy = cli.model.policy.eval()
     after = _splits(evaluate, policy, splits, task, other)
-    vote_tokens = sum(v for _, v in curves.get("train/vote_tokens", []))
-    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after,
-            "steps": int(cli.trainer.global_step),
+    vote_tokens = sum(v for step, v in curves.get("train/vote_tokens", []) if step >= start_step)
+    if os.path.isfile(last):
+        os.remove(last)  # 2 GB; the run is in the report
+    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": steps,
+            "resumed_at_step": start_step if resuming else None,
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
             "coverage": _mean(curves.get("train/coverage")),
             "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
             "fit_seconds": round(fit_seconds, 1), "seconds": round(time.perf_counter() - t0, 1),
-            "seconds_per_step": round(fit_seconds / max(1, int(cli.trainer.global_step)), 2),
+            "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
             "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
+
+
+def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
+    """The run's curves (``CURVES`` and ``val/avg@k``) joined over its sittings, and the step the last sitting
+    started at (0 for a run in one sitting). Each sitting's CSV log (``version_N/metrics.csv``, in order)
+    replaces the points an earlier one logged from its first step on (steps run again after the checkpoint)."""
+    import csv
+    import glob
+
+    curves: dict[str, list[tuple[int, float]]] = {}
+    start = 0
+    versions = sorted(glob.glob(os.path.join(root, "**", "version_*", "metrics.csv"), recursive=True),
+                      key=lambda p: int(os.path.basename(os.path.dirname(p)).split("_")[1]))
+    for path in versions:
+        with open(path, newline="") as fh:
+            rows = [row for row in csv.DictReader(fh) if row.get("step") not in ("", None)]
+        if not rows:
+            continue
+        start = min(int(row["step"]) for row in rows)
+        curves = {key: [pt for pt in points if pt[0] < start] for key, points in curves.items()}
+        for row in rows:
+            for key, value in row.items():
+                if value not in ("", None) and (key.startswith("val/avg@") or key in CURVES):
+                    curves.setdefault(key, []).append((int(row["step"]), float(value)))
+    return curves, start
 
 
 def _cli_value(spec) -> str:

@@ -2,7 +2,7 @@
 
 Default size is the issue's: B = 1, T = 2048, 16 heads, d = 128, causal, 50% image keys (the rest prompt /
 generated / special), on CPU in float32. Peak extra memory: each candidate once in its own process (see
-_memory.py); time: all candidates in one process, called in turns (``--repeats`` rounds). Ours is also
+``benchmarks.common``); time: all candidates in one process, called in turns (``--repeats`` rounds). Ours is also
 run at T/2 to show how its peak memory grows (O(T): about 2x, O(T^2): about 4x). Targets: ours within 1.25x
 of (a), faster than (b), memory O(T). The verdict uses the paired ratio: the median over rounds of
 ours / SDPA in the same round, which load drifting between rounds does not skew as much as a ratio of medians.
@@ -11,20 +11,17 @@ padded beforehand) shows how much of ours is the wider head and how much the cop
 On CUDA (``--device cuda --dtype bfloat16``) the baselines add SDPA-flash and FlashAttention-2 (if
 installed; target within 1.05x). Usage:
 
-    python benchmarks/attention_mass.py
-    python benchmarks/attention_mass.py --device cuda --dtype bfloat16
+    python -m benchmarks.kernels.attention_mass
+    python -m benchmarks.kernels.attention_mass --device cuda --dtype bfloat16
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _verdict import paired_ratios, paired_verdict  # noqa: E402
-from _memory import (add_protocol_args, measure_candidates, mib, peak_extra_memory,  # noqa: E402
+from benchmarks.common import paired_ratios, paired_verdict
+from benchmarks.common import (add_protocol_args, measure_candidates, mib, peak_extra_memory,
                      protocol_argv, time_interleaved, write_json)
 
 NUM_GROUPS = 4
@@ -141,8 +138,7 @@ def main():
     names = args.candidates.split(",") if args.candidates else CANDIDATES[args.device]
     common = ["--B", str(args.B), "--T", str(args.T), "--heads", str(args.heads), "--d", str(args.d)]
     common += protocol_argv(args)
-    script = os.path.abspath(__file__)
-    results, timing = measure_candidates(script, names, common)
+    results, timing = measure_candidates(__spec__.name, names, common)
     print(f"\nattention_with_mass  B={args.B} T={args.T} heads={args.heads} d={args.d} causal, 50% image keys, "
           f"{args.dtype} on {args.device} ({args.repeats} interleaved timing rounds)")
     base = results.get("sdpa_no_mass")

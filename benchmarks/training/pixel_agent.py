@@ -11,8 +11,8 @@ error rate after SFT (target < 10%) and CC-RFT minus SFT in accuracy and RaCPR a
 ``--ablation`` adds the single-tool ablation of the full CC-RFT model: each tool in turn answers with the
 ``disabled`` placeholder; the change in accuracy and RaCPR per tool.
 
-    nice -n 10 python benchmarks/pixel_agent.py --seeds 0 1 2 --out outputs/pixel_agent.json   # acceptance
-    python benchmarks/pixel_agent.py --quick                                                   # smoke run
+    nice -n 10 python -m benchmarks.training.pixel_agent --seeds 0 1 2 --out outputs/pixel_agent.json   # acceptance
+    python -m benchmarks.training.pixel_agent --quick                                                   # smoke run
 
 A text model is used: the tiny Qwen2 of ``models.py`` sees the question and the observations; a VLM would
 also be shown the ZOOM views (docs/agent.md).
@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("WANDB_MODE", "disabled")
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 import yaml  # noqa: E402
 
