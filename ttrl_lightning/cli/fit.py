@@ -331,7 +331,7 @@ def make_cli(args: list[str] | None, run: bool = True, cli_class: type[TTRLCLI] 
     from lightning.fabric.utilities.exceptions import MisconfigurationException
 
     os.environ.setdefault("WANDB_MODE", "offline")
-    return_large_blocks()  # freed activations leave the process (cli.allocator)
+    return_large_blocks()  # TTRL_MMAP_THRESHOLD: freed activations leave the process (cli.allocator)
     args = list(sys.argv[1:] if args is None else args)
     ShortErrorParser.verbose = debug_requested(args)
     _check_config_files(args)
