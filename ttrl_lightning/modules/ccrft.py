@@ -34,7 +34,6 @@ efficiency 0.05 per call beyond the first (Pixel Reasoner's -0.05 (n_calls - 1))
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict
 from typing import Any, ClassVar, Sequence
 
@@ -49,7 +48,7 @@ from ttrl_lightning.modules.specs import CuriosityCoherenceSpec, GRPOSpec, Sampl
 from ttrl_lightning.rewards.curiosity_coherence import (DynamicsHead, StepEncoder, adjacent_cosines,
                                                         gated_curiosity, per_trajectory_mean, zscore)
 from ttrl_lightning.rollout.agent import AgentRollouts
-from ttrl_lightning.rollout.base import ROLLOUT_ENGINES, Rollouts, SamplingParams
+from ttrl_lightning.rollout.base import Rollouts, SamplingParams
 from ttrl_lightning.tools.agent_format import answers_match
 from ttrl_lightning.tools.base import TOOLS
 
@@ -62,18 +61,6 @@ CCRFT_RULES: dict[str, Bounds] = {
 ACTIONS = (*TOOLS.names(), None)
 #: how many of a step's last written tokens make x_t (appendix 1: "the mean of last 32 thought tokens")
 X_TOKENS = 32
-
-
-def agent_engine_spec(engine, max_turn_tokens: int):
-    """The engine spec of a CC-RFT module: ``engine`` as ``GRPOModule`` takes it, None being the agent engine
-    with its defaults, and the turn budget ``max_turn_tokens`` (``sampling.max_new_tokens``) given to an engine
-    that takes one unless the spec sets its own; an engine object as it is (``rollout`` refuses one that does
-    not roll out agent trajectories)."""
-    spec = {"name": "agent"} if engine is None else {"name": engine} if isinstance(engine, str) else engine
-    if isinstance(spec, dict) and spec.get("name") in ROLLOUT_ENGINES and \
-            "max_turn_tokens" in inspect.signature(ROLLOUT_ENGINES[spec["name"]]).parameters:
-        return {"max_turn_tokens": max_turn_tokens, **spec}
-    return spec
 
 
 def _onehot(names: Sequence[str | None], device) -> torch.Tensor:
@@ -117,12 +104,16 @@ class CCRFTModule(GRPOModule):
                             f"at </tool_call> or EOS), got {list(sampling.stop)}")
         terms = spec_of(CuriosityCoherenceSpec, curiosity_coherence, "curiosity_coherence")
         super().__init__(policy=policy, num_generations=num_generations, sampling=sampling, grpo=grpo,
-                         engine=agent_engine_spec(engine, sampling.max_new_tokens))
+                         engine="agent" if engine is None else engine)
         self.curiosity_coherence = terms
         self.save_hyperparameters({"curiosity_coherence": asdict(terms)})
         self.encoder: StepEncoder | None = None
         self.dynamics: DynamicsHead | None = None
         self._head_opt: torch.optim.Optimizer | None = None
+
+    def engine_defaults(self, record_signals: bool) -> dict[str, Any]:
+        """GRPO's, and the agent engine's turn budget: ``sampling.max_new_tokens`` unless the spec sets its own."""
+        return {**super().engine_defaults(record_signals), "max_turn_tokens": self.sampling.max_new_tokens}
 
     # ------------------------------------------------------------------ heads
     def configure_model(self) -> None:

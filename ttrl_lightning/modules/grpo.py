@@ -130,8 +130,7 @@ class GRPOModule(PolicyModule):
             raise UserError(f"{type(self).__name__}: {len(w)} reward_weights for "
                             f"{len(self.reward_fns)} rewards")
         self.register_buffer("reward_weights", torch.tensor(w, dtype=torch.float32), persistent=False)
-        self.engine: RolloutEngine = build_engine(engine, self.tokenizer, record_signals=record_signals,
-                                                  processor=self.processor)
+        self.engine: RolloutEngine = build_engine(engine, self.tokenizer, **self.engine_defaults(record_signals))
         resolve_prompt_format(prompt_format, self.tokenizer)  # "chat" without a chat template: refused here
         self.kl_coef = float(self.grpo.kl_coef)
         self.kl_observation: torch.Tensor | None = None
@@ -202,6 +201,11 @@ class GRPOModule(PolicyModule):
         """Seed of this step's sampling: ``derive_seed(seed, "rollout", global_step, global_rank)``, so
         resumes replay it."""
         return derive_seed(self.policy_spec.seed, "rollout", self.global_step, self.global_rank)
+
+    def engine_defaults(self, record_signals: bool) -> dict[str, Any]:
+        """What the module gives the engine it builds, unless the engine spec sets it (``rollout.build_engine``
+        passes each to an engine whose constructor takes it): ``record_signals`` and the policy's processor."""
+        return {"record_signals": record_signals, "processor": self.processor}
 
     @property
     def engine_takes_text_prompts(self) -> bool:

@@ -194,9 +194,9 @@ class RolloutEngine(Protocol):
 def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
     """The engine a config names: ``spec`` is a ``ROLLOUT_ENGINES`` name (``"hf"``, ``"vllm"``), a mapping
     ``{"name": <name>, <options>}`` or an engine object (returned as it is); None is ``"hf"``. ``defaults``
-    (e.g. ``record_signals``) are passed unless the spec sets them. A bad spec is a ``UserError`` naming the
-    known engines, an unknown option or a refused value one naming the engine. The ``processor`` of
-    ``defaults`` goes to an engine whose constructor takes one (HF, vLLM, the agent)."""
+    (e.g. ``record_signals``, a ``processor``) go to an engine whose constructor takes them, unless the spec
+    sets them. A bad spec is a ``UserError`` naming the known engines, an unknown option or a refused value one
+    naming the engine."""
     if spec is None:
         spec = "hf"
     if isinstance(spec, str):
@@ -211,9 +211,8 @@ def build_engine(spec, tokenizer, **defaults) -> RolloutEngine:
     if name not in ROLLOUT_ENGINES:
         raise UserError(f"engine name must be one of {', '.join(ROLLOUT_ENGINES.names())}, got {name!r}")
     cls = ROLLOUT_ENGINES[name]
-    if "processor" not in inspect.signature(cls).parameters:
-        defaults.pop("processor", None)  # an engine that shows no images has no use for the processor
-    options = {**defaults, **options}
+    takes = inspect.signature(cls).parameters  # a default the engine has no use for is not passed
+    options = {**{k: v for k, v in defaults.items() if k in takes}, **options}
     try:
         return cls(tokenizer, **options)
     except (TypeError, ValueError) as err:  # an option the engine does not take, or a value it refuses
