@@ -65,28 +65,28 @@ def questions_main(argv: list[str]) -> int:
                      "reasoning_gym:<generator>")
     excluded = {path: keys_of(read_questions(path)) for path in args.exclude}
     if args.task == SCENES:
-        return _scene_questions(parser, args, config, excluded)
-    try:
-        questions = task_splits(args.task, args.seed, {"questions": args.n},
-                                exclude=set().union(*excluded.values()),
-                                instruction=args.instruction, **config)["questions"]
-    except TypeError as err:
-        raise UserError(f"{args.task}: bad --config ({err})") from None
-    write_questions(args.out, questions)
-    print(f"wrote {len(questions)} distinct questions of {args.task} (seed {args.seed}) to {args.out}")
+        questions = _scene_questions(parser, args, config, list(excluded))
+    else:
+        try:
+            questions = task_splits(args.task, args.seed, {"questions": args.n},
+                                    exclude=set().union(*excluded.values()),
+                                    instruction=args.instruction, **config)["questions"]
+        except TypeError as err:
+            raise UserError(f"{args.task}: bad --config ({err})") from None
+        write_questions(args.out, questions)
+        print(f"wrote {len(questions)} distinct questions of {args.task} (seed {args.seed}) to {args.out}")
     written = keys_of(questions)
     for path, keys in excluded.items():
         print(f"  overlap with {path} ({len(keys)} questions): {len(written & keys)}")
     return 0
 
 
-def _scene_questions(parser, args, config: dict, excluded: dict) -> int:
-    """``--task scenes``: the generated image questions (``generate.scene_questions``), each image under
-    ``images/`` beside ``--out``."""
+def _scene_questions(parser, args, config: dict, exclude: list[str]) -> list[dict]:
+    """``--task scenes``: write the generated image questions (``generate.scene_questions``), each image under
+    ``images/`` beside ``--out``; the questions as the file reads back."""
     import os
 
     from ..data.questions import read_questions
-    from ..data.splits import keys_of
     from ..generate.scene_questions import IMAGE_TASKS, TOOL_IMAGE_TASKS, write_scene_questions
 
     unknown = sorted(set(config) - {"kinds"})
@@ -100,11 +100,7 @@ def _scene_questions(parser, args, config: dict, excluded: dict) -> int:
         parser.error(f"argument --instruction: {SCENES}' prompts already ask for the answer in their own format "
                      "(\"The answer is X.\")")
     folder, name = os.path.split(os.path.abspath(args.out))
-    path = write_scene_questions(folder, args.n, args.seed, kinds, exclude=list(excluded), name=name)
-    questions = read_questions(path)
+    questions = read_questions(write_scene_questions(folder, args.n, args.seed, kinds, exclude=exclude, name=name))
     print(f"wrote {len(questions)} distinct questions of {SCENES} {kinds} (seed {args.seed}) to {args.out}, their "
           f"images under {os.path.join(os.path.dirname(args.out) or '.', 'images')}")
-    written = keys_of(questions)
-    for p, keys in excluded.items():
-        print(f"  overlap with {p} ({len(keys)} questions): {len(written & keys)}")
-    return 0
+    return questions
