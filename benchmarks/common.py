@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from ttrl_lightning.hardware import cpu_features  # noqa: F401  (re-exported: every benchmark records it)
+
 #: the repository root: a worker runs with it on its import path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -57,24 +59,6 @@ def paired_verdict(ratios: list[float], margin: float, at_least: bool = True) ->
     if not any(ok):
         return f"FAIL (no round {side} {margin:g}x; spread {spread})"
     return f"no verdict: the rounds' spread {spread} straddles {margin:g}x"
-
-
-def cpu_features() -> dict:
-    """The CPU's model name and its float features, from /proc/cpuinfo (Linux)."""
-    flags: set[str] = set()
-    name = "unknown"
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-                elif line.startswith("model name") and name == "unknown":
-                    name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return {"model": name, "cores": os.cpu_count(), "avx2": "avx2" in flags, "avx512f": "avx512f" in flags,
-            "avx512_bf16": "avx512_bf16" in flags, "amx_bf16": "amx_bf16" in flags,
-            "amx_tile": "amx_tile" in flags}
 
 
 def git_commit() -> str | None:

@@ -35,6 +35,7 @@ import sys
 import time
 
 from benchmarks.common import paired_ratios, paired_verdict
+from ttrl_lightning.hardware import native_bf16
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec
 
 QUESTION = "What is {a} + {b}? Answer with just the number."
@@ -266,14 +267,6 @@ def trl_grpo(args) -> dict:
     return out
 
 
-def _cpu_has_bf16() -> bool:
-    try:
-        flags = open("/proc/cpuinfo", encoding="utf-8").read()
-    except OSError:
-        return False
-    return "amx_bf16" in flags or "avx512_bf16" in flags
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="outputs/smollm2", help="a checkpoint folder (imported there if missing)")
@@ -307,7 +300,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="outputs/rollout_engines.json")
     args = p.parse_args(argv)
     if args.dtype is None:
-        args.dtype = "bfloat16" if args.device != "cpu" or _cpu_has_bf16() else "float32"
+        args.dtype = "bfloat16" if args.device != "cpu" or native_bf16() else "float32"
     os.makedirs(args.workdir, exist_ok=True)
     import torch
 

@@ -420,7 +420,8 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     _save_folder(policy, tok, folder)
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
                         "steps": int(cli.trainer.global_step), "before": before, "after": after,
-                        "fit_seconds": round(fit_seconds, 1), "checkpoint": folder, **provenance()}
+                        "fit_seconds": round(fit_seconds, 1), "precision": str(cli.trainer.precision),
+                        "checkpoint": folder, **provenance()}
     with atomic_write(record_path) as fh:
         json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
@@ -574,7 +575,8 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
             "coverage": _mean(curves.get("train/coverage")),
             "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
-            "fit_seconds": round(fit_seconds, 1), "seconds": round(time.perf_counter() - t0, 1),
+            "fit_seconds": round(fit_seconds, 1), "precision": str(cli.trainer.precision),
+            "seconds": round(time.perf_counter() - t0, 1),
             "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
             "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
 

@@ -248,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     # the floors: this machine's GEMM rate on the stage's shapes, in the dtype the stage runs in
     config = cli.model.policy.config
     shapes, P = model_shapes(config)
-    dtype = next(cli.model.policy.parameters()).dtype
+    precision = str(cli.trainer.precision)  # cli.precision's choice, or --extra --trainer.precision ...
+    dtype = torch.bfloat16 if precision.startswith("bf16") else next(cli.model.policy.parameters()).dtype
     rows = {st: sum(s.get("tokens", {}).get(st, 0) for s in timed) / len(timed)
             for st in ("reference", "policy_fwd", "sampling", "reference_head", "policy_fwd_head")}
     head = config.hidden_size * config.vocab_size
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = git_commit()
 
     print(f"\n{args.questions} questions x {args.votes} votes ({args.trained} trained), {args.engine} engine, "
-          f"{dtype}, {len(timed)} timed steps after {args.warmup}")
+          f"precision {precision} (model passes in {dtype}), {len(timed)} timed steps after {args.warmup}")
     print(f"{'stage':<12} {'s/step':>8} {'share':>6} {'GFLOP':>8} {'floor s':>8} {'ratio':>6}")
     for st in STAGES:
         fl = flops.get(st)
@@ -292,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     print("peak resident memory inside each stage (GB): " + ", ".join(
         f"{st} {clock.peak_gb[st]:.2f}" for st in STAGES if st in clock.peak_gb))
     print("tensors held across steps (GB): " + ", ".join(f"{k} {v:.2f}" for k, v in held.items()))
-    report = {"settings": vars(args), "commit": commit, "cpu": features, "dtype": str(dtype),
+    report = {"settings": vars(args), "commit": commit, "cpu": features, "dtype": str(dtype), "precision": precision,
               "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
               "seconds_per_step": mean, "step_seconds": total, "gflop": {k: v / 1e9 for k, v in flops.items()},
               "floor_seconds": floor, "floor_step_seconds": floor_total, "ratio_to_floor": total / floor_total,

@@ -77,26 +77,76 @@ def _count_prefill_tokens(model):
     return seen
 
 
-def test_prompt_shared_sampling_draws_generates_tokens_until_a_row_finishes(tok):
+#: the model passes' dtype in the sampling tests: fp32, or bf16 autocast (what a bf16-mixed trainer samples under)
+PASS_DTYPES = ("float32", "bfloat16")
+#: how far the two sampling paths' raw-logit signals may lie apart, per dtype (nats): fp32 summation order only;
+#: bf16 rounds every GEMM output to 8 mantissa bits, and the two paths run GEMMs of other shapes
+PATH_SIGNAL_ATOL = {"float32": 1e-5, "bfloat16": 2e-2}
+
+
+def _passes_in(dtype: str):
+    """The context the model passes of a sampling test run in."""
+    import contextlib
+
+    return torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bfloat16" else contextlib.nullcontext()
+
+
+@pytest.mark.parametrize("dtype,seed", [("float32", 11), ("bfloat16", 13)])  # seeds where a row finishes early
+def test_prompt_shared_sampling_draws_generates_tokens_until_a_row_finishes(tok, dtype, seed):
     """Prompt sharing (the default) against ``model.generate`` on repeated prompts, same seed: the same tokens
-    and the same raw-logit signals at every step up to the first step where a row finishes (the RNG is consumed
-    identically until then); greedy rows are equal throughout."""
+    and the same raw-logit signals (within ``PATH_SIGNAL_ATOL`` of the dtype) at every step up to the first step
+    where a row finishes (the RNG is consumed identically until then); greedy rows are equal throughout. In fp32
+    and under bf16 autocast."""
     model = load_model("tiny:qwen2", tok, seed=0)
     prompts = ["12+7=", "3-1=", "9+9=111"]
-    p = SamplingParams(n=4, temperature=0.9, top_k=20, top_p=0.9, max_new_tokens=12, seed=11)
-    plain = HFGenerateEngine(tok, record_signals=True, share_prompt=False).generate(model, prompts, p)
-    shared = HFGenerateEngine(tok, record_signals=True).generate(model, prompts, p)
+    p = SamplingParams(n=4, temperature=0.9, top_k=20, top_p=0.9, max_new_tokens=12, seed=seed)
+    with _passes_in(dtype):
+        plain = HFGenerateEngine(tok, record_signals=True, share_prompt=False).generate(model, prompts, p)
+        shared = HFGenerateEngine(tok, record_signals=True).generate(model, prompts, p)
     first = int(min(plain.completion_mask.sum(1).min(), shared.completion_mask.sum(1).min()))
     assert 1 <= first < p.max_new_tokens  # some row finished early, so the comparison below is partial
     assert torch.equal(plain.completion_ids[:, :first], shared.completion_ids[:, :first])
     for k in ("logprob", "entropy", "self_certainty"):
-        torch.testing.assert_close(shared.signals[k][:, :first], plain.signals[k][:, :first], rtol=0, atol=1e-5)
+        torch.testing.assert_close(shared.signals[k][:, :first], plain.signals[k][:, :first], rtol=0,
+                                   atol=PATH_SIGNAL_ATOL[dtype])
         assert torch.equal(shared.signals[k].isnan(), ~shared.completion_mask.bool())
     assert not torch.equal(plain.completion_ids, shared.completion_ids)  # after it the batch is smaller
     greedy = SamplingParams(n=2, temperature=0.0, max_new_tokens=12)
-    g_plain = HFGenerateEngine(tok, share_prompt=False).generate(model, prompts, greedy)
-    g_shared = HFGenerateEngine(tok).generate(model, prompts, greedy)
+    with _passes_in(dtype):
+        g_plain = HFGenerateEngine(tok, share_prompt=False).generate(model, prompts, greedy)
+        g_shared = HFGenerateEngine(tok).generate(model, prompts, greedy)
     assert torch.equal(g_plain.completion_ids, g_shared.completion_ids) and g_plain.texts == g_shared.texts
+
+
+#: how far the sampler's log-prob of a token may lie from one full forward's, per dtype of the passes (nats)
+SAMPLER_LOGPROB_ATOL = {"float32": 1e-4, "bfloat16": 2e-2}
+
+
+@pytest.mark.parametrize("share_prompt", [True, False])
+@pytest.mark.parametrize("dtype", PASS_DTYPES)
+def test_sampler_logprobs_are_kept_under_a_lower_precision_autocast_only(tok, share_prompt, dtype):
+    """Under bf16 autocast both text paths fill ``Rollouts.sampler_logprobs`` (the trainer compares them with its
+    own pass: the gap and the TIS weight), equal to the recorded ``logprob`` signal and within
+    ``SAMPLER_LOGPROB_ATOL`` of one full forward in the same dtype and in fp32; NaN outside the completion.
+    In fp32 they stay None: the sampler's numbers are the trainer's."""
+    model = load_model("tiny:qwen2", tok, seed=0)
+    p = SamplingParams(n=3, max_new_tokens=8, seed=4)
+    for record in (False, True):
+        with _passes_in(dtype):
+            ro = HFGenerateEngine(tok, record_signals=record, share_prompt=share_prompt).generate(
+                model, ["12+7=", "3-1="], p)
+        if dtype == "float32":
+            assert ro.sampler_logprobs is None
+            continue
+        keep = ro.completion_mask.bool()
+        assert torch.equal(ro.sampler_logprobs.isnan(), ~keep)
+        if record:
+            assert torch.equal(ro.sampler_logprobs[keep], ro.signals["logprob"][keep])
+        for ref_dtype in PASS_DTYPES:
+            with _passes_in(ref_dtype):
+                ref = full_forward_signals(model, ro)["logprob"]
+            torch.testing.assert_close(ro.sampler_logprobs[keep].double(), ref[keep], rtol=0,
+                                       atol=SAMPLER_LOGPROB_ATOL[dtype], msg=f"against a {ref_dtype} forward")
 
 
 def test_prompt_shared_prefill_is_once_per_prompt_and_finished_rows_leave(tok):
@@ -122,17 +172,19 @@ def _length_and_last_token_tables(ro, tok):
     return lengths.tolist(), [tok.decode([int(t)]) for t in last]
 
 
-def test_prompt_shared_samples_have_generates_distribution(tok):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_prompt_shared_samples_have_generates_distribution(tok, dtype):
     """After rows finish the two paths draw differently, so compare distributions: the completion length and
-    the final token over 600 samples each, a chi-square test of homogeneity. The same test tells a sampler at
-    another temperature (0.14 for 0.1) apart: it can fail."""
+    the final token over 600 samples each, a chi-square test of homogeneity, in fp32 and under bf16 autocast.
+    The same test tells a sampler at another temperature (0.14 for 0.1) apart: it can fail."""
     from scipy.stats import chi2_contingency
 
     model = load_model("tiny:qwen2", tok, seed=0)
 
     def tables(engine, temperature, seed):
         p = SamplingParams(n=600, temperature=temperature, max_new_tokens=6, stop=tuple("aeiou123"), seed=seed)
-        return _length_and_last_token_tables(engine.generate(model, ["1+1="], p), tok)
+        with _passes_in(dtype):
+            return _length_and_last_token_tables(engine.generate(model, ["1+1="], p), tok)
 
     def p_value(x, y):
         keys = sorted(set(x) | set(y), key=str)

@@ -12,6 +12,9 @@ no account or network needed; ``wandb sync`` uploads later) and a Rich progress 
 terminal codes, when the output is not a terminal) that counts steps up to ``max_steps`` in step-limited
 runs (:mod:`ttrl_lightning.cli.progress`).
 
+Precision: a CPU run whose config sets no ``trainer.precision`` gets ``bf16-mixed`` on a CPU with bf16 in
+hardware (AVX512-BF16, AMX) and ``32-true`` elsewhere, printed once (:mod:`ttrl_lightning.cli.precision`).
+
 Where a run writes: everything lands under ``trainer.default_root_dir`` (``outputs/`` when the config sets
 none). A logger without its own ``save_dir`` (W&B, CSV, TensorBoard: unset or ``.``) logs there, so the run
 folder is ``<root>/<name or project>/<version or run id>/`` holding ``checkpoints/`` and the resolved
@@ -52,6 +55,7 @@ from ttrl_lightning.errors import UserError  # noqa: E402
 from . import DEBUG_ENV, DEBUG_FLAG, resume  # noqa: E402
 from .allocator import return_large_blocks  # noqa: E402
 from .parse_errors import ShortErrorParser  # noqa: E402
+from .precision import fill_precision  # noqa: E402
 from .progress import StepProgressBar  # noqa: E402
 
 #: where a run writes when its config sets no ``trainer.default_root_dir``
@@ -201,10 +205,16 @@ class TTRLCLI(LightningCLI):
         rank_zero_only(print)(f"resuming {path} with this run's hyperparameters instead of the checkpoint's: "
                               f"{resume.describe_changes(changes)}", file=sys.stderr)
 
+    #: print what was chosen for the run (its precision): the CLI that builds the run does
+    says_its_choices = True
+
     def before_instantiate_classes(self) -> None:
         trainer = self._get(self.config, "trainer")
         if trainer is None:
             return
+        chosen = fill_precision(trainer)  # a CPU run without a precision: bf16-mixed or 32-true (cli.precision)
+        if chosen and self.subcommand is not None and self.says_its_choices:
+            rank_zero_only(print)(chosen, file=sys.stderr)
         root = trainer.get("default_root_dir") or DEFAULT_ROOT_DIR
         for cls, init in _logger_configs(trainer.get("logger")):
             if "save_dir" not in init or init.get("save_dir") not in UNSET_SAVE_DIR:
@@ -303,6 +313,8 @@ def _command_line(args: list[str] | None) -> Iterator[None]:
 
 class _ParseOnlyCLI(TTRLCLI):
     """Parses and checks the config against the class signatures; builds nothing."""
+
+    says_its_choices = False  # the run that is built from the config says them
 
     def instantiate_classes(self) -> None:
         pass

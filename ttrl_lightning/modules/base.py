@@ -1,6 +1,7 @@
 """Shared LightningModule plumbing: the policy spec, the policy model, its tokenizer and the optimizer."""
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, Mapping
@@ -22,6 +23,14 @@ POLICY_RULES: dict[str, Bounds] = {
     "seed": Bounds(integer=True),
     "warmup_ratio": Bounds(low=0, high=1, high_open=True),
 }
+
+
+def full_precision(device: torch.device):
+    """A context in which ``torch.autocast`` is off on ``device``: what runs inside it (labelling, rewards, a
+    consensus EM's ``bmm``) computes in the dtype of its inputs under a ``bf16-mixed`` trainer too."""
+    if device.type in ("cpu", "cuda"):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 def _constant(progress: float) -> float:

@@ -20,7 +20,16 @@ policy's own log-probs stay PPO's "old" log-probs, and the sampler's give the tr
 ``w_tis = min(exp(logp_policy - logp_sampler), tis_cap)`` per token (TIS; verl's and TRL's rollout
 importance-sampling correction), and ``train/sampler_logprob_gap = mean |logp_policy - logp_sampler|`` is
 logged every step (stale weights show up there). Both compare the two models under the raw logits (the
-pool's ``logprob``; the policy's come from the training forward itself, no second pass).
+pool's ``logprob``; the policy's come from the training forward itself, no second pass). The HF engine fills
+``sampler_logprobs`` too when it sampled under a lower-precision autocast (a ``bf16-mixed`` trainer,
+``cli.precision``): its cached bf16 decode and the trainer's bf16 full forward round differently, and the same
+weight and gap cover that.
+
+Precision: under a ``bf16-mixed`` trainer the model passes run in bf16 autocast and the weights stay fp32;
+scoring (labels, rewards, their model passes) runs in fp32 (``base.full_precision``). Lightning's autocast
+keeps no weight-cast cache: a cache would hold the bf16 copies of the weights for the whole ``training_step``,
+and a second iteration would train on the copies the first one's update left behind
+(``tests/modules/test_precision.py`` checks it).
 
 Our reading of TIS at a sampling temperature T != 1: the weight is the ratio of the raw-logit probabilities,
 softmax(z_policy) / softmax(z_sampler), not of the distributions the tokens were drawn from,
@@ -50,7 +59,7 @@ from torchmetrics import MeanMetric
 
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import masked_token_mean
-from ttrl_lightning.modules.base import PolicyModule, PolicySpec
+from ttrl_lightning.modules.base import PolicyModule, PolicySpec, full_precision
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
@@ -265,7 +274,8 @@ class GRPOModule(PolicyModule):
     def scored(self, rollouts: Rollouts, batch: dict[str, list]) -> RolloutRewards:
         """``self.score(rollouts, batch)``, checked: a ``RolloutRewards`` of R rewards and G group flags for
         the rows it scores (``rollouts`` filled in when the hook scored all the sampled rows)."""
-        out = self.score(rollouts, batch)
+        with full_precision(self.device):  # labels and rewards in fp32 under a bf16-mixed trainer too
+            out = self.score(rollouts, batch)
         if not isinstance(out, RolloutRewards):
             raise TypeError(f"{type(self).__name__}.score must return RolloutRewards, "
                             f"got {type(out).__name__}")
@@ -357,7 +367,8 @@ class GRPOModule(PolicyModule):
         with torch.no_grad():
             ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
             old_logp = self.sequence_logprobs(self.policy, rollouts) if self.grpo.num_iterations > 1 else None
-        sampler_logp = rollouts.sampler_logprobs if self.engine.owns_weights else None
+        # an engine with its own weights (vLLM), or one that sampled under a lower-precision autocast (hf)
+        sampler_logp = rollouts.sampler_logprobs
         tis = kl = None
         agg = LOSS_AGGREGATIONS[self.grpo.loss_aggregation]
         opt = self.optimizers()

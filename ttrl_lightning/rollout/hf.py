@@ -13,6 +13,14 @@ from ttrl_lightning.rollout.image_sampling import has_images, sample_each_prompt
 from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
+from ttrl_lightning.signals import token_signals
+
+
+def lowers_precision(device: torch.device) -> bool:
+    """Whether the model runs under a ``torch.autocast`` to a lower precision on ``device`` right now."""
+    kind = device.type
+    return (kind in ("cpu", "cuda") and torch.is_autocast_enabled(kind)
+            and torch.get_autocast_dtype(kind) in (torch.bfloat16, torch.float16))
 
 
 @ROLLOUT_ENGINES.register("hf")
@@ -43,6 +51,13 @@ class HFGenerateEngine:
     each image prompt is prefilled once with its pixels and its cache repeated n ways (``shared_prefill``,
     M-RoPE positions continued from the prompt's ``rope_deltas``): one vision-tower pass per question, not n.
     An image prompt without a processor is one ``UserError``.
+
+    Sampler log-probs: a call made under a lower-precision ``torch.autocast`` (a ``bf16-mixed`` trainer,
+    ``cli.precision``) on the prompt-shared or the repeated-``generate`` path fills ``Rollouts.sampler_logprobs``
+    with each sampled token's log-prob under the raw logits the sampler drew it from. The trainer's own pass,
+    run as a full forward, differs from the cached decode by the low precision's rounding: GRPO logs that gap
+    and corrects for it with the truncated importance weight, as for an engine with its own weights. In fp32
+    (and on the per-prompt and image paths) it stays None: the sampler's numbers are the trainer's.
 
     ``per_prompt_generate``: every prompt, text or image, through ``image_sampling.sample_each_prompt``: one
     ``generate`` call per prompt (``num_return_sequences``), no prompt sharing, the signals recorded by the
@@ -106,6 +121,7 @@ class HFGenerateEngine:
         input_ids = enc["input_ids"].to(device).repeat_interleave(params.n, dim=0)
         attn = enc["attention_mask"].to(device).repeat_interleave(params.n, dim=0)
         greedy = params.temperature == 0
+        keep_logprobs = lowers_precision(device)
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             do_sample=not greedy,
@@ -113,7 +129,7 @@ class HFGenerateEngine:
             pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id,
             return_dict_in_generate=True,
-            output_logits=self.record_signals and self.signal_source == "generate",
+            output_logits=(self.record_signals and self.signal_source == "generate") or keep_logprobs,
         )
         if not greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k)
@@ -132,6 +148,11 @@ class HFGenerateEngine:
                                             rollouts.completion_mask)
         elif self.record_signals:
             rollouts.signals = self._replay(model, rollouts)
+        if keep_logprobs:
+            logits = torch.stack(out.logits, dim=1)[:, : rollouts.completion_ids.shape[1]]
+            rollouts.sampler_logprobs = mask_signals(
+                {"logprob": token_signals(logits, rollouts.completion_ids)["logprob"]},
+                rollouts.completion_mask)["logprob"]
         return rollouts
 
     def _replay(self, model, rollouts: Rollouts) -> dict:
@@ -143,8 +164,10 @@ class HFGenerateEngine:
         tok = self.tokenizer
         stop = stop_criteria(tok, params.stop)
         on_step, per_step = None, []
-        if self.record_signals and self.signal_source == "generate":
-            backend = TOKEN_SIGNALS[self.signal_backend]
+        recorded = self.record_signals and self.signal_source == "generate"
+        keep_logprobs = lowers_precision(input_ids.device)
+        if recorded or keep_logprobs:
+            backend = TOKEN_SIGNALS[self.signal_backend if recorded else "torch"]
             on_step = lambda rows, tokens, logits, t: per_step.append((rows, t, backend(logits, tokens)))  # noqa: E731
         with sampling_mode(model, params.seed):
             comp, lengths, self.last_timing = prompt_shared_sample(
@@ -157,7 +180,11 @@ class HFGenerateEngine:
             for rows, t, values in per_step:
                 for k, v in values.items():
                     signals[k][rows, t] = v.float()
-            rollouts.signals = mask_signals(signals, rollouts.completion_mask)
-        elif self.record_signals:
+            signals = mask_signals(signals, rollouts.completion_mask)
+            if recorded:
+                rollouts.signals = signals
+            if keep_logprobs:
+                rollouts.sampler_logprobs = signals["logprob"]
+        if self.record_signals and not recorded:
             rollouts.signals = self._replay(model, rollouts)
         return rollouts
