@@ -42,7 +42,8 @@ seeds' avg@k after), then the issue's checks: majority's trained-on gain against
 random-reward arm's gain, and whether gold reward bounds the table. Writes ``real_model_ttrl.json`` (rewritten
 after every run; ``--resume`` keeps the runs already in it and continues an unfinished run from the
 ``last.ckpt`` it saves every ``--save-every`` steps, so a study spans sittings losing at most that many steps
-of a run) and ``real_model_ttrl.png`` (vote accuracy and KL P95 over steps per arm, mean over seeds).
+of a run) and ``real_model_ttrl.png`` (vote accuracy, KL P95 and, with --val-every, the held-out curve from
+the checkpoint at step 0, over steps per arm: means over seeds, the held-out one with its min-max band).
 
     ttrl model import --out models/smollm2
     python -m benchmarks.training.real_model_ttrl --model models/smollm2                  # the default, about 1.5 h here
@@ -758,13 +759,21 @@ def _plot(report: dict, path: str) -> None:
     fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
-        if held:  # the held-out curve per seed, from the checkpoint's step 0; a cross where the rule stops
-            for j, r in enumerate(runs):
-                h = _horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k)
-                if h is None:
-                    continue
-                axes[2].plot([p[0] for p in h["curve"]], [100 * p[1] for p in h["curve"]], marker=".",
-                             color=f"C{i}", alpha=0.8, label=arm if j == 0 else None)
+        if held:  # the held-out curve, mean over seeds (band: min to max) from the checkpoint's step 0
+            horizons = [h for h in (_horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k)
+                                    for r in runs) if h is not None]
+            by_step = {}
+            for h in horizons:
+                for step, v in h["curve"]:
+                    by_step.setdefault(step, []).append(100 * v)
+            steps = sorted(by_step)
+            if steps:
+                axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=f"C{i}",
+                             label=f"{arm} ({len(horizons)} seed{'s' if len(horizons) > 1 else ''})")
+                if len(horizons) > 1:
+                    axes[2].fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps],
+                                         color=f"C{i}", alpha=0.15)
+            for h in horizons:  # a cross where the label-free rule stops each seed
                 if h["stop_step"] is not None:
                     axes[2].plot([h["stop_step"]], [100 * h["at_stop"]], marker="x", markersize=9, color=f"C{i}")
         for ax, key, scale in ((axes[0], "train/vote_accuracy", 100), (axes[1], "train/kl_p95", 1)):
