@@ -3,7 +3,8 @@
 The whole contract is the :class:`RolloutEngine` Protocol: ``generate(model, prompts, params) -> Rollouts``,
 ``sync_weights(model)`` (called after every optimizer step), ``owns_weights`` (True when the engine samples
 from its own copy of the weights, vLLM: it then fills ``Rollouts.sampler_logprobs``, which the trainer
-compares with its own), ``max_model_len`` (the context it samples within; None: the model's) and
+compares with its own; the HF engine fills them too when it samples under a lower-precision autocast),
+``max_model_len`` (the context it samples within; None: the model's) and
 ``record_signals`` (whether ``generate`` records the per-token signals). The HF engine (``hf.py``) samples
 with the policy being trained; the shared finishing rules are ``finishing.py``. Rows of a ``Rollouts`` are
 prompt-major: row ``i * n + j`` is sample ``j`` of prompt ``i``.
@@ -86,8 +87,9 @@ class Rollouts:
     pool schema's per-token fields (``data.pool.TOKEN_FIELDS``: ``logprob``, ``entropy``, ``self_certainty``
     of the sampling model ...). ``records_from_rollouts`` turns a ``Rollouts`` into pool records.
     sampler_logprobs: [R, C] float32 log-probs of the sampled tokens under the sampler's raw logits, NaN
-    outside ``completion_mask``, from an engine with its own weights (``owns_weights``: vLLM), for the
-    trainer's importance correction; None from an engine that samples with the trained policy itself.
+    outside ``completion_mask``, from an engine with its own weights (``owns_weights``: vLLM) or one that sampled
+    under a lower-precision autocast (hf under a bf16-mixed trainer), for the trainer's importance correction;
+    None from an engine whose sampler's numbers are the trainer's (the policy itself, in the trainer's dtype).
     images: per row, the images its prompt shows (``models.VisionBlock`` s in the order of their tokens: the
     processor's ``pixel_values`` / ``image_grid_thw``), so that every teacher-forced pass over the rows (the
     policy, the old policy, the reference or EMA anchor, a replay) sees the pixels the sampler saw
