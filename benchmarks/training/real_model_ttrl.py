@@ -791,7 +791,8 @@ def _plot(report: dict, path: str) -> None:
         axes[2].set_ylabel(f"held-out avg@{val_k} (%); x: label-free stop")
     for ax in axes:
         ax.set_xlabel("TTRL step")
-        ax.legend(fontsize=7)
+        if ax.get_legend_handles_labels()[0]:  # a panel with no curve (no arm logged it) has no legend
+            ax.legend(fontsize=7)
     fig.suptitle(f"{os.path.basename(report['settings']['model'])}: mean over seeds {report['settings']['seeds']}",
                  fontsize=9)
     fig.tight_layout()
