@@ -13,7 +13,6 @@ from ttrl_lightning.rollout.image_sampling import has_images, sample_each_prompt
 from ttrl_lightning.rollout.requests import SamplingRequest, as_requests
 from ttrl_lightning.rollout.shared_prefill import prompt_shared_sample, stop_criteria, supports_prompt_sharing
 from ttrl_lightning.rollout.signal_recording import TOKEN_SIGNALS, mask_signals, replay_token_signals
-from ttrl_lightning.signals import token_signals
 
 
 def lowers_precision(device: torch.device) -> bool:
@@ -142,17 +141,17 @@ class HFGenerateEngine:
         if comp.shape[1] == 0:
             raise RuntimeError("generate returned no new tokens")
         rollouts = finish_rollouts(tok, input_ids, attn, comp, params)
-        if self.record_signals and self.signal_source == "generate":
-            logits = torch.stack(out.logits, dim=1)  # [R, C, V]
-            rollouts.signals = mask_signals(TOKEN_SIGNALS[self.signal_backend](logits, rollouts.completion_ids),
-                                            rollouts.completion_mask)
-        elif self.record_signals:
+        recorded = self.record_signals and self.signal_source == "generate"
+        if recorded or keep_logprobs:  # one pass over generate's [R, C, V] logits gives both
+            backend = TOKEN_SIGNALS[self.signal_backend if recorded else "torch"]
+            signals = mask_signals(backend(torch.stack(out.logits, dim=1), rollouts.completion_ids),
+                                   rollouts.completion_mask)
+            if recorded:
+                rollouts.signals = signals
+            if keep_logprobs:
+                rollouts.sampler_logprobs = signals["logprob"]
+        if self.record_signals and not recorded:
             rollouts.signals = self._replay(model, rollouts)
-        if keep_logprobs:
-            logits = torch.stack(out.logits, dim=1)[:, : rollouts.completion_ids.shape[1]]
-            rollouts.sampler_logprobs = mask_signals(
-                {"logprob": token_signals(logits, rollouts.completion_ids)["logprob"]},
-                rollouts.completion_mask)["logprob"]
         return rollouts
 
     def _replay(self, model, rollouts: Rollouts) -> dict:
