@@ -280,6 +280,7 @@ def _report(report: dict, args, json_path: str) -> None:
         print(_checks(report["summary"][task], args.k))
         if args.val_every:
             print(_horizon_table(report, task, args.val_k))
+            print(_goal(report, task, args.val_k))
     _plot(report, os.path.join(args.out, "real_model_ttrl.png"))
     print(f"\nwall time {report['seconds'] / 60:.1f} min; {json_path}; "
           f"{os.path.join(args.out, 'real_model_ttrl.png')}")
@@ -648,9 +649,10 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
 def _horizon_table(report: dict, task: str, val_k: int) -> str:
     """One line per run: held-out peak (step), final, the stopping rule's step, its accuracy and the loss."""
     before = report["before"][task]["held_out"]["avg"]
+    w = max([34] + [len(key) for key in report["runs"]])
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
              "(step 0: the checkpoint), and the label-free stopping rule",
-             f"{'run':<34} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
+             f"{'run':<{w}} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
              f"{'lost':>6}"]
     for key, run in report["runs"].items():
         h = _horizon(run, before, val_k) if run["task"] == task else None
@@ -659,7 +661,7 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
         stop = "none" if h["stop_step"] is None else str(h["stop_step"])
         at = "" if h["at_stop"] is None else f"{100 * h['at_stop']:.1f}"
         lost = "" if h["lost_at_stop"] is None else f"{100 * h['lost_at_stop']:+.1f}"
-        lines.append(f"{key:<34} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:10.1f} "
+        lines.append(f"{key:<{w}} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:10.1f} "
                      f"({h['final_step']:>3}) {stop:>9} {at:>8} {lost:>6}")
     return "\n".join(lines)
 
@@ -693,17 +695,18 @@ def _table(report: dict, task: str, k: int) -> str:
     s = report["summary"][task]
     splits = list(s["before"])
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
-    head = f"{'arm':<15}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
+    w = max([15] + [len(arm) for arm in s["arms"]])  # the arm column fits the longest name (majority+max_share)
+    head = f"{'arm':<{w}}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
     # label acc, KL P95: step means; s/step: the run's fit time (its held-out evaluations in it) per step
     head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7} {'s/step':>6}"
     lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over "
              "the questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
-    row = f"{'checkpoint':<15}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
+    row = f"{'checkpoint':<{w}}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
                                           for sp in splits)
     lines.append(row)
     for arm, e in s["arms"].items():
-        row = f"{arm:<15}"
+        row = f"{arm:<{w}}"
         for sp in splits:
             cell = f"{pct(e[sp]['avg'])} ({100 * e[sp]['avg_gain']:+5.1f}, {100 * e[sp]['avg_spread']:4.1f})"
             row += f" {cell:>32} {pct(e[sp]['maj']):>6}"
@@ -732,7 +735,8 @@ def _checks(summary: dict, k: int) -> str:
         before = summary["before"]["trained_on"]["avg"]
         per_seed = ", ".join(f"{100 * (a - before):+.1f}" for a in m["avg_per_seed"])
         line = (f"majority: trained-on avg@{k} gain {100 * m['avg_gain']:+.1f} (per seed: {per_seed}) "
-                f"vs its seeds' spread {100 * m['avg_spread']:.1f}: {_compared(m['avg_gain'], m['avg_spread'])}")
+                + (f"vs its seeds' spread {100 * m['avg_spread']:.1f}: {_compared(m['avg_gain'], m['avg_spread'])}"
+                   if len(m["avg_per_seed"]) > 1 else "(one seed: its spread is unknown)"))
         if "random_reward" in arms:
             r = arms["random_reward"]["trained_on"]["avg_gain"]
             line += f"; vs random reward's gain {100 * r:+.1f}: {_compared(m['avg_gain'], r)}"
@@ -742,6 +746,54 @@ def _checks(summary: dict, k: int) -> str:
         above = [a for a, e in arms.items() if a != "gold_reward" and e["trained_on"]["avg"] > g]
         lines.append(f"gold reward: trained-on avg@{k} {100 * g:.1f}%, " + (
             "bounds every arm from above" if not above else f"below {', '.join(above)} (see the note in the README)"))
+    return "\n".join(lines)
+
+
+def _held_out_curves(report: dict, runs: list[dict], val_k: int) -> tuple[list[dict], dict[int, list[float]]]:
+    """The runs' horizons (:func:`_horizon`, runs without a held-out curve left out) and their held-out
+    avg@val_k by step, one value per seed (step 0: the checkpoint)."""
+    horizons = [h for h in (_horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k) for r in runs)
+                if h is not None]
+    by_step: dict[int, list[float]] = {}
+    for h in horizons:
+        for step, v in h["curve"]:
+            by_step.setdefault(step, []).append(v)
+    return horizons, by_step
+
+
+#: the arms that are controls, not label-free methods (issue goal: a label-free arm against them)
+CONTROLS = ("gold_reward", "random_reward")
+
+
+def _goal(report: dict, task: str, val_k: int) -> str:
+    """The study's goal, per label-free arm, as measured (held-out): over the whole horizon the mean-over-seeds
+    curve never falls below the checkpoint's avg@k by more than the arm's seeds' spread (max - min of the final
+    held-out avg@k), and the final held-out avg@k (mean over seeds) ends above both the checkpoint and the
+    random-reward control by more than that spread. With one seed the spread is unknown: not decided."""
+    summary = report["summary"][task]
+    before = summary["before"]["held_out"]["avg"]
+    random = summary["arms"].get("random_reward", {}).get("held_out", {}).get("avg")
+    lines = [f"\ngoal, {task} (held-out; spread: max - min over seeds of the final avg@{report['settings']['k']})"]
+    for arm, e in summary["arms"].items():
+        if arm in CONTROLS:
+            continue
+        runs = [r for r in report["runs"].values() if r["task"] == task and r["arm"] == arm]
+        _, curve = _held_out_curves(report, runs, val_k)
+        end, spread, n = e["held_out"]["avg"], e["held_out"]["avg_spread"], len(e["seeds"])
+        low_step, low = min(((step, statistics.mean(v)) for step, v in curve.items()), key=lambda p: (p[1], p[0]),
+                            default=(None, None))
+        said = (f"{arm} ({n} seed{'s' if n > 1 else ''}): end {100 * end:.1f} vs checkpoint {100 * before:.1f}"
+                + ("" if random is None else f" and random {100 * random:.1f}")
+                + ("" if low is None else f"; lowest mean avg@{val_k} {100 * low:.1f} (step {low_step})"))
+        if n < 2:
+            lines.append(f"{said}: not decided (one seed: its spread is unknown)")
+            continue
+        checks = {"never more than the spread below the checkpoint": low is None or low >= before - spread,
+                  "ends above the checkpoint by more than the spread": end - before > spread,
+                  "ends above random by more than the spread": random is not None and end - random > spread}
+        failed = [name for name, ok in checks.items() if not ok]
+        lines.append(f"{said}, spread {100 * spread:.1f}: " + ("goal met" if not failed else
+                                                                  "not met (" + "; ".join(failed) + ")"))
     return "\n".join(lines)
 
 
@@ -760,12 +812,8 @@ def _plot(report: dict, path: str) -> None:
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
         if held:  # the held-out curve, mean over seeds (band: min to max) from the checkpoint's step 0
-            horizons = [h for h in (_horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k)
-                                    for r in runs) if h is not None]
-            by_step = {}
-            for h in horizons:
-                for step, v in h["curve"]:
-                    by_step.setdefault(step, []).append(100 * v)
+            horizons, curve = _held_out_curves(report, runs, val_k)
+            by_step = {step: [100 * v for v in values] for step, values in curve.items()}
             steps = sorted(by_step)
             if steps:
                 axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=f"C{i}",

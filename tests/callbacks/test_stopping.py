@@ -27,11 +27,37 @@ def test_smoothing_and_the_plateau_by_hand():
         StoppingRule(patience=0)
 
 
+def test_a_plateau_counts_only_after_a_rise_by_hand():
+    """``min_rise``: the start level is the mean of the first ``patience`` raw values, the best before the
+    window is taken from step ``patience`` on, and it must stand ``min_rise`` above the start."""
+    # a ratio that never rises, after one high first value: the rule without the rise fires on it at step 2 (the
+    # first value is the best before every window), with it never
+    noisy_flat = [0.8, 0.5, 0.55, 0.5, 0.45, 0.5, 0.55, 0.5, 0.5, 0.5]
+    old = StoppingRule(smoothing=0.0, patience=2, min_delta=0.01, min_steps=2, min_rise=None)
+    assert stop_decision({MAJORITY_RATIO: noisy_flat}, old)[0] == 2
+    rule = StoppingRule(smoothing=0.0, patience=2, min_delta=0.01, min_steps=2, min_rise=0.1)
+    assert stop_decision({MAJORITY_RATIO: noisy_flat}, rule) is None
+    # rise, then plateau. start (0.5 + 0.5) / 2 = 0.5. t = 4: best of steps 2..2 is 0.5 < 0.6, no test;
+    # t = 5: best of 2..3 is 0.6 >= 0.6, window 4..5 max 0.7 > 0.61; t = 6: best of 2..4 is 0.7, window 5..6
+    # max 0.7 <= 0.71: fires at 6
+    rise = [0.5, 0.5, 0.5, 0.6, 0.7, 0.7, 0.7, 0.7]
+    step, reason = stop_decision({MAJORITY_RATIO: rise}, rule)
+    assert step == 6 and "after a rise of >= 0.1" in reason
+    assert stop_decision({MAJORITY_RATIO: rise[:6]}, rule) is None
+    # a larger rise than the ratio makes: never; the window needs a step past the first patience steps before it
+    assert stop_decision({MAJORITY_RATIO: rise}, StoppingRule(smoothing=0.0, patience=2, min_delta=0.01,
+                                                                min_steps=2, min_rise=0.25)) is None
+    assert stop_decision({MAJORITY_RATIO: [0.1, 0.2, 0.9, 0.9, 0.9]}, StoppingRule(
+        smoothing=0.0, patience=2, min_delta=0.01, min_steps=1, min_rise=0.1))[0] == 4
+    with pytest.raises(ValueError, match="min_rise"):
+        StoppingRule(min_rise=1.5)
+
+
 def test_min_steps_holds_both_signals_until_step_min_steps():
     """``t >= min_steps`` (0-based) under either signal: a flat majority ratio with patience 2 and min_steps 5
     fires at step 5, not 4 (it fired one step early), and a length that collapses at step 1 fires at step 5,
     not 1 (the length rule ignored min_steps)."""
-    rule = StoppingRule(smoothing=0.0, patience=2, min_delta=0.01, min_steps=5)
+    rule = StoppingRule(smoothing=0.0, patience=2, min_delta=0.01, min_steps=5, min_rise=None)
     flat = [0.5] * 10
     assert stop_decision({MAJORITY_RATIO: flat}, rule)[0] == 5
     assert stop_decision({MAJORITY_RATIO: flat[:5]}, rule) is None  # steps 0-4 only: never
@@ -39,7 +65,7 @@ def test_min_steps_holds_both_signals_until_step_min_steps():
     step, reason = stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20] + [4] * 9}, rule)
     assert step == 5 and "completion length" in reason
     # min_steps below patience: the plateau waits for its window (t >= patience), the length does not
-    short = StoppingRule(smoothing=0.0, patience=4, min_delta=0.01, min_steps=1)
+    short = StoppingRule(smoothing=0.0, patience=4, min_delta=0.01, min_steps=1, min_rise=None)
     assert stop_decision({MAJORITY_RATIO: flat}, short)[0] == 4
     assert stop_decision({MAJORITY_RATIO: rising, COMPLETION_LEN: [20, 4] + [4] * 8}, short)[0] == 1
 
@@ -126,6 +152,7 @@ def test_the_callback_reads_the_flip_rate_of_this_step_only():
     old["history"] = {k: v for k, v in old["history"].items() if k != FLIP_RATE}
     with pytest.raises(ValueError, match="rule"):
         LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2).load_state_dict(old)
-    again = LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2, lock_ratio=None)
+    old["rule"].pop("min_rise")  # nor the rise
+    again = LabelFreeStopping(mode="flag", smoothing=0.0, patience=50, min_steps=2, lock_ratio=None, min_rise=None)
     again.load_state_dict(old)
     assert len(again.history[FLIP_RATE]) == 4

@@ -8,7 +8,14 @@ label-free answer. This rule reads only what every TTRL step logs without gold:
   the batch) rises while the policy converges on its pseudo-labels. Smoothed by an EMA
   (``s_t = a s_{t-1} + (1 - a) x_t``, ``a = smoothing``), the rule fires at the first step ``t >= min_steps``
   whose last ``patience`` smoothed values set no new high by more than ``min_delta`` over the best before
-  them: the labels have stopped moving, and further steps only sharpen the policy on them.
+  them: the labels have stopped moving, and further steps only sharpen the policy on them. A plateau is one
+  only after a rise (``min_rise``; None: the rule before it existed). The start level is the mean of the first
+  ``patience`` raw values, the best before the window is taken from step ``patience`` on (the EMA's first
+  values lean on the first step's value alone), and it must reach the start level + ``min_rise``. Without the
+  rise, a ratio that never moves (a small learning rate, where the policy changes slowly) fires the rule on its
+  noise: on the curriculum runs (4 questions a step, lr 1e-6), the EMA's start on one high first value
+  made every run, gold included, "plateau" at step 8. ``min_rise`` 0.1 was set after seeing those four runs'
+  curves (``benchmarks/training/real_model_ttrl.py``): in-sample there, validated only on the runs after it.
 * **length collapse.** ``train/completion_len`` smoothed the same way falls below ``length_floor`` times its
   first value, at a step ``t >= min_steps``: the collapse that precedes the fall.
 * **lock-in** (TTRL-Guard's warning; ``lock_ratio`` None turns it off). ``train/flip_rate`` (the share of the
@@ -63,6 +70,7 @@ class StoppingRule:
     length_floor: float = 0.5
     lock_ratio: float | None = 0.9
     lock_flip_rate: float = 0.05
+    min_rise: float | None = 0.1
 
     def __post_init__(self) -> None:
         if not 0 <= self.smoothing < 1:
@@ -75,7 +83,8 @@ class StoppingRule:
             raise UserError(f"LabelFreeStopping: need min_delta >= 0 and 0 <= length_floor < 1, got {self.min_delta}, "
                              f"{self.length_floor}")
         for name, value, nullable in (("lock_ratio", self.lock_ratio, True),
-                                      ("lock_flip_rate", self.lock_flip_rate, False)):
+                                      ("lock_flip_rate", self.lock_flip_rate, False),
+                                      ("min_rise", self.min_rise, True)):
             if value is None and nullable:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
@@ -104,6 +113,22 @@ def smoothed_present(values: Sequence[float | None], a: float) -> list[float | N
     return out
 
 
+def _best_before_window(ratio: Sequence[float], raw: Sequence[float], t: int, rule: StoppingRule
+                        ) -> float | None:
+    """The best smoothed majority ratio before the plateau's window (the last ``patience`` steps up to ``t``),
+    or None while there is no plateau to test at ``t``: the window needs a step before it, and with ``min_rise``
+    that step must lie past the first ``patience`` steps and the best there must stand ``min_rise`` above the
+    start level (the mean of the first ``patience`` raw values)."""
+    p = rule.patience
+    if rule.min_rise is None:
+        return max(ratio[: t + 1 - p]) if t >= p else None
+    if t + 1 - p <= p:
+        return None
+    best = max(ratio[p: t + 1 - p])
+    start = sum(raw[:p]) / p
+    return best if best >= start + rule.min_rise else None
+
+
 def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = StoppingRule()
                   ) -> tuple[int, str] | None:
     """``(index, reason)`` of the first step (0-based, in ``history``'s order; ``index >= rule.min_steps``)
@@ -120,12 +145,11 @@ def stop_decision(history: Mapping[str, Sequence[float]], rule: StoppingRule = S
                 and flips[t] <= rule.lock_flip_rate and ratio[t] >= rule.lock_ratio):
             return t, (f"locked in: smoothed flip rate {flips[t]:.3f} <= {rule.lock_flip_rate:g} with smoothed "
                        f"majority ratio {ratio[t]:.3f} >= {rule.lock_ratio:g}")
-        if t < rule.patience:  # the plateau's window needs a step before it
-            continue
-        before = max(ratio[: t + 1 - rule.patience])
-        if max(ratio[t + 1 - rule.patience: t + 1]) <= before + rule.min_delta:
+        before = _best_before_window(ratio, history[MAJORITY_RATIO], t, rule)
+        if before is not None and max(ratio[t + 1 - rule.patience: t + 1]) <= before + rule.min_delta:
+            rose = "" if rule.min_rise is None else f", after a rise of >= {rule.min_rise:g} over its start"
             return t, (f"smoothed majority ratio set no new high (+{rule.min_delta:g}) in {rule.patience} "
-                       "steps")
+                       f"steps{rose}")
     return None
 
 
@@ -138,11 +162,12 @@ class LabelFreeStopping(pl.Callback):
 
     def __init__(self, mode: str = "stop", smoothing: float = 0.7, patience: int = 8, min_delta: float = 0.01,
                  min_steps: int = 8, length_floor: float = 0.5, lock_ratio: float | None = 0.9,
-                 lock_flip_rate: float = 0.05):
+                 lock_flip_rate: float = 0.05, min_rise: float | None = 0.1):
         if mode not in ("stop", "flag"):
             raise UserError(f"LabelFreeStopping: mode must be 'stop' or 'flag', got {mode!r}")
         self.mode = mode
-        self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor, lock_ratio, lock_flip_rate)
+        self.rule = StoppingRule(smoothing, patience, min_delta, min_steps, length_floor, lock_ratio, lock_flip_rate,
+                                 min_rise)
         self.history: dict[str, list[float]] = {MAJORITY_RATIO: [], COMPLETION_LEN: [], FLIP_RATE: []}
         self.steps: list[int] = []
         self.flagged: dict | None = None
@@ -189,8 +214,8 @@ class LabelFreeStopping(pl.Callback):
 
     def load_state_dict(self, state_dict: dict) -> None:
         saved = state_dict.get("rule")
-        if saved is not None:  # a rule saved before the lock-in signal existed had none
-            saved = {"lock_ratio": None, "lock_flip_rate": StoppingRule.lock_flip_rate, **saved}
+        if saved is not None:  # a rule saved before the lock-in signal or the rise existed had neither
+            saved = {"lock_ratio": None, "lock_flip_rate": StoppingRule.lock_flip_rate, "min_rise": None, **saved}
         if saved not in (None, asdict(self.rule)):
             raise UserError(f"LabelFreeStopping: the checkpoint's rule {state_dict['rule']} is not this run's "
                              f"{asdict(self.rule)}")

@@ -493,12 +493,12 @@ def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built()
 
 def test_label_free_stopping_ends_a_ttrl_run():
     """LabelFreeStopping reads the step's logged majority ratio from the trainer: with a rule that fires at
-    the second step (min_delta 1: no value can set a new high), the run ends there, not at max_steps, and
+    the second step (min_delta 1: no value can set a new high; no rise required), the run ends there, not at max_steps, and
     the step it records is that batch's 0-based index (1), the step its metrics are logged under."""
     from ttrl_lightning.callbacks import LabelFreeStopping
 
     m = _module(SCRIPT)
-    stopper = LabelFreeStopping(mode="stop", min_steps=1, patience=1, min_delta=1.0)
+    stopper = LabelFreeStopping(mode="stop", min_steps=1, patience=1, min_delta=1.0, min_rise=None)
     trainer = pl.Trainer(accelerator="cpu", max_steps=5, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
                          callbacks=[stopper])

@@ -1,0 +1,49 @@
+"""The real-model benchmark's study goal (benchmarks/training/real_model_ttrl.py ``_goal``), worked by hand on a
+report built here: no model is run."""
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from benchmarks.training.real_model_ttrl import _goal  # noqa: E402
+
+
+def _run(arm, seed, curve):
+    return {"arm": arm, "seed": seed, "task": "t", "curves": {"val/avg@8": [list(p) for p in curve]}}
+
+
+def _report(arms):
+    """arms: {arm: [(final held-out avg, curve), ...]} one per seed; the checkpoint's held-out avg is 0.30."""
+    runs, summary = {}, {"before": {"held_out": {"avg": 0.30}}, "arms": {}}
+    for arm, seeds in arms.items():
+        ends = [end for end, _ in seeds]
+        summary["arms"][arm] = {"seeds": list(range(len(seeds))),
+                                "held_out": {"avg": sum(ends) / len(ends), "avg_spread": max(ends) - min(ends)}}
+        for seed, (_, curve) in enumerate(seeds):
+            runs[f"t/{arm}/seed{seed}"] = _run(arm, seed, curve)
+    return {"runs": runs, "summary": {"t": summary}, "before": {"t": {"held_out": {"avg": 0.30}}},
+            "settings": {"k": 16}}
+
+
+def test_the_goal_by_hand():
+    report = _report({
+        "random_reward": [(0.20, [(8, 0.25)]), (0.22, [(8, 0.25)])],
+        # end 0.40 (spread 0.04): 0.10 above the checkpoint and 0.19 above random; lowest mean point 0.28 at
+        # step 8, 0.02 below the checkpoint, within the spread: met
+        "good": [(0.38, [(8, 0.27), (16, 0.35)]), (0.42, [(8, 0.29), (16, 0.41)])],
+        # the same end, but its mean curve dips to 0.25 (0.05 below the checkpoint, more than 0.04): not met
+        "dips": [(0.38, [(8, 0.24), (16, 0.35)]), (0.42, [(8, 0.26), (16, 0.41)])],
+        # ends 0.32 with spread 0.04: above the checkpoint by 0.02 only
+        "flat": [(0.30, [(8, 0.30)]), (0.34, [(8, 0.31)])],
+        "one_seed": [(0.50, [(8, 0.45)])],
+        "gold_reward": [(0.90, [(8, 0.80)]), (0.90, [(8, 0.80)])],
+    })
+    lines = [line for line in _goal(report, "t", 8).splitlines() if line and not line.startswith("goal, ")]
+    said = {line.split(" (")[0]: line for line in lines}
+    assert set(said) == {"good", "dips", "flat", "one_seed"}  # the controls are not label-free arms
+    assert said["good"].endswith("goal met") and "lowest mean avg@8 28.0 (step 8)" in said["good"]
+    assert "not met (never more than the spread below the checkpoint)" in said["dips"]
+    assert said["flat"].endswith("not met (ends above the checkpoint by more than the spread)")
+    assert said["one_seed"].endswith("not decided (one seed: its spread is unknown)")
+    # without a random control the last check cannot hold
+    del report["summary"]["t"]["arms"]["random_reward"]
+    assert "ends above random by more than the spread" in _goal(report, "t", 8)
