@@ -59,6 +59,7 @@ this script describe a 135M-parameter model on procedural arithmetic, nothing la
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--val-k", type=int, default=8, help="samples per held-out question in those evaluations")
     p.add_argument("--resume", action="store_true",
                    help="keep the runs already in --out's JSON, and continue an unfinished run from its last.ckpt")
+    p.add_argument("--fit-option", action="append", default=[], metavar="OPTION",
+                   help="one more `ttrl fit` option for the warm-up and every run, repeatable, e.g. a memory lever "
+                        "(--fit-option=--model.init_args.grpo.reference_storage=disk); recorded in the settings")
     p.add_argument("--save-every", type=int, default=8, metavar="STEPS",
                    help="a run saves last.ckpt every STEPS steps, for --resume (0: never; deleted when the run ends)")
     c = p.add_argument_group("curriculum (SRT's protocol: gold-reward RL on an easier level, then label-free TTRL "
@@ -192,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
                 "batch_size": parsed.data.init_args.batch_size, "warmup": args.warmup,
                 "warmup_epochs": args.warmup_epochs if args.warmup else None,
                 "n_warmup": args.n_warmup if args.warmup else None}
+    if args.fit_option:  # only when given: a report written before the option existed stays resumable
+        settings["fit_options"] = list(args.fit_option)
     report = _resumed(json_path, settings) if args.resume else None
     report = report or {"settings": settings, "scan": {}, "before": {}, "runs": {}}
     report.setdefault("sittings", []).append({**provenance(), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
@@ -254,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             report["before"][task] = _splits(evaluate, model, splits, task, other)
             save()
         _print_splits(f"checkpoint, {task}", report["before"][task], args.k)
+    del model  # every run loads its own start; a copy held through the runs is 0.54 GB of their peak memory
+    gc.collect()
 
     # 4. the arms
     for task in tasks:
@@ -415,7 +423,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
                 "--data.init_args.path", path, "--trainer.max_epochs", str(args.warmup_epochs),
                 "--trainer.default_root_dir", os.path.join(args.out, "warmup", "run")]
     t0 = time.perf_counter()
-    cli = fit_in_process(fit_args)
+    cli = fit_in_process(fit_args + list(args.fit_option))
     fit_seconds = time.perf_counter() - t0
     policy = cli.model.policy.eval()
     after = evaluate(policy, task, held)
@@ -563,7 +571,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
         fit_args += ["--ckpt_path", last]
         print(f"--resume: {root} continues from {last}", flush=True)
     t0 = time.perf_counter()
-    cli = fit_in_process(fit_args)
+    cli = fit_in_process(fit_args + list(args.fit_option))
     fit_seconds = time.perf_counter() - t0
     curves, start_step = _run_curves(root)
     steps = int(cli.trainer.global_step)

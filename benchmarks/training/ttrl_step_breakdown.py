@@ -36,6 +36,7 @@ writes JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import tempfile
@@ -85,13 +86,14 @@ def model_shapes(config) -> tuple[list[tuple[int, int]], int]:
 def held_tensors(module, optimizer) -> dict[str, float]:
     """GB of what a TTRL step keeps from one step to the next: the policy's parameters, the reference's (the
     initial copy, or the EMA anchor that ``EMAAnchor`` sets as the reference; its own storage only: a tensor
-    shared with the policy is not counted twice) and the optimizer's state."""
+    shared with the policy is not counted twice, and a reference kept on disk, ``grpo.reference_storage: disk``,
+    holds none) and the optimizer's state."""
     seen: set[int] = set()
 
     def size(tensors) -> float:
         total = 0
         for t in tensors:
-            if t is None or t.untyped_storage().data_ptr() in seen:
+            if t is None or t.is_meta or t.untyped_storage().data_ptr() in seen:  # meta: on disk between uses
                 continue
             seen.add(t.untyped_storage().data_ptr())
             total += t.untyped_storage().nbytes()
@@ -164,6 +166,19 @@ def attach(module, clock: StageClock) -> None:
         return out
 
     module.sequence_logprobs = logprobs
+    weights = module.reference_weights
+
+    @contextlib.contextmanager
+    def reference_weights():
+        """The reference's weights made ready (the read of its file under grpo.reference_storage: disk)
+        count with the reference pass."""
+        clock.stage_peak("rest")
+        t0 = time.perf_counter()
+        with weights() as reference:
+            clock.current["reference"] += time.perf_counter() - t0
+            yield reference
+
+    module.reference_weights = reference_weights
     module.manual_backward = clock.timed("backward", module.manual_backward)
     clip = module.clip_gradients
     module.clip_gradients = clock.timed("optimizer", clip)
@@ -199,7 +214,7 @@ def attach(module, clock: StageClock) -> None:
     return Hooks()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", required=True, help="a local model folder (ttrl model import --out DIR)")
     p.add_argument("--votes", type=int, default=8, help="M votes per question (the config's: 8)")
@@ -208,11 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3, help="timed steps")
     p.add_argument("--warmup", type=int, default=1, help="untimed steps first")
     p.add_argument("--engine", default="hf")
-    p.add_argument("--extra", nargs="*", default=[], help="more `ttrl fit` options (e.g. a lever to measure)")
+    p.add_argument("--extra", nargs="*", action="extend", default=[],
+                   help="more `ttrl fit` options (e.g. a lever to measure); repeat it (--extra=--a=1 --extra=--b=2): "
+                        "every one is kept")
     p.add_argument("--adamw", choices=("default", "foreach", "single"), default="default",
                    help="AdamW's implementation (torch's default on CPU: single-tensor)")
     p.add_argument("--out", default="outputs/bench/ttrl_step_breakdown.json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     global FOREACH
     FOREACH = {"default": None, "foreach": True, "single": False}[args.adamw]
 

@@ -51,6 +51,8 @@ KL term to the loss and none to the observation (``observed_kl``).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import asdict, replace
 from typing import Any, ClassVar, Sequence
 
@@ -60,6 +62,7 @@ from torchmetrics import MeanMetric
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import PolicyModule, PolicySpec, full_precision
+from ttrl_lightning.modules.disk_weights import DiskWeights
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
@@ -146,6 +149,8 @@ class GRPOModule(PolicyModule):
         self.kl_observation_tokens: torch.Tensor | None = None
         self._reference: list[torch.nn.Module] = []  # a list keeps it out of this module's parameters
         self._pending_reference_state: dict | None = None
+        self._disk_reference: DiskWeights | None = None  # grpo.reference_storage: disk
+        self._pending_reference_file: dict | None = None
         self.train_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
         self.logprob_path = LogprobPath(self.grpo.logprob_impl, type(self).__name__)
@@ -168,13 +173,39 @@ class GRPOModule(PolicyModule):
             if self._pending_reference_state is not None:
                 load_full_state_dict_(frozen, self._pending_reference_state)
                 self._pending_reference_state = None
+            if self.grpo.reference_storage == "disk":
+                self._disk_reference = self._reference_on_disk(frozen)
             self.set_reference_model(frozen)
+
+    def _reference_on_disk(self, frozen: torch.nn.Module) -> DiskWeights:
+        """``frozen``'s parameters in a file under the run's folder (or the file a resumed checkpoint names)."""
+        if is_sharded(frozen):
+            raise UserError("grpo.reference_storage='disk' keeps a whole copy of the reference in one file; the "
+                            "policy is sharded (FSDP): use reference_storage 'memory'")
+        if self._pending_reference_file is not None:
+            found, self._pending_reference_file = self._pending_reference_file, None
+            return DiskWeights.adopt(frozen, found["path"], found["sha256"])
+        folder = self.trainer.log_dir or self.trainer.default_root_dir
+        return DiskWeights.write(frozen, os.path.join(folder, "reference",
+                                                      f"initial.rank{self.trainer.global_rank}.safetensors"))
+
+    @contextlib.contextmanager
+    def reference_weights(self):
+        """The KL reference with its parameters in memory: read from its file for the block under
+        ``grpo.reference_storage: disk``, as it is otherwise."""
+        if self._disk_reference is None:
+            yield self.reference_model
+        else:
+            with self._disk_reference.loaded() as model:
+                yield model
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         super().on_save_checkpoint(checkpoint)
         checkpoint["grpo"] = {"kl_coef": self.kl_coef}
         ref = self.reference_model
-        if self.grpo.reference == "initial" and ref is not None:
+        if self._disk_reference is not None:  # the file, named and hashed, not a copy of it
+            checkpoint["grpo"]["reference_file"] = self._disk_reference.state()
+        elif self.grpo.reference == "initial" and ref is not None:
             if is_sharded(ref):  # its shards join the distributed checkpoint, or its full tensors this entry
                 checkpoint["grpo"]["sharded_reference"] = checkpoint_entry(ref, checkpoint, "reference")
             else:
@@ -194,8 +225,22 @@ class GRPOModule(PolicyModule):
                 raise RuntimeError("the reference's shards are in the distributed checkpoint folder: restore "
                                    "it with the same sharded strategy, or consolidate the folder first")
             self._pending_reference_state = full
-        if "reference_state" in state:
+        if "reference_file" in state:
+            if self.grpo.reference_storage != "disk":
+                raise UserError(f"this checkpoint keeps its KL reference in {state['reference_file']['path']} "
+                                "(grpo.reference_storage: disk); resume it with that setting")
             if self.reference_model is not None:
+                self._disk_reference = DiskWeights.adopt(self.reference_model, state["reference_file"]["path"],
+                                                         state["reference_file"]["sha256"])
+            else:
+                self._pending_reference_file = state["reference_file"]
+        if "reference_state" in state:
+            if self._disk_reference is not None:  # a memory checkpoint resumed on disk: a new file of its state
+                frozen = frozen_copy(self.policy)
+                load_full_state_dict_(frozen, state["reference_state"])
+                self._disk_reference = self._reference_on_disk(frozen)
+                self.set_reference_model(frozen)
+            elif self.reference_model is not None:
                 load_full_state_dict_(self.reference_model, state["reference_state"])
             else:
                 self._pending_reference_state = state["reference_state"]
@@ -365,7 +410,11 @@ class GRPOModule(PolicyModule):
         kept_tokens = rollouts.completion_mask.float() * scored.kept_rows().to(self.device)[:, None]
         use_kl = self.grpo.reference != "none"
         with torch.no_grad():
-            ref_logp = self.sequence_logprobs(self.reference_model, rollouts) if use_kl else None
+            if use_kl:
+                with self.reference_weights() as reference:
+                    ref_logp = self.sequence_logprobs(reference, rollouts)
+            else:
+                ref_logp = None
             old_logp = self.sequence_logprobs(self.policy, rollouts) if self.grpo.num_iterations > 1 else None
         # an engine with its own weights (vLLM), or one that sampled under a lower-precision autocast (hf)
         sampler_logp = rollouts.sampler_logprobs

@@ -23,10 +23,13 @@ from ttrl_lightning.modules.logprobs import LOGPROB_IMPLS
 from ttrl_lightning.modules.losses import LOSS_AGGREGATIONS
 from ttrl_lightning.rollout.base import check_sampling
 
-__all__ = ["SamplingSpec", "GRPOSpec", "CuriosityCoherenceSpec", "REFERENCES", "MOVED_ARGUMENTS", "spec_of"]
+__all__ = ["SamplingSpec", "GRPOSpec", "CuriosityCoherenceSpec", "REFERENCES", "REFERENCE_STORAGES", "MOVED_ARGUMENTS",
+           "spec_of"]
 
 #: KL references: a frozen copy of the initial policy, none (no KL term), or one set by a callback (EMAAnchor)
 REFERENCES = ("initial", "none", "external")
+#: where the initial reference's parameters live between reference passes (``modules.disk_weights``)
+REFERENCE_STORAGES = ("memory", "disk")
 
 GRPO_SPEC_RULES: dict[str, Bounds] = {
     "eps_low": Bounds(low=0),
@@ -60,7 +63,9 @@ class GRPOSpec:
     scale_rewards: divide the group-relative advantage by the group's std; eps_low / eps_high: the clip range;
     kl_coef: the initial beta of the k3 KL term (a ``PIDKLController`` drives it); reference: ``"initial"``
     (frozen copy of the starting policy, checkpointed), ``"external"`` (set by a callback such as
-    ``EMAAnchor``) or ``"none"`` (no KL term; kl_coef must be 0); loss_aggregation: ``"seq_mean"`` (GRPO) or
+    ``EMAAnchor``) or ``"none"`` (no KL term; kl_coef must be 0); reference_storage: ``"memory"`` or ``"disk"``
+    (the initial reference's parameters in a file between reference passes, ``modules.disk_weights``: the same
+    log-probs, one copy of the policy less resident at the optimizer step); loss_aggregation: ``"seq_mean"`` (GRPO) or
     ``"token_mean"`` (DAPO); num_iterations: optimizer steps per rollout batch (> 1 makes the clip active);
     max_grad_norm (None: no clipping); tis_cap: C of the truncated importance weight of an engine with its own
     weights (None: no correction, the gap is still logged); logprob_impl: ``"auto"``, ``"fused"`` or
@@ -75,6 +80,7 @@ class GRPOSpec:
     eps_high: float = 0.2
     kl_coef: float = 0.04
     reference: str = "initial"
+    reference_storage: str = "memory"
     loss_aggregation: str = "seq_mean"
     num_iterations: int = 1
     max_grad_norm: float | None = 1.0
@@ -87,6 +93,12 @@ class GRPOSpec:
             raise UserError(f"grpo.reference must be one of {', '.join(REFERENCES)}, got {self.reference!r}")
         if self.reference == "none" and self.kl_coef != 0:
             raise UserError(f"grpo.reference='none' needs grpo.kl_coef=0, got kl_coef={self.kl_coef!r}")
+        if self.reference_storage not in REFERENCE_STORAGES:
+            raise UserError(f"grpo.reference_storage must be one of {', '.join(REFERENCE_STORAGES)}, "
+                            f"got {self.reference_storage!r}")
+        if self.reference_storage == "disk" and self.reference != "initial":
+            raise UserError(f"grpo.reference_storage='disk' keeps the initial reference on disk; grpo.reference is "
+                            f"{self.reference!r}")
         if self.loss_aggregation not in LOSS_AGGREGATIONS:
             raise UserError(f"grpo.loss_aggregation must be one of {', '.join(LOSS_AGGREGATIONS.names())}, "
                             f"got {self.loss_aggregation!r}")
