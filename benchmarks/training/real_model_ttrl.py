@@ -174,6 +174,9 @@ def recipe_args(args) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from ttrl_lightning.cli.allocator import return_large_blocks
+
+    return_large_blocks()  # TTRL_MMAP_THRESHOLD from the start: the scan and the evaluations too, not the runs only
     from ttrl_lightning.cli.configs import config_path
     from ttrl_lightning.cli.fit import parse_config
     from ttrl_lightning.models import load_model, load_tokenizer
@@ -425,19 +428,20 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     t0 = time.perf_counter()
     cli = fit_in_process(fit_args + list(args.fit_option))
     fit_seconds = time.perf_counter() - t0
-    policy = cli.model.policy.eval()
+    policy, steps, precision = _trained(cli)
+    del cli
     after = evaluate(policy, task, held)
     _save_folder(policy, tok, folder)
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
-                        "steps": int(cli.trainer.global_step), "before": before, "after": after,
-                        "fit_seconds": round(fit_seconds, 1), "precision": str(cli.trainer.precision),
+                        "steps": steps, "before": before, "after": after,
+                        "fit_seconds": round(fit_seconds, 1), "precision": precision,
                         "checkpoint": folder, **provenance()}
     with atomic_write(record_path) as fh:
         json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
     print(f"  warm-up held-out avg@{args.k} {100 * before['avg']:.1f}% -> {100 * after['avg']:.1f}%, maj@{args.k} "
           f"{100 * before['maj']:.1f}% -> {100 * after['maj']:.1f}% ({fit_seconds / 60:.1f} min)", flush=True)
-    del cli, policy
+    del policy
     return folder
 
 
@@ -574,8 +578,8 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     cli = fit_in_process(fit_args + list(args.fit_option))
     fit_seconds = time.perf_counter() - t0
     curves, start_step = _run_curves(root)
-    steps = int(cli.trainer.global_step)
-    policy = cli.model.policy.eval()
+    policy, steps, precision = _trained(cli)
+    del cli
     after = _splits(evaluate, policy, splits, task, other)
     vote_tokens = sum(v for step, v in curves.get("train/vote_tokens", []) if step >= start_step)
     if os.path.isfile(last):
@@ -585,10 +589,22 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
             "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
             "coverage": _mean(curves.get("train/coverage")),
             "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
-            "fit_seconds": round(fit_seconds, 1), "precision": str(cli.trainer.precision),
+            "fit_seconds": round(fit_seconds, 1), "precision": precision,
             "seconds": round(time.perf_counter() - t0, 1),
             "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
             "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
+
+
+def _trained(cli) -> tuple:
+    """A finished fit's policy (eval mode), its optimizer-step count and precision. The evaluation after it
+    reads the weights only: the gradients and the AdamW state (1.6 GB for SmolLM2) are freed first, so the
+    run's peak memory is the training step's, not the training step's plus the evaluation's."""
+    policy = cli.model.policy.eval()
+    policy.zero_grad(set_to_none=True)
+    for optimizer in cli.trainer.optimizers:
+        optimizer.state.clear()
+    gc.collect()
+    return policy, int(cli.trainer.global_step), str(cli.trainer.precision)
 
 
 def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
