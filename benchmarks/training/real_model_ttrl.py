@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
             report["before"][task] = _splits(evaluate, model, splits, task, other)
             save()
         _print_splits(f"checkpoint, {task}", report["before"][task], args.k)
-    del model  # every run loads its own start; a copy held through the runs is 0.54 GB of their peak memory
+    del model  # every run loads its own start; this copy would stay resident (0.54 GB) through every run
     gc.collect()
 
     # 4. the arms
@@ -597,8 +597,9 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
 
 def _trained(cli) -> tuple:
     """A finished fit's policy (eval mode), its optimizer-step count and precision. The evaluation after it
-    reads the weights only: the gradients and the AdamW state (1.6 GB for SmolLM2) are freed first, so the
-    run's peak memory is the training step's, not the training step's plus the evaluation's."""
+    reads the weights only: the gradients and the AdamW state (1.6 GB for SmolLM2) are freed first. (Measured
+    on a 34-step SmolLM2 run with the memory levers, this and freeing the start model took the run's peak from
+    3.81 to 3.74 GB only: the peak lies elsewhere, not in the final evaluation; README, real-model section.)"""
     policy = cli.model.policy.eval()
     policy.zero_grad(set_to_none=True)
     for optimizer in cli.trainer.optimizers:
