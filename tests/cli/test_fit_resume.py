@@ -8,6 +8,7 @@ import re
 import pytest
 import torch
 
+from ttrl_lightning.checkpoints import StreamingCheckpointIO
 from ttrl_lightning.cli import main
 from ttrl_lightning.cli.configs import config_path
 from ttrl_lightning.cli.fit import make_cli
@@ -63,6 +64,8 @@ def test_unchanged_hyperparameters_resume_quietly(two_step_checkpoint, tmp_path,
                     "--ckpt_path", two_step_checkpoint])
     assert "instead of the checkpoint's" not in capsys.readouterr().err
     assert cli.trainer.global_step == 3
+    # written by ttrl fit's streaming writer (tests/test_checkpoints_write.py) and resumed from
+    assert isinstance(cli.trainer.strategy.checkpoint_io, StreamingCheckpointIO)
     assert [g["lr"] for g in cli.trainer.optimizers[0].param_groups] == [0.003]
 
 

@@ -1,0 +1,73 @@
+"""``StreamingCheckpointIO`` (ttrl_lightning/checkpoints.py): the same file as Lightning's writer, written
+without first serialising the whole checkpoint into memory, and atomically."""
+import os
+import tracemalloc
+
+import pytest
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from ttrl_lightning.checkpoints import StreamingCheckpointIO
+from ttrl_lightning.cli.fit import _with_streaming_checkpoints
+
+
+def _checkpoint(n: int = 8, numel: int = 1 << 20) -> dict:
+    g = torch.Generator().manual_seed(0)
+    return {"state_dict": {f"w{i}": torch.randn(numel, generator=g) for i in range(n)},
+            "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 1e-6}]}],
+            "epoch": 1, "global_step": 7, "hyper_parameters": {"policy": {"lr": 1e-6}}}
+
+
+def _python_peak(write) -> int:
+    """Peak bytes allocated through Python's allocators while ``write()`` runs (a BytesIO buffer counts; tensor
+    storages are torch's and do not)."""
+    tracemalloc.start()
+    try:
+        write()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_file_is_lightnings_byte_for_byte(tmp_path):
+    ckpt = _checkpoint(n=3, numel=1000)
+    TorchCheckpointIO().save_checkpoint(ckpt, tmp_path / "lightning.ckpt")
+    StreamingCheckpointIO().save_checkpoint(ckpt, tmp_path / "sub" / "streamed.ckpt")  # makes the folder
+    assert (tmp_path / "sub" / "streamed.ckpt").read_bytes() == (tmp_path / "lightning.ckpt").read_bytes()
+    loaded = StreamingCheckpointIO().load_checkpoint(tmp_path / "sub" / "streamed.ckpt", weights_only=True)
+    assert loaded["global_step"] == 7 and torch.equal(loaded["state_dict"]["w2"], ckpt["state_dict"]["w2"])
+
+
+def test_the_checkpoint_is_not_held_in_memory_while_written(tmp_path):
+    ckpt = _checkpoint()  # 8 tensors of 4 MiB: 32 MiB
+    size = sum(t.numel() * t.element_size() for t in ckpt["state_dict"].values())
+    lightning = _python_peak(lambda: TorchCheckpointIO().save_checkpoint(ckpt, tmp_path / "a.ckpt"))
+    streamed = _python_peak(lambda: StreamingCheckpointIO().save_checkpoint(ckpt, tmp_path / "b.ckpt"))
+    assert lightning >= size  # the whole file in a BytesIO: the test can tell
+    assert streamed < size / 4  # at most a tensor or two at a time
+
+
+def test_a_failed_save_leaves_the_previous_checkpoint(tmp_path):
+    path = tmp_path / "last.ckpt"
+    StreamingCheckpointIO().save_checkpoint(_checkpoint(n=1, numel=10), path)
+    before = path.read_bytes()
+    with pytest.raises(Exception):
+        StreamingCheckpointIO().save_checkpoint({"state_dict": {}, "bad": lambda: None}, path)  # not picklable
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["last.ckpt"]  # no temporary left behind
+
+
+def test_remote_paths_and_storage_options_keep_lightnings_writer(tmp_path, monkeypatch):
+    called = []
+    monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", lambda self, c, p, s=None: called.append((p, s)))
+    StreamingCheckpointIO().save_checkpoint({}, "memory://x/last.ckpt")
+    StreamingCheckpointIO().save_checkpoint({}, tmp_path / "y.ckpt", storage_options={"a": 1})
+    assert called == [("memory://x/last.ckpt", None), (tmp_path / "y.ckpt", {"a": 1})]
+
+
+def test_ttrl_fit_uses_it_unless_a_writer_is_given():
+    added = _with_streaming_checkpoints({"plugins": None, "strategy": "auto"})
+    assert [type(p) for p in added["plugins"]] == [StreamingCheckpointIO]
+    own = TorchCheckpointIO()
+    assert _with_streaming_checkpoints({"plugins": [own]})["plugins"] == [own]
+    assert _with_streaming_checkpoints({"plugins": own})["plugins"] is own  # left as given
