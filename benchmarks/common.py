@@ -76,7 +76,7 @@ def git_commit() -> str | None:
 
 
 def peak_rss_gb() -> float:
-    """This process's peak resident memory in GB (Linux reports ``ru_maxrss`` in KiB)."""
+    """This process's peak resident memory in GB of 2^30 bytes (GiB; Linux reports ``ru_maxrss`` in KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
