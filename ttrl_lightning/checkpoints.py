@@ -30,7 +30,7 @@ class StreamingCheckpointIO(TorchCheckpointIO):
     """Lightning's ``TorchCheckpointIO`` writing a local checkpoint without holding it in memory.
 
     Lightning's writer (``_atomic_save``) serialises the checkpoint into an ``io.BytesIO`` and then writes the
-    buffer, so saving costs the checkpoint's size in resident memory for a moment: 1.6 GB for SmolLM2-135M with
+    buffer, so saving costs the checkpoint's size in resident memory for a moment: 1.5 GB for SmolLM2-135M with
     its AdamW state, which made the save the peak of a real-model run (3.8 GB against the training step's 2.9).
     Here ``torch.save`` writes straight into a temporary file beside the target that replaces it when complete
     (``safe_files.atomic_write``: a reader sees the old checkpoint or the new one, never a truncated one). The

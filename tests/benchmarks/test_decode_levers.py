@@ -7,20 +7,9 @@ import pytest
 from benchmarks.training.decode_levers import main
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from ttrl_lightning.models import load_model, load_tokenizer
-
-    folder = tmp_path_factory.mktemp("tiny")
-    tok = load_tokenizer("tiny:llama")
-    load_model("tiny:llama", tok).save_pretrained(folder)
-    tok.save_pretrained(folder)
-    return str(folder)
-
-
-def test_the_levers_are_timed_side_by_side(tiny_folder, tmp_path, capsys):
+def test_the_levers_are_timed_side_by_side(tiny_model_folder, tmp_path, capsys):
     out = tmp_path / "levers.json"
-    assert main(["--model", tiny_folder, "--questions", "2", "--votes", "3", "--new-tokens", "4", "--repeats", "2",
+    assert main(["--model", tiny_model_folder, "--questions", "2", "--votes", "3", "--new-tokens", "4", "--repeats", "2",
                  "--variants", "dynamic", "static", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["rows"] == 6
