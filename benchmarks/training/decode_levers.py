@@ -28,9 +28,7 @@ import statistics
 import time
 
 from benchmarks.common import cpu_features, git_commit, peak_rss_gb, time_interleaved, write_json
-
-CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
-INSTRUCTION = "Answer with just the number."
+from benchmarks.training.ttrl_step_breakdown import CHAIN_SUM, INSTRUCTION
 VARIANTS = ("dynamic", "static", "static_compiled")
 
 
