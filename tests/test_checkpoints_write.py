@@ -61,8 +61,11 @@ def test_remote_paths_and_storage_options_keep_lightnings_writer(tmp_path, monke
     called = []
     monkeypatch.setattr(TorchCheckpointIO, "save_checkpoint", lambda self, c, p, s=None: called.append((p, s)))
     StreamingCheckpointIO().save_checkpoint({}, "memory://x/last.ckpt")
+    StreamingCheckpointIO().save_checkpoint({}, f"file://{tmp_path}/z.ckpt")
     StreamingCheckpointIO().save_checkpoint({}, tmp_path / "y.ckpt", storage_options={"a": 1})
-    assert called == [("memory://x/last.ckpt", None), (tmp_path / "y.ckpt", {"a": 1})]
+    assert called == [("memory://x/last.ckpt", None), (f"file://{tmp_path}/z.ckpt", None),
+                      (tmp_path / "y.ckpt", {"a": 1})]
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ttrl_fit_uses_it_unless_a_writer_is_given():

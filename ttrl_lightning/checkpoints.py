@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.fabric.utilities.cloud_io import get_filesystem
 
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.safe_files import atomic_write
@@ -34,22 +33,17 @@ class StreamingCheckpointIO(TorchCheckpointIO):
     its AdamW state, which made the save the peak of a real-model run (3.8 GB against the training step's 2.9).
     Here ``torch.save`` writes straight into a temporary file beside the target that replaces it when complete
     (``safe_files.atomic_write``: a reader sees the old checkpoint or the new one, never a truncated one). The
-    bytes are the same; loading is Lightning's. Remote paths (``s3://``, ...) keep Lightning's writer.
+    bytes are the same; loading is Lightning's. A path with a protocol (``s3://``, ``file://``, ...) keeps
+    Lightning's writer.
     """
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        fs = get_filesystem(path)
-        if storage_options is not None or "file" not in _protocols(fs):
+        if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        fs.makedirs(os.path.dirname(os.fspath(path)), exist_ok=True)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         with atomic_write(path, "wb") as fh:
             torch.save(checkpoint, fh)
-
-
-def _protocols(fs) -> tuple[str, ...]:
-    protocol = fs.protocol
-    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
 
 
 #: torch's boilerplate around the reason a weights-only load failed
