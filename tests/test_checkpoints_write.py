@@ -1,4 +1,4 @@
-"""``StreamingCheckpointIO`` (ttrl_lightning/checkpoints.py): the same file as Lightning's writer, written
+"""``StreamingCheckpointIO`` (ttrl_lightning/cli/checkpoint_io.py): the same file as Lightning's writer, written
 without first serialising the whole checkpoint into memory, and atomically."""
 import os
 import tracemalloc
@@ -7,8 +7,7 @@ import pytest
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ttrl_lightning.checkpoints import StreamingCheckpointIO
-from ttrl_lightning.cli.fit import _with_streaming_checkpoints
+from ttrl_lightning.cli.checkpoint_io import StreamingCheckpointIO, with_streaming_checkpoints
 
 
 def _checkpoint(n: int = 8, numel: int = 1 << 20) -> dict:
@@ -69,8 +68,8 @@ def test_remote_paths_and_storage_options_keep_lightnings_writer(tmp_path, monke
 
 
 def test_ttrl_fit_uses_it_unless_a_writer_is_given():
-    added = _with_streaming_checkpoints({"plugins": None, "strategy": "auto"})
+    added = with_streaming_checkpoints({"plugins": None, "strategy": "auto"})
     assert [type(p) for p in added["plugins"]] == [StreamingCheckpointIO]
     own = TorchCheckpointIO()
-    assert _with_streaming_checkpoints({"plugins": [own]})["plugins"] == [own]
-    assert _with_streaming_checkpoints({"plugins": own})["plugins"] is own  # left as given
+    assert with_streaming_checkpoints({"plugins": [own]})["plugins"] == [own]
+    assert with_streaming_checkpoints({"plugins": own})["plugins"] is own  # left as given

@@ -1,7 +1,5 @@
-"""Writing and reading Lightning checkpoints of ``ttrl fit`` safely, and the policy they hold.
+"""Reading Lightning checkpoints written by ``ttrl fit`` safely, and the policy they hold.
 
-* :class:`StreamingCheckpointIO`: the Trainer's checkpoint writer, ``torch.save`` streamed into the file (an
-  atomic replace), where Lightning's ``TorchCheckpointIO`` first serialises the whole checkpoint into memory;
 * :func:`load_checkpoint`: a weights-only ``torch.load`` on the CPU that refuses a missing, empty, truncated
   or foreign file (or one that would need to run code to unpickle) with a message naming it;
 * :func:`policy_state_from_checkpoint`: the ``PolicySpec`` fields (``hyper_parameters["policy"]``) and the
@@ -16,34 +14,10 @@ from typing import Any
 
 import torch
 
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-
 from ttrl_lightning.errors import UserError
-from ttrl_lightning.safe_files import atomic_write
 
 #: ``ckpt_path`` values the Trainer resolves itself (not file names)
 TRAINER_CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
-
-
-class StreamingCheckpointIO(TorchCheckpointIO):
-    """Lightning's ``TorchCheckpointIO`` writing a local checkpoint without holding it in memory.
-
-    Lightning's writer (``_atomic_save``) serialises the checkpoint into an ``io.BytesIO`` and then writes the
-    buffer, so saving costs the checkpoint's size in resident memory for a moment: 1.5 GB for SmolLM2-135M with
-    its AdamW state, which made the save the peak of a real-model run (3.8 GB against the training step's 2.9).
-    Here ``torch.save`` writes straight into a temporary file beside the target that replaces it when complete
-    (``safe_files.atomic_write``: a reader sees the old checkpoint or the new one, never a truncated one). The
-    bytes are the same; loading is Lightning's. A path with a protocol (``s3://``, ``file://``, ...) keeps
-    Lightning's writer.
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path, storage_options: Any | None = None) -> None:
-        if storage_options is not None or "://" in str(path):
-            super().save_checkpoint(checkpoint, path, storage_options)
-            return
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with atomic_write(path, "wb") as fh:
-            torch.save(checkpoint, fh)
 
 
 #: torch's boilerplate around the reason a weights-only load failed

@@ -49,7 +49,7 @@ def training_checkpoint(model_dir: str) -> dict:
 def main(argv: list[str] | None = None) -> int:
     from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-    from ttrl_lightning.checkpoints import StreamingCheckpointIO
+    from ttrl_lightning.cli.checkpoint_io import StreamingCheckpointIO
     from ttrl_lightning.cli.allocator import return_large_blocks
 
     args = build_parser().parse_args(argv)

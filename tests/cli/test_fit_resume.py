@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from ttrl_lightning.checkpoints import StreamingCheckpointIO
+from ttrl_lightning.cli.checkpoint_io import StreamingCheckpointIO
 from ttrl_lightning.cli import main
 from ttrl_lightning.cli.configs import config_path
 from ttrl_lightning.cli.fit import make_cli

@@ -54,6 +54,7 @@ from ttrl_lightning.errors import UserError  # noqa: E402
 
 from . import DEBUG_ENV, DEBUG_FLAG, resume  # noqa: E402
 from .allocator import return_large_blocks  # noqa: E402
+from .checkpoint_io import with_streaming_checkpoints  # noqa: E402
 from .parse_errors import ShortErrorParser  # noqa: E402
 from .precision import fill_precision  # noqa: E402
 from .progress import StepProgressBar  # noqa: E402
@@ -162,21 +163,6 @@ class RunConfigSaver(SaveConfigCallback):
         self.already_saved = trainer.strategy.broadcast(self.already_saved)
 
 
-def _with_streaming_checkpoints(config: dict) -> dict:
-    """``config`` with :class:`~ttrl_lightning.checkpoints.StreamingCheckpointIO` among the Trainer's plugins,
-    unless it names a checkpoint writer of its own (in ``plugins`` or on a strategy object)."""
-    from lightning.fabric.plugins import CheckpointIO
-
-    from ttrl_lightning.checkpoints import StreamingCheckpointIO
-
-    plugins = config.get("plugins")
-    plugins = [] if plugins is None else list(plugins) if isinstance(plugins, (list, tuple)) else [plugins]
-    strategy = config.get("strategy")
-    if any(isinstance(p, CheckpointIO) for p in plugins) or getattr(strategy, "_checkpoint_io", None) is not None:
-        return config
-    return {**config, "plugins": plugins + [StreamingCheckpointIO()]}
-
-
 class TTRLCLI(LightningCLI):
     """LightningCLI with the project defaults (offline W&B logger under the run's root dir, step-counting Rich
     bar), checked resumes and one-line user errors (see the module doc)."""
@@ -255,7 +241,7 @@ class TTRLCLI(LightningCLI):
         if self.hparam_overrides:
             callbacks = list(callbacks) + [resume.ResumedOptimizerSettings(
                 {k: new for k, (_, new) in self.hparam_overrides.items()})]
-        trainer = super()._instantiate_trainer(_with_streaming_checkpoints(config), callbacks)
+        trainer = super()._instantiate_trainer(with_streaming_checkpoints(config), callbacks)
         for logger in trainer.loggers:
             if isinstance(logger, WandbLogger):
                 quiet.drop_unset_wandb_anonymous(logger)
