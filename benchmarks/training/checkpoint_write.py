@@ -1,7 +1,7 @@
 """Writing a training checkpoint: Lightning's ``TorchCheckpointIO`` against ``ttrl fit``'s ``StreamingCheckpointIO``.
 
 The checkpoint is what ``ttrl fit`` saves for a model: its ``state_dict`` and its AdamW state after one step
-(``exp_avg`` and ``exp_avg_sq`` for every parameter), SmolLM2-135M's 1.6 GB with ``--model models/smollm2``.
+(``exp_avg`` and ``exp_avg_sq`` for every parameter): 1.50 GB (2^30 bytes) for ``--model models/smollm2``.
 Lightning's writer serialises it into an ``io.BytesIO`` and then writes the buffer; the streaming writer runs
 ``torch.save`` into a temporary file beside the target and renames it (``safe_files.atomic_write``, fsynced).
 Both write the same bytes (checked here). For each writer: the peak resident memory above the process's

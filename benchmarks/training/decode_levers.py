@@ -1,6 +1,6 @@
 """The decode-step levers of issue "a real-model TTRL step at the speed of the machine", measured side by side.
 
-The sampling stage of a real-model TTRL step decodes ``--rows`` sequences (8 questions x 8 votes in the
+The sampling stage of a real-model TTRL step decodes ``--questions`` x ``--votes`` sequences (8 x 8 in the
 real-model config) for ``--new-tokens`` tokens. Its per-token cost above the GEMM floor is per-op overhead:
 the KV cache's ``torch.cat`` per layer and step, rotary embedding, RMSNorm. Three ways of running the same
 decode through transformers' ``generate`` (the same prompts, ``min_new_tokens = max_new_tokens`` so every row
@@ -19,7 +19,7 @@ decode steps alone. Prints each variant's median decode seconds, decode tokens/s
 (and the whole call's); writes JSON with the CPU's float features, threads and commit. A lever pays where its
 decode ratio is clearly below 1 on this machine.
 
-    python -m benchmarks.training.decode_levers --model models/smollm2 [--rows 64 --new-tokens 16]
+    python -m benchmarks.training.decode_levers --model models/smollm2 [--questions 8 --votes 8 --new-tokens 16]
 """
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ import time
 
 from benchmarks.common import cpu_features, git_commit, peak_rss_gb, time_interleaved, write_json
 from benchmarks.training.ttrl_step_breakdown import CHAIN_SUM, INSTRUCTION
+
 VARIANTS = ("dynamic", "static", "static_compiled")
 
 
@@ -91,10 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     fns = {}
     for name in args.variants:  # the first call of each (compilation included) is timed apart
         for n in (args.new_tokens, 1):
+            fn = run(name, n)
             t0 = time.perf_counter()
-            run(name, n)()
+            fn()
             first_call_s[f"{name}@{n}"] = time.perf_counter() - t0
-            fns[f"{name}@{n}"] = run(name, n)
+            fns[f"{name}@{n}"] = fn
     times = time_interleaved(fns, repeats=args.repeats)
     decode_tokens = rows * (args.new_tokens - 1)
     results = {}
@@ -109,11 +111,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.new_tokens} new tokens, {torch.get_num_threads()} threads, CPU {cpu_features()}")
     print(f"{'variant':<16} {'decode s':>9} {'tokens/s':>9} {'vs dynamic':>11} {'whole call s':>13} "
           f"{'vs dynamic':>11} {'first call s':>13}")
+    fmt = (lambda x: f"{x:>10.2f}x" if x is not None else f"{'-':>11}")
     for name, r in results.items():
         r["decode_tokens_per_s"] = decode_tokens / r["decode_median_s"]
         r["decode_ratio_to_dynamic"] = r["decode_median_s"] / base["decode_median_s"] if base else None
         r["whole_ratio_to_dynamic"] = (r["whole_s"]["median_s"] / base["whole_s"]["median_s"]) if base else None
-        fmt = (lambda x: f"{x:>10.2f}x" if x is not None else f"{'-':>11}")
         print(f"{name:<16} {r['decode_median_s']:>9.2f} {r['decode_tokens_per_s']:>9.0f} "
               f"{fmt(r['decode_ratio_to_dynamic'])} {r['whole_s']['median_s']:>13.2f} "
               f"{fmt(r['whole_ratio_to_dynamic'])} {r['first_call_s']:>13.1f}")
