@@ -28,7 +28,7 @@ is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200
    (Bernoulli 0.5: Spurious Rewards' control, arXiv 2506.10947) and ``gold_reward`` (RLVR with the true
    answers: the upper bound); on request ``visconf`` (text form) and majority with one collapse guard each:
    ``majority+gate_negative`` (SCRL's gate, RESTRAIN's negative branch), ``majority+max_share`` (SeRL),
-   ``soft_majority`` (SRT), ``majority+fixed_adv`` (DDRL).
+   ``soft_majority`` (SRT), ``majority+fixed_adv`` (DDRL), and ``majority+max_share+fixed_adv`` (both).
 4. **Evaluation** of the checkpoint and of every run's final policy with the same sampling seed: avg@k and maj@k
    on the trained-on questions (TTRL's protocol), on the held-out split of the same task and on the other
    task. Per run also the wall time per step, the peak resident memory, the commit and the CPU's float
@@ -73,6 +73,8 @@ CONFIG = "ttrl/real_smollm2.yaml"
 #: arm -> (its labeler, its ``ttrl fit`` options beyond the config's); the guard arms are majority with one guard
 #: of the 2025-26 literature each (docs/ttrl.md, "Collapse guards")
 GATE = '{"min_share": 0.5, "min_margin": 0.15}'  # SCRL's consensus gate
+MAX_SHARE = ["--model.init_args.voting.options", '{"max_share": 0.8}']  # SeRL / RCSU: drop locked questions
+FIXED_ADV = ["--model.init_args.advantage.rule", "fixed"]  # DDRL's fixed +-1 advantages
 ARMS: dict[str, tuple[str, list[str]]] = {
     "majority": ("majority", []),
     "self_harmony": ("self_harmony", ["--model.init_args.voting.num_votes", "{half_votes}",
@@ -84,9 +86,11 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     # delta 0.5: RESTRAIN's value is not stated in what we could read)
     "majority+gate_negative": ("majority", ["--model.init_args.voting.options", GATE,
                                             "--model.init_args.advantage.negative_shift", "0.5"]),
-    "majority+max_share": ("majority", ["--model.init_args.voting.options", '{"max_share": 0.8}']),  # SeRL / RCSU
+    "majority+max_share": ("majority", MAX_SHARE),
     "soft_majority": ("soft_majority", []),  # SRT's soft reward, TTRV
-    "majority+fixed_adv": ("majority", ["--model.init_args.advantage.rule", "fixed"]),  # DDRL
+    "majority+fixed_adv": ("majority", FIXED_ADV),
+    # the combination: the two guards that each raised majority's held-out accuracy in the seed-0 screen (README)
+    "majority+max_share+fixed_adv": ("majority", MAX_SHARE + FIXED_ADV),
     "random_reward": ("random_reward", []),
     "gold_reward": ("gold_reward", []),
 }
@@ -536,6 +540,14 @@ def _print_splits(title: str, splits: dict, k: int) -> None:
     print(f"  {title}: {cells}", flush=True)
 
 
+def arm_options(arm: str, base) -> tuple[str, list[str]]:
+    """Arm ``arm``'s labeler and its ``ttrl fit`` options beyond the config's, ``base`` (the parsed config's
+    ``model.init_args``) filling the placeholders: self_harmony's two views share the vote budget."""
+    labeler, options = ARMS[arm]
+    halves = {"{half_votes}": str(base.voting.num_votes // 2), "{half_generations}": str(base.voting.num_trained // 2)}
+    return labeler, [halves.get(o, o) for o in options]
+
+
 def _run(args, base, files: dict, splits: dict, task: str, other: str | None, arm: str, seed: int,
          evaluate) -> dict:
     """One arm's ``ttrl fit`` and its evaluation. The run saves ``last.ckpt`` under its folder every
@@ -546,9 +558,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     from ttrl_lightning.cli.configs import config_path
     from ttrl_lightning.cli.demo_runs import fit_in_process, seed_args
 
-    labeler, options = ARMS[arm]
-    halves = {"{half_votes}": str(base.voting.num_votes // 2), "{half_generations}": str(base.voting.num_trained // 2)}
-    extra = [halves.get(o, o) for o in options]
+    labeler, extra = arm_options(arm, base)
     if arm == "pixel":
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
@@ -720,7 +730,7 @@ def _table(report: dict, task: str, k: int) -> str:
     s = report["summary"][task]
     splits = list(s["before"])
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
-    w = max([15] + [len(arm) for arm in s["arms"]])  # the arm column fits the longest name (majority+max_share)
+    w = max([15] + [len(arm) for arm in s["arms"]])  # the arm column fits the longest name
     head = f"{'arm':<{w}}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
     # label acc, KL P95: step means; s/step: the run's fit time (its held-out evaluations in it) per step
