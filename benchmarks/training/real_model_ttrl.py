@@ -682,13 +682,14 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
 
 
 def _horizon_table(report: dict, task: str, val_k: int) -> str:
-    """One line per run: held-out peak (step), final, the stopping rule's step, its accuracy and the loss."""
+    """One line per run: held-out peak (step), final, the stopping rule's step, its accuracy and the loss; the
+    run's step means of reward accuracy, flip rate and coverage (:data:`RUN_MEANS`), and its wall time."""
     before = report["before"][task]["held_out"]["avg"]
     w = max([34] + [len(key) for key in report["runs"]])
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
-             "(step 0: the checkpoint), and the label-free stopping rule",
+             "(step 0: the checkpoint), the label-free stopping rule, and the run's step means",
              f"{'run':<{w}} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
-             f"{'lost':>6}"]
+             f"{'lost':>6}" + "".join(f" {head:>{len(head)}}" for head in RUN_MEANS.values()) + f" {'min':>5}"]
     for key, run in report["runs"].items():
         h = _horizon(run, before, val_k) if run["task"] == task else None
         if h is None:
@@ -696,9 +697,21 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
         stop = "none" if h["stop_step"] is None else str(h["stop_step"])
         at = "" if h["at_stop"] is None else f"{100 * h['at_stop']:.1f}"
         lost = "" if h["lost_at_stop"] is None else f"{100 * h['lost_at_stop']:+.1f}"
+        means = "".join(f" {_step_mean(run, name):>{len(head)}}" for name, head in RUN_MEANS.items())
         lines.append(f"{key:<{w}} {100 * h['peak']:6.1f} ({h['peak_step']:>3}) {100 * h['final']:10.1f} "
-                     f"({h['final_step']:>3}) {stop:>9} {at:>8} {lost:>6}")
+                     f"({h['final_step']:>3}) {stop:>9} {at:>8} {lost:>6}{means} {run['seconds'] / 60:5.1f}")
     return "\n".join(lines)
+
+
+#: the per-step metrics whose run mean the long-horizon table prints, with their column heads
+RUN_MEANS = {"train/reward_accuracy": "reward acc", "train/flip_rate": "flip rate", "train/coverage": "coverage"}
+
+
+def _step_mean(run: dict, name: str) -> str:
+    """The mean over a run's logged steps of per-step metric ``name``, to 2 decimals; ``n/a`` where it was not
+    logged (reward accuracy for a reward that is not a label's, the flip rate before any question recurs)."""
+    points = run["curves"].get(name) or []
+    return f"{statistics.mean(v for _, v in points):.2f}" if points else "n/a"
 
 
 def _summary(report: dict, task: str, args) -> dict:
@@ -731,17 +744,18 @@ def _table(report: dict, task: str, k: int) -> str:
     splits = list(s["before"])
     pct = lambda v: "  n/a" if v is None else f"{100 * v:5.1f}"  # noqa: E731
     w = max([15] + [len(arm) for arm in s["arms"]])  # the arm column fits the longest name
-    head = f"{'arm':<{w}}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
+    head = f"{'arm':<{w}} {'n':>3}" + "".join(f" {split + ' avg@' + str(k) + ' (gain, spread)':>32} {'maj@' + str(k):>6}"
                                     for split in splits)
     # label acc, KL P95: step means; s/step: the run's fit time (its held-out evaluations in it) per step
     head += f" {'label acc':>9} {'KL P95':>7} {'tok/s':>6} {'min/run':>7} {'s/step':>6}"
-    lines = [f"\n{task}: mean over seeds {report['settings']['seeds']}; the checkpoint first; label acc (over "
-             "the questions each step labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
-    row = f"{'checkpoint':<{w}}" + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
+    lines = [f"\n{task}: mean over each arm's seeds of {report['settings']['seeds']} (n: how many; an arm of one "
+             "seed was screened, its spread unknown); the checkpoint first; label acc (over the questions each step "
+             "labelled) and KL P95: means over the run's steps", head, "-" * len(head)]
+    row = f"{'checkpoint':<{w}}    " + "".join(f" {pct(s['before'][sp]['avg']):>32} {pct(s['before'][sp]['maj']):>6}"
                                           for sp in splits)
     lines.append(row)
     for arm, e in s["arms"].items():
-        row = f"{arm:<{w}}"
+        row = f"{arm:<{w}} {len(e['seeds']):>3}"
         for sp in splits:
             cell = f"{pct(e[sp]['avg'])} ({100 * e[sp]['avg_gain']:+5.1f}, {100 * e[sp]['avg_spread']:4.1f})"
             row += f" {cell:>32} {pct(e[sp]['maj']):>6}"

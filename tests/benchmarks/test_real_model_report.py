@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks.training.real_model_ttrl import _goal  # noqa: E402
+from benchmarks.training.real_model_ttrl import _goal, _horizon_table  # noqa: E402
 
 
 def _run(arm, seed, curve):
@@ -47,3 +47,21 @@ def test_the_goal_by_hand():
     # without a random control the last check cannot hold
     del report["summary"]["t"]["arms"]["random_reward"]
     assert "ends above random by more than the spread" in _goal(report, "t", 8)
+
+
+def test_the_long_horizon_table_gives_each_runs_step_means():
+    """Per run: the step means of reward accuracy, flip rate and coverage (n/a where a metric was not logged)
+    and its minutes, beside the held-out peak."""
+    report = _report({"majority": [(0.30, [(8, 0.26), (16, 0.34)])], "random_reward": [(0.20, [(8, 0.25)])]})
+    report["settings"]["val_every"] = 8
+    majority, rand = report["runs"]["t/majority/seed0"], report["runs"]["t/random_reward/seed0"]
+    majority["curves"].update({"train/reward_accuracy": [[0, 0.5], [1, 0.6], [2, 0.7]],
+                               "train/flip_rate": [[1, 0.25], [2, 0.5]], "train/coverage": [[0, 1.0], [1, 0.5]]})
+    rand["curves"]["train/coverage"] = [[0, 1.0]]  # a random reward is not a label: no reward accuracy
+    majority["seconds"], rand["seconds"] = 1800.0, 90.0
+    table = [line for line in _horizon_table(report, "t", 8).splitlines() if line]
+    assert table[1].endswith("reward acc flip rate coverage   min")
+    row = {line.split()[0]: line.split() for line in table[2:]}
+    assert row["t/majority/seed0"][1:4] == ["34.0", "(", "16)"]  # the peak (its step)
+    assert row["t/majority/seed0"][-4:] == ["0.60", "0.38", "0.75", "30.0"]
+    assert row["t/random_reward/seed0"][-4:] == ["n/a", "n/a", "1.00", "1.5"]
