@@ -308,6 +308,8 @@ def report_only(argv: list[str]) -> int:
     json_path = os.path.join(args.out, "real_model_ttrl.json")
     with open(json_path) as fh:
         report = json.load(fh)
+    for run in report["runs"].values():
+        _without_repeats(run)
     done = sorted({r["seed"] for r in report["runs"].values()})
     args.seeds = [s for s in args.seeds if s in done]
     args.arms = [a for a in args.arms if any(r["arm"] == a for r in report["runs"].values())]
@@ -336,6 +338,8 @@ def _resumed(path: str, settings: dict) -> dict | None:
         return None
     print(f"--resume: keeping {len(old.get('runs', {}))} runs of {path}", flush=True)
     old["settings"] = settings
+    for run in old.get("runs", {}).values():
+        _without_repeats(run)
     return old
 
 
@@ -594,15 +598,15 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     vote_tokens = sum(v for step, v in curves.get("train/vote_tokens", []) if step >= start_step)
     if os.path.isfile(last):
         os.remove(last)  # 2 GB; the run is in the report
-    return {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": steps,
-            "resumed_at_step": start_step if resuming else None,
-            "label_accuracy": _mean(curves.get("train/label_accuracy")), "kl_p95": _mean(curves.get("train/kl_p95")),
-            "coverage": _mean(curves.get("train/coverage")),
-            "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
-            "fit_seconds": round(fit_seconds, 1), "precision": precision,
-            "seconds": round(time.perf_counter() - t0, 1),
-            "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
-            "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
+    run = {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": steps,
+           "resumed_at_step": start_step if resuming else None,
+           "coverage": _mean(curves.get("train/coverage")),
+           "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
+           "fit_seconds": round(fit_seconds, 1), "precision": precision,
+           "seconds": round(time.perf_counter() - t0, 1),
+           "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
+           "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
+    return _without_repeats(run)
 
 
 def _trained(cli) -> tuple:
@@ -625,6 +629,8 @@ def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
     import csv
     import glob
 
+    from ttrl_lightning.cli.demo_runs import logged_value
+
     curves: dict[str, list[tuple[int, float]]] = {}
     start = 0
     versions = sorted(glob.glob(os.path.join(root, "**", "version_*", "metrics.csv"), recursive=True),
@@ -638,9 +644,29 @@ def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
         curves = {key: [pt for pt in points if pt[0] < start] for key, points in curves.items()}
         for row in rows:
             for key, value in row.items():
-                if value not in ("", None) and (key.startswith("val/avg@") or key in CURVES):
+                if logged_value(value) is not None and (key.startswith("val/avg@") or key in CURVES):
                     curves.setdefault(key, []).append((int(row["step"]), float(value)))
     return curves, start
+
+
+#: per-step metrics over the questions a step labelled (and KL P95 over the rows it trained): a step of coverage 0
+#: has none. A log written before ``modules.grpo.with_gaps`` repeats the previous step's value at such a step
+UNLABELLED_REPEATS = ("train/label_accuracy", "train/reward_accuracy", "train/kl_p95")
+
+
+def _without_repeats(run: dict) -> dict:
+    """``run`` (a report entry) with the points of :data:`UNLABELLED_REPEATS` at its steps of coverage 0
+    dropped, and its label accuracy and KL P95 means taken again. KL P95 stays where the arm trains the
+    questions it does not label (RESTRAIN's negative branch): its rows carry loss. A log with gaps has no such
+    points: nothing changes."""
+    curves = run["curves"]
+    unlabelled = {step for step, v in curves.get("train/coverage", []) if v == 0}
+    trains_unlabelled = "--model.init_args.advantage.negative_shift" in ARMS.get(run["arm"], ("", []))[1]
+    for key in UNLABELLED_REPEATS:
+        if key in curves and not (key == "train/kl_p95" and trains_unlabelled):
+            curves[key] = [pt for pt in curves[key] if pt[0] not in unlabelled]
+    run["label_accuracy"], run["kl_p95"] = _mean(curves.get("train/label_accuracy")), _mean(curves.get("train/kl_p95"))
+    return run
 
 
 def _cli_value(spec) -> str:

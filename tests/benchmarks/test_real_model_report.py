@@ -65,3 +65,27 @@ def test_the_long_horizon_table_gives_each_runs_step_means():
     assert row["t/majority/seed0"][1:4] == ["34.0", "(", "16)"]  # the peak (its step)
     assert row["t/majority/seed0"][-4:] == ["0.60", "0.38", "0.75", "30.0"]
     assert row["t/random_reward/seed0"][-4:] == ["n/a", "n/a", "1.00", "1.5"]
+
+
+def test_a_log_written_before_gaps_loses_its_repeats_at_the_steps_that_labelled_nothing():
+    """Steps 1 and 2 labelled no question (coverage 0): their label accuracy, reward accuracy and KL P95 are
+    the repeats of step 0's that Lightning logged; they are dropped and the run's means taken again. An arm that
+    trains its unlabelled questions (the negative branch) keeps its KL there."""
+    from benchmarks.training.real_model_ttrl import _without_repeats
+
+    def run(arm):
+        return {"arm": arm, "curves": {
+            "train/coverage": [[0, 0.5], [1, 0.0], [2, 0.0], [3, 1.0]],
+            "train/label_accuracy": [[0, 1.0], [1, 1.0], [2, 1.0], [3, 0.0]],
+            "train/reward_accuracy": [[0, 0.9], [1, 0.9], [2, 0.9], [3, 0.3]],
+            "train/kl_p95": [[0, 0.2], [1, 0.2], [2, 0.2], [3, 0.4]],
+            "train/vote_accuracy": [[0, 0.1], [1, 0.2], [2, 0.3], [3, 0.4]]}}
+
+    plain = _without_repeats(run("pixel"))
+    assert plain["curves"]["train/label_accuracy"] == [[0, 1.0], [3, 0.0]] and plain["label_accuracy"] == 0.5
+    assert plain["curves"]["train/reward_accuracy"] == [[0, 0.9], [3, 0.3]]
+    assert plain["kl_p95"] == pytest.approx(0.3) and len(plain["curves"]["train/vote_accuracy"]) == 4
+    negative = _without_repeats(run("majority+gate_negative"))
+    assert negative["label_accuracy"] == 0.5 and negative["kl_p95"] == pytest.approx(0.25)
+    # a log with gaps has nothing to drop
+    assert _without_repeats(_without_repeats(run("majority")))["label_accuracy"] == 0.5

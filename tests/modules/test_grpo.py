@@ -359,6 +359,41 @@ def test_a_step_where_every_group_abstains_holds_beta():
     assert float(trainer.callback_metrics["pid/beta"]) == pytest.approx(0.5)
 
 
+def test_a_metric_the_step_does_not_have_is_logged_as_a_gap_not_as_the_last_value(tmp_path):
+    """Step 0 trains tokens and logs train/kl; step 1 abstains on every group and has no KL. Lightning would hand
+    the CSV step 0's train/kl again at step 1 (it repeats an on_step metric until the epoch ends); the log gets
+    NaN there, and the curve reader skips it."""
+    import csv
+
+    from lightning.pytorch.loggers import CSVLogger
+
+    from ttrl_lightning.cli.demo_runs import logged_curves
+    from ttrl_lightning.models import load_model
+
+    class AbstainsAfterTheFirstStep(FixedBatch):
+        def score(self, rollouts, batch):
+            scored = super().score(rollouts, batch)
+            self.abstain = (0, 1)  # from the next step on
+            return scored
+
+    source = GRPOModule(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5))
+    source.configure_model()
+    m = AbstainsAfterTheFirstStep(policy=TINY, num_generations=4, sampling=SamplingSpec(max_new_tokens=5),
+                                  grpo=GRPOSpec(kl_coef=0.5, reference="external", max_grad_norm=None))
+    m.fixed, m.fixed_rewards = source.rollout({"prompt": ["1+2=", "30-4="]}), torch.tensor([1.0, 0.0] * 4)
+    m.set_reference_model(load_model("tiny:qwen2", source.tokenizer, seed=1))
+    m.configure_model()
+    trainer = pl.Trainer(accelerator="cpu", max_steps=2, logger=CSVLogger(str(tmp_path)), log_every_n_steps=1,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                         num_sanity_val_steps=0, limit_val_batches=0)
+    trainer.fit(m, PromptDataModule(n_train=4, batch_size=2))
+    rows = {int(r["step"]): r for r in csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))) if r["train/loss"]}
+    assert float(rows[0]["train/kl"]) > 0 and float(rows[0]["train/abstained_groups"]) == 0
+    assert float(rows[1]["train/abstained_groups"]) == 2 and rows[1]["train/kl"] == "nan"
+    assert "train/kl" not in m.last_step_metrics
+    assert [step for step, _ in logged_curves(trainer, ("train/kl",))["train/kl"]] == [0]
+
+
 # ----------------------------------------------------------------------------- log-probs
 #: how far the log-probs and entropies of sampling and of the training pass may lie from one fp32 full forward,
 #: per dtype of the model passes (nats): fp32 summation order; bf16 autocast's 8-bit mantissa GEMM outputs

@@ -67,9 +67,18 @@ def logged_curves(trainer, keys: tuple[str, ...] = DEMO_CURVES) -> dict[str, lis
     with open(path, newline="") as fh:
         for row in csv.DictReader(fh):
             for key, value in row.items():
-                if value not in ("", None) and (key.startswith("val/avg@") or key in keys):
+                if logged_value(value) is not None and (key.startswith("val/avg@") or key in keys):
                     curves.setdefault(key, []).append((int(row["step"]), float(value)))
     return curves
+
+
+def logged_value(cell: str | None) -> float | None:
+    """A CSV log cell as a number: None where the step has no value (empty: the metric was not logged that
+    row; ``nan``: a step metric the step did not have, ``modules.grpo.with_gaps``)."""
+    if cell in ("", None):
+        return None
+    value = float(cell)
+    return None if value != value else value
 
 
 def curve_mean(points: list[tuple[int, float]]) -> float | None:

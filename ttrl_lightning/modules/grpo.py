@@ -12,6 +12,7 @@ the next one a returned record (torchtune's ``GRPOTrajectory`` / ``GRPOStats``),
                  #             the completion tokens of the kept groups and rows)
     self.engine.sync_weights(self.policy)             # an engine with its own weights gets the new ones
     self.log_dict(self.step_metrics(batch, scored, stats))   # train/<name>; subclasses add their own
+                                                      # (NaN where an earlier step had one: ``with_gaps``)
 
 The rollout engine is ``engine``: a ``rollout.ROLLOUT_ENGINES`` name (``"hf"``, the default; ``"vllm"``), a
 mapping ``{name: vllm, <options>}`` or an engine object. An engine that samples from its own copy of the
@@ -94,6 +95,20 @@ GRPO_RULES: dict[str, Bounds] = {
 }
 
 
+def with_gaps(metrics: dict[str, Any], logged: set[str]) -> dict[str, Any]:
+    """``metrics`` and NaN for every key in ``logged`` (the step metrics logged earlier) that this step lacks;
+    ``logged`` gains this step's keys.
+
+    Lightning hands its loggers, at every step until the epoch ends, the last value of every ``on_step`` metric
+    logged so far in the epoch, logged this step or not: without the gap a step that labelled no question
+    would log the previous step's label accuracy as its own. NaN says "no value this step" (CSV ``nan``,
+    skipped by the curve readers, ``cli.demo_runs.logged_curves``); ``last_step_metrics`` keeps the step's own
+    keys only."""
+    gaps = {key: torch.tensor(float("nan")) for key in logged if key not in metrics}
+    logged.update(metrics)
+    return {**gaps, **metrics}
+
+
 class GRPOModule(PolicyModule):
     """GRPO (DeepSeekMath; Pixelis 3.2.2 and appendix 6).
 
@@ -153,6 +168,7 @@ class GRPOModule(PolicyModule):
         self._pending_reference_file: dict | None = None
         self.train_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
+        self.logged_step_keys: set[str] = set()  # the step metrics logged so far this epoch (``with_gaps``)
         self.logprob_path = LogprobPath(self.grpo.logprob_impl, type(self).__name__)
 
     # ------------------------------------------------------------------ reference model
@@ -386,7 +402,7 @@ class GRPOModule(PolicyModule):
                 self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
             # this step's scalars, kept for callbacks that must tell a metric logged now from an earlier one
             self.last_step_metrics = self.step_metrics(batch, scored, stats)
-            self.log_dict(self.last_step_metrics)
+            self.log_dict(with_gaps(self.last_step_metrics, self.logged_step_keys))
         return stats.loss
 
     def observed_kl(self, stats: StepStats) -> tuple[torch.Tensor, torch.Tensor]:
