@@ -107,11 +107,14 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     assert bench(argv) == 0
     printed = capsys.readouterr().out
     assert "largest 0" in printed and "long horizon, chain_sum:2x1: held-out avg@2" in printed
+    # the curves' step 0: the start validated as a run of seed 0 validates (ttrl validate, its sampling seeds)
+    assert "checkpoint, chain_sum:2x1: held-out avg@2 as the runs' validation measures it, by seed: 0 " in printed
     assert "majority: trained-on avg@2 gain" in printed and "gold reward: trained-on avg@2" in printed
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
     assert report["tasks"] == ["chain_sum:2x1"] and report["other_task"] == "basic_arithmetic:2x1"
     assert set(report["runs"]) == {"chain_sum:2x1/majority/seed0", "chain_sum:2x1/gold_reward/seed0"}
+    assert set(report["start_val"]["chain_sum:2x1"]) == {"0"} and 0 <= report["start_val"]["chain_sum:2x1"]["0"] <= 1
     from ttrl_lightning.data.questions import read_questions
 
     # every split cut from one pool per candidate: no two share a question

@@ -269,6 +269,15 @@ def main(argv: list[str] | None = None) -> int:
         _print_splits(f"checkpoint, {task}", report["before"][task], args.k)
     del model  # every run loads its own start; this copy would stay resident (0.54 GB) through every run
     gc.collect()
+    if args.val_every:  # the held-out curves' step 0, per run seed: the start as a run's validation measures it
+        for task in tasks:
+            starts = report.setdefault("start_val", {}).setdefault(task, {})
+            for s in args.seeds:
+                if str(s) not in starts:
+                    starts[str(s)] = _start_validation(args, files, task, s)
+                    save()
+            print(f"checkpoint, {task}: held-out avg@{args.val_k} as the runs' validation measures it, by seed: "
+                  + ", ".join(f"{seed} {100 * v:.1f}" for seed, v in sorted(starts.items())), flush=True)
 
     # 4. the arms
     for task in tasks:
@@ -559,8 +568,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     optimizer, reference, counters and the data loader's position), its curves joined across the sittings
     (:func:`_run_curves`), so a sitting that ends mid-run loses at most ``--save-every`` steps. The checkpoint
     is deleted once the run is in the report."""
-    from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.demo_runs import fit_in_process, seed_args
+    from ttrl_lightning.cli.demo_runs import fit_in_process
 
     labeler, extra = arm_options(arm, base)
     if arm == "pixel":
@@ -575,16 +583,12 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
                   "init_args": {"dirpath": os.path.join(root, "checkpoints"), "save_last": True, "save_top_k": 0,
                                 "every_n_train_steps": args.save_every}}
-    fit_args = ["--config", config_path(CONFIG), *recipe_args(args), "--model.init_args.policy.model", args.start,
-                "--model.init_args.voting.labeler", labeler,
-                "--model.init_args.engine", _cli_value(ENGINES[args.engine]),
-                *seed_args(seed, seed), "--data.init_args.path", files[f"{task}/trained_on"],
+    fit_args = [*_start_args(args, files, task, seed), "--model.init_args.voting.labeler", labeler,
                 "--trainer.max_epochs", str(args.epochs), "--trainer.default_root_dir", root,
                 "--trainer.callbacks", json.dumps([checkpoint] if args.save_every else []), *extra]
     if args.val_every:  # the held-out curve: avg@val_k of the held-out split every val_every steps
-        fit_args += ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval.k",
-                     str(args.val_k), "--trainer.limit_val_batches", "1.0", "--trainer.val_check_interval",
-                     str(args.val_every), "--trainer.check_val_every_n_epoch", "null"]
+        fit_args += [*_validation_args(args, files, task), "--trainer.val_check_interval", str(args.val_every),
+                     "--trainer.check_val_every_n_epoch", "null"]
     if resuming:
         fit_args += ["--ckpt_path", last]
         print(f"--resume: {root} continues from {last}", flush=True)
@@ -607,6 +611,48 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
            "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
            "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
     return _without_repeats(run)
+
+
+def _start_args(args, files: dict, task: str, seed: int) -> list[str]:
+    """The ``ttrl`` options every run of ``task`` and ``seed`` shares: the config and the recipe, the start
+    model, the engine, the seeds (the policy seed also seeds the validation's sampling) and the trained-on
+    questions."""
+    from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.demo_runs import seed_args
+
+    return ["--config", config_path(CONFIG), *recipe_args(args), "--model.init_args.policy.model", args.start,
+            "--model.init_args.engine", _cli_value(ENGINES[args.engine]), *seed_args(seed, seed),
+            "--data.init_args.path", files[f"{task}/trained_on"]]
+
+
+def _validation_args(args, files: dict, task: str) -> list[str]:
+    """The validation of a run: avg@val_k on the whole held-out split."""
+    return ["--data.init_args.val_path", files[f"{task}/held_out"], "--model.init_args.eval.k", str(args.val_k),
+            "--trainer.limit_val_batches", "1.0"]
+
+
+def _start_validation(args, files: dict, task: str, seed: int) -> float:
+    """The start's held-out avg@val_k as a run of ``seed`` validates: ``ttrl validate`` with the run's options
+    (:func:`_start_args`, :func:`_validation_args`), so its samples are drawn under the same seeds
+    (``derive_seed(seed, "rollout", batch)``) as every later point of that run's curve. It is the curve's step
+    0. The checkpoint's avg@k of the evaluation is another draw (k samples under the evaluation's seed), which
+    an unchanged policy's curve would not reproduce."""
+    from ttrl_lightning.cli.fit import make_cli
+
+    root = os.path.join(args.out, "start_validation", task.replace(":", "_"), f"seed{seed}")
+    cli = make_cli(["validate", *_start_args(args, files, task, seed), *_validation_args(args, files, task),
+                    "--trainer.default_root_dir", root, *args.fit_option])
+    value = float(cli.trainer.callback_metrics[f"val/avg@{args.val_k}"])
+    del cli
+    gc.collect()
+    return value
+
+
+def _curve_start(report: dict, run: dict) -> float:
+    """Step 0 of a run's held-out curve: its seed's start validation (:func:`_start_validation`) where the
+    report has it, else the checkpoint's held-out avg@k (reports written before it existed)."""
+    start = report.get("start_val", {}).get(run["task"], {}).get(str(run["seed"]))
+    return report["before"][run["task"]]["held_out"]["avg"] if start is None else start
 
 
 def _trained(cli) -> tuple:
@@ -710,14 +756,13 @@ def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
 def _horizon_table(report: dict, task: str, val_k: int) -> str:
     """One line per run: held-out peak (step), final, the stopping rule's step, its accuracy and the loss; the
     run's step means of reward accuracy, flip rate and coverage (:data:`RUN_MEANS`), and its wall time."""
-    before = report["before"][task]["held_out"]["avg"]
     w = max([34] + [len(key) for key in report["runs"]])
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
              "(step 0: the checkpoint), the label-free stopping rule, and the run's step means",
              f"{'run':<{w}} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
              f"{'lost':>6}" + "".join(f" {head:>{len(head)}}" for head in RUN_MEANS.values()) + f" {'min':>5}"]
     for key, run in report["runs"].items():
-        h = _horizon(run, before, val_k) if run["task"] == task else None
+        h = _horizon(run, _curve_start(report, run), val_k) if run["task"] == task else None
         if h is None:
             continue
         stop = "none" if h["stop_step"] is None else str(h["stop_step"])
@@ -827,8 +872,7 @@ def _checks(summary: dict, k: int) -> str:
 def _held_out_curves(report: dict, runs: list[dict], val_k: int) -> tuple[list[dict], dict[int, list[float]]]:
     """The runs' horizons (:func:`_horizon`, runs without a held-out curve left out) and their held-out
     avg@val_k by step, one value per seed (step 0: the checkpoint)."""
-    horizons = [h for h in (_horizon(r, report["before"][r["task"]]["held_out"]["avg"], val_k) for r in runs)
-                if h is not None]
+    horizons = [h for h in (_horizon(r, _curve_start(report, r), val_k) for r in runs) if h is not None]
     by_step: dict[int, list[float]] = {}
     for h in horizons:
         for step, v in h["curve"]:
@@ -842,9 +886,11 @@ CONTROLS = ("gold_reward", "random_reward")
 
 def _goal(report: dict, task: str, val_k: int) -> str:
     """The study's goal, per label-free arm, as measured (held-out): over the whole horizon the mean-over-seeds
-    curve never falls below the checkpoint's avg@k by more than the arm's seeds' spread (max - min of the final
+    curve never falls below the checkpoint by more than the arm's seeds' spread (max - min of the final
     held-out avg@k), and the final held-out avg@k (mean over seeds) ends above both the checkpoint and the
-    random-reward control by more than that spread. With one seed the spread is unknown: not decided."""
+    random-reward control by more than that spread. With one seed the spread is unknown: not decided. Each
+    figure is compared with the checkpoint's measured the same way: the curve with its own step 0 (the mean
+    of the seeds' start validations, :func:`_curve_start`), the final avg@k with the checkpoint's avg@k."""
     summary = report["summary"][task]
     before = summary["before"]["held_out"]["avg"]
     random = summary["arms"].get("random_reward", {}).get("held_out", {}).get("avg")
@@ -855,15 +901,17 @@ def _goal(report: dict, task: str, val_k: int) -> str:
         runs = [r for r in report["runs"].values() if r["task"] == task and r["arm"] == arm]
         _, curve = _held_out_curves(report, runs, val_k)
         end, spread, n = e["held_out"]["avg"], e["held_out"]["avg_spread"], len(e["seeds"])
-        low_step, low = min(((step, statistics.mean(v)) for step, v in curve.items()), key=lambda p: (p[1], p[0]),
-                            default=(None, None))
+        low_step, low = min(((step, statistics.mean(v)) for step, v in curve.items() if step > 0),
+                            key=lambda p: (p[1], p[0]), default=(None, None))
+        start = statistics.mean(curve[0]) if 0 in curve else before
         said = (f"{arm} ({n} seed{'s' if n > 1 else ''}): end {100 * end:.1f} vs checkpoint {100 * before:.1f}"
                 + ("" if random is None else f" and random {100 * random:.1f}")
-                + ("" if low is None else f"; lowest mean avg@{val_k} {100 * low:.1f} (step {low_step})"))
+                + ("" if low is None else f"; lowest mean avg@{val_k} {100 * low:.1f} (step {low_step}) vs "
+                                          f"its step 0 {100 * start:.1f}"))
         if n < 2:
             lines.append(f"{said}: not decided (one seed: its spread is unknown)")
             continue
-        checks = {"never more than the spread below the checkpoint": low is None or low >= before - spread,
+        checks = {"never more than the spread below the checkpoint": low is None or low >= start - spread,
                   "ends above the checkpoint by more than the spread": end - before > spread,
                   "ends above random by more than the spread": random is not None and end - random > spread}
         failed = [name for name, ok in checks.items() if not ok]

@@ -89,3 +89,24 @@ def test_a_log_written_before_gaps_loses_its_repeats_at_the_steps_that_labelled_
     assert negative["label_accuracy"] == 0.5 and negative["kl_p95"] == pytest.approx(0.25)
     # a log with gaps has nothing to drop
     assert _without_repeats(_without_repeats(run("majority")))["label_accuracy"] == 0.5
+
+
+def test_the_curve_starts_at_the_start_validation_of_its_seed():
+    """Step 0 of a held-out curve is the start measured as the run's validation measures it (its seed's start
+    validation), and the goal's "never below" compares the curve with it; without one (an older report) step 0
+    is the checkpoint's avg@k."""
+    # the checkpoint's avg@16 is 0.30; the validation draws of the unchanged start read 0.25 and 0.27
+    seeds = [(0.40, [(8, 0.24), (16, 0.35)]), (0.42, [(8, 0.26), (16, 0.41)])]  # spread 0.02, lowest mean 0.25
+    report = _report({"random_reward": [(0.20, [(8, 0.25)]), (0.22, [(8, 0.25)])], "arm": seeds})
+    report["settings"]["val_every"] = 8
+    for run in report["runs"].values():
+        run["seconds"] = 60.0
+    line = [x for x in _goal(report, "t", 8).splitlines() if x.startswith("arm ")][0]
+    assert "lowest mean avg@8 25.0 (step 8) vs its step 0 30.0" in line and "never more than the spread" in line
+    report["start_val"] = {"t": {"0": 0.25, "1": 0.27}}
+    line = [x for x in _goal(report, "t", 8).splitlines() if x.startswith("arm ")][0]
+    assert "lowest mean avg@8 25.0 (step 8) vs its step 0 26.0" in line and line.endswith("goal met")
+    rows = {r.split()[0]: r.split() for r in _horizon_table(report, "t", 8).splitlines()[3:]}
+    assert rows["t/arm/seed0"][1:4] == ["35.0", "(", "16)"]
+    # a peak below the start is the start itself: the random control's seed 1 never beats its 0.27
+    assert rows["t/random_reward/seed1"][1:4] == ["27.0", "(", "0)"]
