@@ -43,7 +43,8 @@ random-reward arm's gain, and whether gold reward bounds the table. Writes ``rea
 after every run; ``--resume`` keeps the runs already in it and continues an unfinished run from the
 ``last.ckpt`` it saves every ``--save-every`` steps, so a study spans sittings losing at most that many steps
 of a run) and ``real_model_ttrl.png`` (vote accuracy, KL P95 and, with --val-every, the held-out curve from
-the checkpoint at step 0, over steps per arm: means over seeds, the held-out one with its min-max band).
+the checkpoint at step 0, validated as each seed's runs validate, over steps per arm: means over seeds, the
+held-out one with its min-max band).
 
     ttrl model import --out models/smollm2
     python -m benchmarks.training.real_model_ttrl --model models/smollm2                  # the default, about 1.5 h here
@@ -711,7 +712,8 @@ def _without_repeats(run: dict) -> dict:
     for key in UNLABELLED_REPEATS:
         if key in curves and not (key == "train/kl_p95" and trains_unlabelled):
             curves[key] = [pt for pt in curves[key] if pt[0] not in unlabelled]
-    run["label_accuracy"], run["kl_p95"] = _mean(curves.get("train/label_accuracy")), _mean(curves.get("train/kl_p95"))
+    run["label_accuracy"] = _mean(curves.get("train/label_accuracy"))
+    run["kl_p95"] = _mean(curves.get("train/kl_p95"))
     return run
 
 
@@ -725,8 +727,8 @@ def _mean(points) -> float | None:
 
 
 def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
-    """The long-horizon view of one run: its held-out curve (step 0: the checkpoint's held-out avg@k, then
-    avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
+    """The long-horizon view of one run: its held-out curve (step 0: ``before_held_out``, the start,
+    :func:`_curve_start`; then avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
     estimates one sample's accuracy whatever k), its peak, the step of the peak and the last evaluation
     (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and
     where the label-free stopping rule (``callbacks.stopping``, applied to the run's logged majority ratio,
@@ -758,7 +760,7 @@ def _horizon_table(report: dict, task: str, val_k: int) -> str:
     run's step means of reward accuracy, flip rate and coverage (:data:`RUN_MEANS`), and its wall time."""
     w = max([34] + [len(key) for key in report["runs"]])
     lines = [f"\nlong horizon, {task}: held-out avg@{val_k} every {report['settings']['val_every']} steps "
-             "(step 0: the checkpoint), the label-free stopping rule, and the run's step means",
+             "(step 0: the checkpoint, validated so), the label-free stopping rule, and the run's step means",
              f"{'run':<{w}} {'peak (step)':>12} {'last eval (step)':>16} {'stop step':>9} {'at stop':>8} "
              f"{'lost':>6}" + "".join(f" {head:>{len(head)}}" for head in RUN_MEANS.values()) + f" {'min':>5}"]
     for key, run in report["runs"].items():
@@ -871,7 +873,7 @@ def _checks(summary: dict, k: int) -> str:
 
 def _held_out_curves(report: dict, runs: list[dict], val_k: int) -> tuple[list[dict], dict[int, list[float]]]:
     """The runs' horizons (:func:`_horizon`, runs without a held-out curve left out) and their held-out
-    avg@val_k by step, one value per seed (step 0: the checkpoint)."""
+    avg@val_k by step, one value per seed (step 0: the start, :func:`_curve_start`)."""
     horizons = [h for h in (_horizon(r, _curve_start(report, r), val_k) for r in runs) if h is not None]
     by_step: dict[int, list[float]] = {}
     for h in horizons:
