@@ -728,8 +728,8 @@ def _mean(points) -> float | None:
 
 def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
     """The long-horizon view of one run: its held-out curve (step 0: ``before_held_out``, the start,
-    :func:`_curve_start`; then avg@val_k every --val-every steps, at the logged step: the 0-based index of the batch it follows; avg@k
-    estimates one sample's accuracy whatever k), its peak, the step of the peak and the last evaluation
+    :func:`_curve_start`; then avg@val_k every --val-every steps, at the logged step: the 0-based index of the
+    batch it follows), its peak, the step of the peak and the last evaluation
     (``final``: the curve's last point, --val-every steps apart, not necessarily the end of training), and
     where the label-free stopping rule (``callbacks.stopping``, applied to the run's logged majority ratio,
     completion length and flip rate, no gold) would have stopped: the step, the held-out accuracy there (the last evaluation at or before it) and the accuracy lost against the peak."""
