@@ -168,7 +168,7 @@ class GRPOModule(PolicyModule):
         self._pending_reference_file: dict | None = None
         self.train_reward = MeanMetric()
         self.val_accuracy = MeanMetric()
-        self.logged_step_keys: set[str] = set()  # the step metrics logged so far this epoch (``with_gaps``)
+        self.logged_metric_keys: set[str] = set()  # every step metric logged so far in the run (``with_gaps``)
         self.logprob_path = LogprobPath(self.grpo.logprob_impl, type(self).__name__)
 
     # ------------------------------------------------------------------ reference model
@@ -402,7 +402,7 @@ class GRPOModule(PolicyModule):
                 self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
             # this step's scalars, kept for callbacks that must tell a metric logged now from an earlier one
             self.last_step_metrics = self.step_metrics(batch, scored, stats)
-            self.log_dict(with_gaps(self.last_step_metrics, self.logged_step_keys))
+            self.log_dict(with_gaps(self.last_step_metrics, self.logged_metric_keys))
         return stats.loss
 
     def observed_kl(self, stats: StepStats) -> tuple[torch.Tensor, torch.Tensor]:
