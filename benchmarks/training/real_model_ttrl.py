@@ -69,6 +69,7 @@ import time
 
 from benchmarks.common import peak_rss_gb, provenance
 from benchmarks.training.real_model_scan import CANDIDATES, in_regime
+from ttrl_lightning.cli.demo_runs import curve_mean
 
 CONFIG = "ttrl/real_smollm2.yaml"
 #: arm -> (its labeler, its ``ttrl fit`` options beyond the config's); the guard arms are majority with one guard
@@ -605,7 +606,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
         os.remove(last)  # 2 GB; the run is in the report
     run = {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": steps,
            "resumed_at_step": start_step if resuming else None,
-           "coverage": _mean(curves.get("train/coverage")),
+           "coverage": curve_mean(curves.get("train/coverage")),
            "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,
            "fit_seconds": round(fit_seconds, 1), "precision": precision,
            "seconds": round(time.perf_counter() - t0, 1),
@@ -676,7 +677,7 @@ def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
     import csv
     import glob
 
-    from ttrl_lightning.cli.demo_runs import logged_value
+    from ttrl_lightning.cli.demo_runs import add_rows
 
     curves: dict[str, list[tuple[int, float]]] = {}
     start = 0
@@ -689,10 +690,7 @@ def _run_curves(root: str) -> tuple[dict[str, list[tuple[int, float]]], int]:
             continue
         start = min(int(row["step"]) for row in rows)
         curves = {key: [pt for pt in points if pt[0] < start] for key, points in curves.items()}
-        for row in rows:
-            for key, value in row.items():
-                if logged_value(value) is not None and (key.startswith("val/avg@") or key in CURVES):
-                    curves.setdefault(key, []).append((int(row["step"]), float(value)))
+        add_rows(curves, rows, CURVES)
     return curves, start
 
 
@@ -712,18 +710,14 @@ def _without_repeats(run: dict) -> dict:
     for key in UNLABELLED_REPEATS:
         if key in curves and not (key == "train/kl_p95" and trains_unlabelled):
             curves[key] = [pt for pt in curves[key] if pt[0] not in unlabelled]
-    run["label_accuracy"] = _mean(curves.get("train/label_accuracy"))
-    run["kl_p95"] = _mean(curves.get("train/kl_p95"))
+    run["label_accuracy"] = curve_mean(curves.get("train/label_accuracy"))
+    run["kl_p95"] = curve_mean(curves.get("train/kl_p95"))
     return run
 
 
 def _cli_value(spec) -> str:
     """An engine spec as a command-line value: a name as it is, a mapping as JSON."""
     return spec if isinstance(spec, str) else json.dumps(spec)
-
-
-def _mean(points) -> float | None:
-    return sum(v for _, v in points) / len(points) if points else None
 
 
 def _horizon(run: dict, before_held_out: float, val_k: int) -> dict | None:
@@ -783,8 +777,8 @@ RUN_MEANS = {"train/reward_accuracy": "reward acc", "train/flip_rate": "flip rat
 def _step_mean(run: dict, name: str) -> str:
     """The mean over a run's logged steps of per-step metric ``name``, to 2 decimals; ``n/a`` where it was not
     logged (reward accuracy for a reward that is not a label's, the flip rate before any question recurs)."""
-    points = run["curves"].get(name) or []
-    return f"{statistics.mean(v for _, v in points):.2f}" if points else "n/a"
+    mean = curve_mean(run["curves"].get(name) or [])
+    return "n/a" if mean is None else f"{mean:.2f}"
 
 
 def _summary(report: dict, task: str, args) -> dict:

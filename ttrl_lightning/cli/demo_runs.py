@@ -7,7 +7,8 @@ import os
 
 from .configs import config_path
 
-__all__ = ["seed_args", "fit_in_process", "last_checkpoint", "run_sft", "DEMO_CURVES", "logged_curves", "curve_mean"]
+__all__ = ["seed_args", "fit_in_process", "last_checkpoint", "run_sft", "DEMO_CURVES", "logged_curves", "add_rows",
+           "logged_value", "curve_mean"]
 
 
 def seed_args(run_seed: int, data_seed: int) -> list[str]:
@@ -65,11 +66,19 @@ def logged_curves(trainer, keys: tuple[str, ...] = DEMO_CURVES) -> dict[str, lis
     if not path or not os.path.exists(path):
         return curves
     with open(path, newline="") as fh:
-        for row in csv.DictReader(fh):
-            for key, value in row.items():
-                if logged_value(value) is not None and (key.startswith("val/avg@") or key in keys):
-                    curves.setdefault(key, []).append((int(row["step"]), float(value)))
+        add_rows(curves, csv.DictReader(fh), keys)
     return curves
+
+
+def add_rows(curves: dict[str, list[tuple[int, float]]], rows, keys) -> None:
+    """Append to ``curves`` the ``(step, value)`` points of CSV log ``rows`` (``csv.DictReader`` rows) for every
+    metric named in ``keys`` and every ``val/avg@k``, skipping the cells without a value (:func:`logged_value`)."""
+    for row in rows:
+        for key, cell in row.items():
+            if key.startswith("val/avg@") or key in keys:
+                value = logged_value(cell)
+                if value is not None:
+                    curves.setdefault(key, []).append((int(row["step"]), value))
 
 
 def logged_value(cell: str | None) -> float | None:
