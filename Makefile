@@ -49,8 +49,10 @@ real-model: $(STAMP)
 # the label-free study (README, "The curriculum into TTRL's regime"): gold-reward warm-up on chain_sum 2 x 1, then
 # every arm on chain_sum 2 x 2 with seed 0 (the screen), seeds 1 and 2 of the controls, the papers' labelers and
 # the best guard, and the tables and plot of all of it. Hours on a CPU (25-40 min a run on 2 cores): every step
-# is --resume'd, so running it again continues where it stopped
-STUDY = --model models/smollm2 --out outputs/bench/real_model_study --warmup chain_sum:2x1 \
+# is --resume'd, so running it again continues where it stopped. Its record (benchmarks/results/real_model_study:
+# the JSON of every finished run and the warm-up's) is committed, so a clone on another machine continues it too:
+# the warm-up is redone there, and runs from other warm-up weights than the current ones are named in the report
+STUDY = --model models/smollm2 --out benchmarks/results/real_model_study --warmup chain_sum:2x1 \
 	--candidates chain_sum:3x1 chain_sum:2x2 basic_arithmetic:2x1 --train-on chain_sum:2x2 --votes 16 --trained 8 \
 	--temperature 1.0 --lr 1e-6 --batch-size 4 --n-train 128 --epochs 2 --val-every 8 --resume
 STUDY_SCREEN = gold_reward majority random_reward majority+gate_negative self_harmony soft_majority \

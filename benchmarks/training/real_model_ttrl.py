@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
                          "questions; give the label-free levels as --candidates")
     parsed = parse_config(["--config", config_path(CONFIG), *recipe_args(args)])
     base = parsed.model.init_args
-    settings = {"model": os.path.abspath(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
+    # the model as given (a clone elsewhere resumes the same study) and its weights' digest (what it is)
+    settings = {"model": os.path.normpath(args.model), "model_digest": weights_digest(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
                 "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval,
                 "n_calibration": args.n_calibration, "epochs": args.epochs,
                 "instruction": args.instruction, "engine": args.engine, "val_every": args.val_every,
@@ -225,8 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     evaluate = _evaluator(tok, args, base)
     args.start = args.model  # what the scan, the checkpoint row and every arm start from
     if args.warmup:  # 0. the curriculum's warm-up: gold-reward RL on the easier level
+        earlier = report.get("warmup")
         args.start = _warmed_up(args, report, save, evaluate, model, tok)
+        _another_start(report, earlier)
+        save()
         model = load_model(args.start, tok).eval()
+    args.start_digest = report["warmup"]["digest"] if args.warmup else settings["model_digest"]
 
     # 1. the scan, before any training
     scan = _draw(args)
@@ -303,6 +308,9 @@ def _report(report: dict, args, json_path: str) -> None:
     """The tables, the checks, the long-horizon lines and the plot of ``report`` (the runs it holds)."""
     for task in report["tasks"]:
         print(_table(report, task, args.k))
+        if others := [key for key in _other_starts(report) if key.startswith(task + "/")]:
+            print(f"started from an earlier warm-up's weights (another digest; 'earlier_starts' holds its "
+                  f"checkpoint row): {', '.join(others)}")
         print(_checks(report["summary"][task], args.k))
         if args.val_every:
             print(_horizon_table(report, task, args.val_k))
@@ -421,7 +429,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     record_path = os.path.join(args.out, "warmup", "warmup.json")
     task = args.warmup
     # the warm-up depends on these alone: a study that changes its arms' recipe keeps it
-    mine = {"model": os.path.abspath(args.model), "warmup": task, "warmup_epochs": args.warmup_epochs,
+    mine = {"model": os.path.normpath(args.model), "warmup": task, "warmup_epochs": args.warmup_epochs,
             "n_warmup": args.n_warmup, "n_eval": args.n_eval, "k": args.k, "instruction": args.instruction,
             "engine": args.engine, "config": CONFIG}
     if args.resume and os.path.isfile(record_path) and os.path.isfile(os.path.join(folder, "config.json")):
@@ -429,6 +437,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
             kept = json.load(fh)
         if kept.get("settings") == mine:
             w = report["warmup"] = kept["warmup"]
+            w.setdefault("digest", weights_digest(folder))
             print(f"--resume: keeping the warm-up on {task} ({w['steps']} steps; held-out avg@{args.k} "
                   f"{100 * w['before']['avg']:.1f}% -> {100 * w['after']['avg']:.1f}%)", flush=True)
             return folder
@@ -454,7 +463,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
                         "steps": steps, "before": before, "after": after,
                         "fit_seconds": round(fit_seconds, 1), "precision": precision,
-                        "checkpoint": folder, **provenance()}
+                        "checkpoint": folder, "digest": weights_digest(folder), **provenance()}
     with atomic_write(record_path) as fh:
         json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
@@ -462,6 +471,47 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
           f"{100 * before['maj']:.1f}% -> {100 * after['maj']:.1f}% ({fit_seconds / 60:.1f} min)", flush=True)
     del policy
     return folder
+
+
+def weights_digest(folder: str) -> str:
+    """SHA-256 over the names and SHA-256s of a checkpoint folder's ``*.safetensors`` files: what the weights
+    are, wherever the folder lies (a warm-up redone on another machine is compared with it)."""
+    import hashlib
+
+    from ttrl_lightning.modules.disk_weights import file_digest
+
+    names = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    if not names:
+        raise SystemExit(f"{folder} holds no *.safetensors weights")
+    h = hashlib.sha256()
+    for name in names:
+        h.update(f"{name} {file_digest(os.path.join(folder, name))}\n".encode())
+    return h.hexdigest()
+
+
+def _another_start(report: dict, earlier: dict | None) -> None:
+    """When the warm-up was redone (a new machine: its checkpoint folder is not committed) and its weights
+    differ from those the report's runs started from, the measurements of the earlier checkpoint (its warm-up,
+    scan, checkpoint row and start validations) move to ``report["earlier_starts"]`` and are measured again for
+    the new one; the runs stay, each with the ``start_digest`` it started from, and the report names those of
+    another start (:func:`_other_starts`)."""
+    now = report["warmup"]["digest"]
+    if not earlier or earlier.get("digest", now) == now:
+        return
+    print(f"WARNING: the warm-up checkpoint's weights differ from the report's (digest {now[:12]} vs "
+          f"{earlier['digest'][:12]}, warm-up commits {report['warmup'].get('commit')} / {earlier.get('commit')}, "
+          f"CPUs {report['warmup'].get('cpu', {}).get('model')} / {earlier.get('cpu', {}).get('model')}): the "
+          "earlier checkpoint's measurements move to 'earlier_starts' and are measured again; its runs are kept "
+          "and named in the report", flush=True)
+    report.setdefault("earlier_starts", []).append(
+        {"warmup": earlier, **{key: report.pop(key, None) for key in ("scan", "before", "start_val")}})
+    report["scan"], report["before"] = {}, {}
+
+
+def _other_starts(report: dict) -> list[str]:
+    """The runs that started from other weights than the report's current start (an earlier warm-up)."""
+    now = (report.get("warmup") or {}).get("digest") or report["settings"].get("model_digest")
+    return sorted(key for key, run in report["runs"].items() if run.get("start_digest") not in (None, now))
 
 
 def _save_folder(model, tok, folder: str) -> None:
@@ -604,7 +654,8 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     vote_tokens = sum(v for step, v in curves.get("train/vote_tokens", []) if step >= start_step)
     if os.path.isfile(last):
         os.remove(last)  # 2 GB; the run is in the report
-    run = {"arm": arm, "seed": seed, "task": task, "start": args.start, "after": after, "steps": steps,
+    run = {"arm": arm, "seed": seed, "task": task, "start": args.start, "start_digest": args.start_digest,
+           "after": after, "steps": steps,
            "resumed_at_step": start_step if resuming else None,
            "coverage": curve_mean(curves.get("train/coverage")),
            "vote_tokens_per_s": vote_tokens / fit_seconds if fit_seconds else None,

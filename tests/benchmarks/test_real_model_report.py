@@ -110,3 +110,31 @@ def test_the_curve_starts_at_the_start_validation_of_its_seed():
     assert rows["t/arm/seed0"][1:4] == ["35.0", "(", "16)"]
     # a peak below the start is the start itself: the random control's seed 1 never beats its 0.27
     assert rows["t/random_reward/seed1"][1:4] == ["27.0", "(", "0)"]
+
+
+def test_a_warm_up_redone_with_other_weights_moves_the_old_starts_measurements_and_names_its_runs(tmp_path):
+    """A study resumed on a new machine redoes its warm-up (the checkpoint folder is not committed). Same weights
+    (same digest): nothing moves. Other weights: the earlier warm-up, scan, checkpoint row and start validations
+    move to ``earlier_starts`` (to be measured again), the runs stay, and those from the other start are named."""
+    from benchmarks.training.real_model_ttrl import _another_start, _other_starts, weights_digest
+
+    with pytest.raises(SystemExit, match="no \\*.safetensors"):
+        weights_digest(str(tmp_path))
+    (tmp_path / "model.safetensors").write_bytes(b"weights")
+    first = weights_digest(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")  # not weights: the digest ignores it
+    assert weights_digest(str(tmp_path)) == first
+    (tmp_path / "model.safetensors").write_bytes(b"weightz")
+    assert weights_digest(str(tmp_path)) != first
+
+    report = _report({"majority": [(0.30, [(8, 0.26)])]})
+    report["runs"]["t/majority/seed0"]["start_digest"] = "a"
+    report.update(scan={"t": {"avg": 0.2}}, start_val={"t": {"0": 0.22}}, warmup={"digest": "a"})
+    _another_start(report, {"digest": "a"})
+    assert "earlier_starts" not in report and report["before"]["t"] and _other_starts(report) == []
+    report["warmup"] = {"digest": "b", "commit": "c2"}
+    _another_start(report, {"digest": "a", "commit": "c1"})
+    moved = report["earlier_starts"][0]
+    assert moved["warmup"]["digest"] == "a" and moved["before"]["t"] and moved["start_val"] == {"t": {"0": 0.22}}
+    assert report["scan"] == report["before"] == {} and "start_val" not in report
+    assert _other_starts(report) == ["t/majority/seed0"] and report["runs"]["t/majority/seed0"]
