@@ -47,22 +47,24 @@ real-model: $(STAMP)
 	$(PY) -m benchmarks.training.real_model_ttrl --model models/smollm2 --out outputs/bench/real_model_ttrl
 
 # the label-free study (README, "The curriculum into TTRL's regime"): gold-reward warm-up on chain_sum 2 x 1, then
-# every arm on chain_sum 2 x 2 with seed 0 (the screen), seeds 1 and 2 of the controls, the papers' labelers and
-# the best guard, and the tables and plot of all of it. Hours on a CPU (25-40 min a run on 2 cores): every step
-# is --resume'd, so running it again continues where it stopped. Its record (benchmarks/results/real_model_study:
-# the JSON of every finished run and the warm-up's) is committed, so a clone on another machine continues it too:
-# the warm-up is redone there, and runs from other warm-up weights than the current ones are named in the report
+# on chain_sum 2 x 2 seeds 0-2 of the arms a first seed-0 screen of every arm chose (the best guard, the label-free
+# arm next to it, both controls, majority and the papers' labelers: STUDY_SEEDS, the goal's candidates first),
+# then seed 0 of the other guards (STUDY_SCREEN), and the tables and plot of all of it. Hours on a CPU (25-40 min a
+# run on 2 cores): every step is --resume'd, so running it again continues where it stopped. Its record
+# (benchmarks/results/real_model_study: the JSON of every finished run and the warm-up's) is committed, so a clone
+# on another machine continues it too: the warm-up is redone there, and runs from other warm-up weights than the
+# current ones are named in the report
 STUDY = --model models/smollm2 --out benchmarks/results/real_model_study --warmup chain_sum:2x1 \
 	--candidates chain_sum:3x1 chain_sum:2x2 basic_arithmetic:2x1 --train-on chain_sum:2x2 --votes 16 --trained 8 \
 	--temperature 1.0 --lr 1e-6 --batch-size 4 --n-train 128 --epochs 2 --val-every 8 --resume
-STUDY_SCREEN = gold_reward majority random_reward majority+gate_negative self_harmony soft_majority \
-	majority+max_share majority+fixed_adv pixel self_certainty visconf majority+max_share+fixed_adv
-STUDY_SEEDS = majority+max_share random_reward majority self_harmony pixel self_certainty visconf gold_reward
+STUDY_SEEDS = majority+max_share self_certainty random_reward majority gold_reward self_harmony pixel visconf
+STUDY_SCREEN = majority+gate_negative soft_majority majority+fixed_adv majority+max_share+fixed_adv
 real-model-study: $(STAMP)
 	test -f models/smollm2/config.json || $(VENV)/bin/ttrl model import --out models/smollm2
+	$(PY) -m benchmarks.training.real_model_ttrl $(STUDY) --arms $(STUDY_SEEDS) --seeds 0 1 2
 	$(PY) -m benchmarks.training.real_model_ttrl $(STUDY) --arms $(STUDY_SCREEN) --seeds 0
-	$(PY) -m benchmarks.training.real_model_ttrl $(STUDY) --arms $(STUDY_SEEDS) --seeds 1 2
-	$(PY) -m benchmarks.training.real_model_ttrl --report-only $(STUDY) --arms $(STUDY_SCREEN) --seeds 0 1 2
+	$(PY) -m benchmarks.training.real_model_ttrl --report-only $(STUDY) --arms $(STUDY_SEEDS) $(STUDY_SCREEN) \
+		--seeds 0 1 2
 
 test-all: $(STAMP)
 	TTRL_REQUIRE_BACKENDS=cpp $(PY) -m pytest -q tests
