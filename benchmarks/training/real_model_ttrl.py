@@ -28,7 +28,8 @@ is one error naming how many distinct questions it has (``chain_sum`` 2 x 1: 200
    (Bernoulli 0.5: Spurious Rewards' control, arXiv 2506.10947) and ``gold_reward`` (RLVR with the true
    answers: the upper bound); on request ``visconf`` (text form) and majority with one collapse guard each:
    ``majority+gate_negative`` (SCRL's gate, RESTRAIN's negative branch), ``majority+max_share`` (SeRL),
-   ``soft_majority`` (SRT), ``majority+fixed_adv`` (DDRL), and ``majority+max_share+fixed_adv`` (both).
+   ``soft_majority`` (SRT), ``majority+fixed_adv`` (DDRL), and ``majority+max_share+fixed_adv`` (both); and
+   ``pixel+coverage_0.9``, pixel at the paper's operating point (its dev-cal questions 90% answered).
 4. **Evaluation** of the checkpoint and of every run's final policy with the same sampling seed: avg@k and maj@k
    on the trained-on questions (TTRL's protocol), on the held-out split of the same task and on the other
    task. Per run also the wall time per step, the peak resident memory, the commit and the CPU's float
@@ -82,6 +83,9 @@ ARMS: dict[str, tuple[str, list[str]]] = {
     "self_harmony": ("self_harmony", ["--model.init_args.voting.num_votes", "{half_votes}",
                                       "--model.init_args.voting.num_trained", "{half_generations}"]),
     "pixel": ("pixel", []),
+    # Pixelis supp. S8's operating point: the conformal level fitted so that the dev-cal questions are 90% answered
+    # (at the default alpha 0.1 this model's threshold is 1 and pixel labels unanimous questions only)
+    "pixel+coverage_0.9": ("pixel", ["--model.init_args.voting.options", '{"target_coverage": 0.9}']),
     "visconf": ("visconf", []),
     "self_certainty": ("self_certainty", []),
     # SCRL's gate; a question failing it is trained by RESTRAIN's negative branch (reward 0, advantage -delta;
@@ -623,7 +627,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
     from ttrl_lightning.cli.demo_runs import fit_in_process
 
     labeler, extra = arm_options(arm, base)
-    if arm == "pixel":
+    if labeler == "pixel":  # its dev-cal split
         extra += ["--data.init_args.calibration_path", files[f"{task}/calibration"]]
     root = os.path.join(args.out, "runs", task.replace(":", "_"), arm, f"seed{seed}")
     last = os.path.join(root, "checkpoints", "last.ckpt")

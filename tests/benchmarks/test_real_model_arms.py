@@ -14,6 +14,7 @@ EXPECTED = {
     "majority+max_share": ({"max_share": 0.8}, None, None),
     "majority+fixed_adv": (None, "fixed", None),
     "majority+max_share+fixed_adv": ({"max_share": 0.8}, "fixed", None),
+    "pixel+coverage_0.9": ({"target_coverage": 0.9}, None, None),
 }
 
 

@@ -96,3 +96,8 @@ def test_pixel_calibration_fits_on_the_score_training_applies(monkeypatch):
     with_vis = calibrate_pixel(groups, golds, alpha=0.4, visual_fidelity=vis)
     without = calibrate_pixel(groups, golds, alpha=0.4)
     assert fitted["conformal_qhat"] == with_vis.conformal_qhat != without.conformal_qhat
+    # a target coverage is the calibration's option too, fitted on the same weights
+    context = ttrl_labelers.LabellingContext(options={"target_coverage": 0.9})
+    fitted = ttrl_labelers.pixel_calibration(context, None, groups, golds, [None] * 3)
+    assert fitted["conformal_qhat"] == calibrate_pixel(groups, golds, target_coverage=0.9,
+                                                       visual_fidelity=vis).conformal_qhat

@@ -489,6 +489,7 @@ def test_a_labeler_option_it_does_not_have_is_refused_when_the_module_is_built()
     with pytest.raises(UserError, match="majority has no option 'alpha'; its options: min_share, min_margin, max_share"):
         TTRLModule(policy=TINY, voting={"options": {"alpha": 0.1}})
     TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"alpha": 0.2, "delta": 0.05}})
+    TTRLModule(policy=TINY, voting={"labeler": "pixel", "options": {"target_coverage": 0.9}})
 
 
 def test_label_free_stopping_ends_a_ttrl_run():

@@ -218,6 +218,41 @@ def test_calibrate_pixel_worked_by_hand():
     assert cal.num_questions == 5
 
 
+def test_calibrate_pixel_fits_alpha_to_a_target_coverage_worked_by_hand():
+    """Pixelis supp. S8: "abstention targets ~90% coverage". Every rollout has weight exp(0) * 0.5, so the
+    normalised supports are the vote shares; question g is answered at threshold qhat iff
+    1 - s_(1) <= qhat < 1 - s_(2) (only voted answers enter a set: a unanimous question has no s_(2)) and the
+    margin s_(1) - s_(2) >= delta."""
+    spec = [(["5", "5", "5", "5"], "5"),   # share 1: answered for every qhat >= 0; gold score 0
+            (["5", "5", "5", "6"], "5"),   # 0.75 / 0.25: [0.25, 0.75); score 0.25
+            (["3", "3", "4", "9"], "3"),   # 0.5 / 0.25: [0.5, 0.75); score 0.5
+            (["7", "8", "8", "8"], "2")]   # gold never voted: score 1; answered (wrongly) in [0.25, 0.75)
+    groups = [[ro(a) for a in answers] for answers, _ in spec]
+    golds = [gold for _, gold in spec]
+    # thresholds by k (sorted scores 0, 0.25, 0.5, 1): k=4 qhat 1 answers the first only; k=3 qhat 0.5 all four;
+    # k=2 qhat 0.25 three (not the third); k=1 qhat 0 the first only
+    for target in (0.9, 1.0, 0.5):
+        cal = calibrate_pixel(groups, golds, target_coverage=target)
+        assert (cal.conformal_qhat, cal.coverage) == (0.5, 1.0)
+        assert cal.alpha == pytest.approx(1 - 3 / 5)  # q_3 is the threshold of alpha = 1 - k / (n + 1)
+    # the default alpha 0.1 needs k = ceil(5 * 0.9) = 5 > 4: every voted answer in the set, unanimous only
+    default = calibrate_pixel(groups, golds)
+    assert math.isinf(default.conformal_qhat) and default.alpha == 0.1 and default.coverage == 0.25
+    for g, (answers, _) in enumerate(spec):
+        label = pseudo_label("pixel", groups[g], conformal_qhat=0.5)
+        assert not label.abstain and label.label == max(set(answers), key=answers.count)
+    # a margin no question but the first reaches: no threshold gets 0.9; the largest coverage (0.25, at every
+    # k) is taken at the largest k, the threshold 1
+    strict = calibrate_pixel(groups, golds, target_coverage=0.9, delta=0.6)
+    assert (strict.conformal_qhat, strict.coverage) == (1.0, 0.25)
+    assert calibrate_pixel(groups, golds, target_coverage=0.25).conformal_qhat == 1.0  # k = 4 reaches it
+    with pytest.raises(TypeError, match="not both"):
+        calibrate_pixel(groups, golds, alpha=0.2, target_coverage=0.9)
+    for bad in (0, 1.5, "0.9"):
+        with pytest.raises(PseudoLabelError, match="target_coverage must be a number in \\(0, 1\\]"):
+            calibrate_pixel(groups, golds, target_coverage=bad)
+
+
 def test_calibrate_pixel_per_group_options_and_errors():
     groups = [[ro("5", [0.1], [-0.1]), ro("6", [0.1], [-0.2])],
               [ro("7", [0.2], [-0.1]), ro("8", [0.1], [-0.9])]]

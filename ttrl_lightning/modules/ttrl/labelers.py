@@ -22,7 +22,7 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
   split and merged into the labeler's kwargs (``pixel``: Cal_j's temperature and the conformal threshold);
 * ``options``: the ``VotingSpec`` fields that belong to this labeler alone (``warmup_majority_steps``);
 * ``calibration_options``: ``voting.options`` read by its calibration only, never handed to the labeler
-  (``pixel``: the conformal miscoverage ``alpha``);
+  (``pixel``: the conformal miscoverage ``alpha``, or the dev-cal ``target_coverage`` that fits it);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
   control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``);
 * ``labels``: its rewards say whether a vote agrees with a pseudo-label (1[answer = label], gated or not), so
@@ -158,14 +158,17 @@ def pixel_calibration(context: LabellingContext, votes: Rollouts, groups: list[Q
         kwargs["visual_fidelity"] = fidelity
     cal = calibrate_pixel(groups, golds, choices=list(choices), decisive_masks=[e["decisive_masks"] for e in extra],
                           reliability=[e["reliability"] for e in extra], **kwargs)
-    if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: only unanimous votes label
-        from lightning.pytorch.utilities import rank_zero_warn
+    from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
 
+    rank_zero_info(f"pixel: fitted on {len(golds)} dev-cal questions: temperature {cal.temperature:.4g}, conformal "
+                   f"qhat {cal.conformal_qhat:.4g} (alpha {cal.alpha:.4g}), dev-cal coverage {cal.coverage:.3f}")
+    if cal.conformal_qhat >= 1:  # every voted answer is in every prediction set: only unanimous votes label
         rank_zero_warn(f"pixel: the conformal threshold fitted on the {len(golds)} dev-cal questions is qhat = "
                        f"{cal.conformal_qhat:g} (the gold answer got no vote on too many of them), so every "
                        "prediction set holds every voted answer and pixel abstains on every question whose "
                        "votes give more than one answer (it labels only unanimous ones). Use a larger or "
-                       "easier dev-cal split, more votes, or a larger voting.options alpha")
+                       "easier dev-cal split, more votes, a larger voting.options alpha, or a "
+                       "voting.options target_coverage (the paper's operating point: about 0.9)")
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
@@ -184,6 +187,6 @@ TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",)
 TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",), labels=False))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
                                            inputs=pixel_inputs, calibration=pixel_calibration,
-                                           calibration_options=("alpha",)))
+                                           calibration_options=("alpha", "target_coverage")))
 TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs, labels=False))
 TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))

@@ -210,11 +210,15 @@ def pixel_label(votes, *, choices=None, delta: float = 0.1,
 class PixelCalibration:
     """What :func:`calibrate_pixel` fitted on a labelled dev-cal split: pass ``temperature`` and
     ``conformal_qhat`` to ``pixel_label``. ``conformal_qhat`` is ``inf`` when the split is too small for
-    ``alpha`` (every answer then enters the set)."""
+    ``alpha`` (every answer then enters the set). ``alpha``: the miscoverage level the threshold is the
+    conformal quantile of (given, or fitted to ``target_coverage``); ``coverage``: the share of the dev-cal
+    questions ``pixel_label`` answers (does not abstain on) with the fitted values."""
 
     temperature: float
     conformal_qhat: float
     num_questions: int
+    alpha: float = 0.1
+    coverage: float | None = None
 
 
 #: per-question options of ``pixel_label`` that ``calibrate_pixel`` takes one entry per group of
@@ -223,15 +227,24 @@ _PER_GROUP = ("reliability", "visual_fidelity", "decisive_masks")
 _UNUSED = ("delta", "duplicate_threshold", "majority_entropy_max")
 
 
-def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alpha: float = 0.1, choices=None,
-                    **label_kwargs) -> PixelCalibration:
+def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alpha: float | None = None,
+                    choices=None, target_coverage: float | None = None, **label_kwargs) -> PixelCalibration:
     """Fit ``pixel_label``'s temperature and conformal threshold on a labelled dev-cal split.
 
     1. ``T = fit_temperature(p_j, 1[y_j = gold])`` over every rollout of every group (``p_j`` the geometric
        mean decisive-token probability);
     2. with that ``T``, each question's weighted support ``s(a)`` as in ``pixel_label`` and the normalised
        support of its gold answer ``s(gold) / sum_a s(a)`` (0 when no rollout gave it or no vote mass);
-       ``conformal_qhat = consensus.conformal_threshold(those, alpha)``.
+       ``conformal_qhat = consensus.conformal_threshold(those, alpha)`` (``alpha`` 0.1 by default).
+    3. ``target_coverage`` instead of ``alpha`` (Pixelis supp. S8: "abstention targets ~90% coverage"): the
+       threshold is the conformal quantile of the smallest miscoverage level whose threshold lets
+       ``pixel_label`` answer at least that share of the dev-cal questions. With ``n`` questions the
+       thresholds are the sorted nonconformities ``q_k`` (``k = n, n-1, ..., 1``; ``q_k`` is the threshold of
+       ``alpha = 1 - k / (n + 1)``); the first ``k`` from the top whose coverage reaches the target is taken,
+       or, when none does, the one of the largest coverage (the largest ``k`` among equals). A weak model, on
+       whose dev-cal questions the gold answer often gets no vote, has ``q_n = 1`` at the default ``alpha``:
+       every voted answer is in every set and only unanimous questions are labelled; the target trades the
+       set's guarantee for the paper's operating point.
 
     Gold answers are compared through the answer-equivalence classes (the gold joins its group's classes as
     ``pixel_label`` would compare it).
@@ -239,7 +252,8 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
     Args:
         groups: one ``votes.QuestionVotes`` (or list of pool-schema rollouts) per dev-cal question.
         golds: one gold answer per question.
-        alpha: conformal miscoverage level.
+        alpha: conformal miscoverage level (default 0.1); not with ``target_coverage``.
+        target_coverage: the share of dev-cal questions to answer, in (0, 1]; fits ``alpha`` (step 3).
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
         label_kwargs: ``reliability``, ``visual_fidelity``, ``decisive_masks``, each one entry per group
             (what ``pixel_label`` takes for that group, or None); ``delta``, ``duplicate_threshold`` and
@@ -252,6 +266,11 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         if key not in _PER_GROUP + _UNUSED:
             raise TypeError(f"calibrate_pixel got an unexpected option {key!r}; "
                             f"per-group options: {_PER_GROUP}")
+    if alpha is not None and target_coverage is not None:
+        raise TypeError("calibrate_pixel takes alpha or target_coverage (which fits alpha), not both")
+    if target_coverage is not None and not (isinstance(target_coverage, (int, float))
+                                            and 0 < target_coverage <= 1):
+        raise PseudoLabelError(f"{METHOD}: target_coverage must be a number in (0, 1], got {target_coverage!r}")
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
         raise PseudoLabelError(f"{METHOD}: calibrate_pixel needs a non-empty list of rollout groups")
     if isinstance(golds, (str, bytes)) or not isinstance(golds, Sequence) or len(golds) != len(groups):
@@ -295,4 +314,22 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         support = aggregate(answers[g], "weighted", pixelis_weights(h, cal, vis, rel)).support
         total = sum(support.values())
         gold_support.append(min(1.0, support.get(golds_c[g], 0.0) / total) if total > 0 else 0.0)
-    return PixelCalibration(temperature, conformal_threshold(gold_support, alpha), q)
+    abstention = {k: label_kwargs[k] for k in ("delta", "majority_entropy_max") if k in label_kwargs}
+
+    def coverage(qhat: float) -> float:
+        """The share of the dev-cal questions pixel_label answers at ``temperature`` and ``qhat``."""
+        answered = [not pixel_label(votes, choices=choices_g[g], conformal_qhat=qhat, temperature=temperature,
+                                    duplicate_threshold=None, **abstention,
+                                    **{k: opts[k][g] for k in _PER_GROUP}).abstain
+                    for g, votes in enumerate(checked)]
+        return sum(answered) / q
+
+    if target_coverage is None:
+        alpha = 0.1 if alpha is None else alpha
+        qhat = conformal_threshold(gold_support, alpha)
+        return PixelCalibration(temperature, qhat, q, alpha, coverage(qhat))
+    scores = sorted(1.0 - s for s in gold_support)
+    fits = [(k, coverage(scores[k - 1])) for k in range(q, 0, -1)]  # from the largest threshold down
+    k, reached = next(((k, c) for k, c in fits if c >= target_coverage - 1e-12),
+                      max(fits, key=lambda kc: (kc[1], kc[0])))
+    return PixelCalibration(temperature, scores[k - 1], q, 1 - k / (q + 1), reached)
