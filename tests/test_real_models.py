@@ -205,11 +205,11 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed and "(1 of 1)" in printed
     # a new machine: the committed record without the checkpoint folder. The warm-up is redone; here its weights
     # are the same bits, so the run is kept and nothing is measured again
-    from benchmarks.training.real_model_ttrl import weights_digest
+    from benchmarks.training.real_model_ttrl import folder_digest
 
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     digest = report["warmup"]["digest"]
-    assert digest == weights_digest(folder) == report["runs"]["chain_sum:3x1/majority+gate_negative/seed0"][
+    assert digest == folder_digest(folder) == report["runs"]["chain_sum:3x1/majority+gate_negative/seed0"][
         "start_digest"]
     shutil.rmtree(folder)
     assert bench(argv + ["--resume"]) == 0

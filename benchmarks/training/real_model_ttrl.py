@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parsed = parse_config(["--config", config_path(CONFIG), *recipe_args(args)])
     base = parsed.model.init_args
     # the model as given (a clone elsewhere resumes the same study) and its weights' digest (what it is)
-    settings = {"model": os.path.normpath(args.model), "model_digest": weights_digest(args.model), "config": CONFIG, "k": args.k, "seeds": args.seeds,
-                "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval,
+    settings = {"model": os.path.normpath(args.model), "model_digest": folder_digest(args.model), "config": CONFIG,
+                "k": args.k, "seeds": args.seeds, "n_scan": args.n_scan, "n_train": args.n_train, "n_eval": args.n_eval,
                 "n_calibration": args.n_calibration, "epochs": args.epochs,
                 "instruction": args.instruction, "engine": args.engine, "val_every": args.val_every,
                 "val_k": args.val_k, "temperature": base.sampling.temperature,
@@ -441,7 +441,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
             kept = json.load(fh)
         if kept.get("settings") == mine:
             w = report["warmup"] = kept["warmup"]
-            w.setdefault("digest", weights_digest(folder))
+            w.setdefault("digest", folder_digest(folder))
             print(f"--resume: keeping the warm-up on {task} ({w['steps']} steps; held-out avg@{args.k} "
                   f"{100 * w['before']['avg']:.1f}% -> {100 * w['after']['avg']:.1f}%)", flush=True)
             return folder
@@ -467,7 +467,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
                         "steps": steps, "before": before, "after": after,
                         "fit_seconds": round(fit_seconds, 1), "precision": precision,
-                        "checkpoint": folder, "digest": weights_digest(folder), **provenance()}
+                        "checkpoint": folder, "digest": folder_digest(folder), **provenance()}
     with atomic_write(record_path) as fh:
         json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
@@ -477,9 +477,10 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     return folder
 
 
-def weights_digest(folder: str) -> str:
+def folder_digest(folder: str) -> str:
     """SHA-256 over the names and SHA-256s of a checkpoint folder's ``*.safetensors`` files: what the weights
-    are, wherever the folder lies (a warm-up redone on another machine is compared with it)."""
+    are, wherever the folder lies: a warm-up redone on another machine is compared with it. (The files' bytes;
+    ``benchmarks.training.weights_digest`` hashes a live module's state dict instead.)"""
     import hashlib
 
     from ttrl_lightning.modules.disk_weights import file_digest

@@ -116,16 +116,16 @@ def test_a_warm_up_redone_with_other_weights_moves_the_old_starts_measurements_a
     """A study resumed on a new machine redoes its warm-up (the checkpoint folder is not committed). Same weights
     (same digest): nothing moves. Other weights: the earlier warm-up, scan, checkpoint row and start validations
     move to ``earlier_starts`` (to be measured again), the runs stay, and those from the other start are named."""
-    from benchmarks.training.real_model_ttrl import _another_start, _other_starts, weights_digest
+    from benchmarks.training.real_model_ttrl import _another_start, _other_starts, folder_digest
 
     with pytest.raises(SystemExit, match="no \\*.safetensors"):
-        weights_digest(str(tmp_path))
+        folder_digest(str(tmp_path))
     (tmp_path / "model.safetensors").write_bytes(b"weights")
-    first = weights_digest(str(tmp_path))
+    first = folder_digest(str(tmp_path))
     (tmp_path / "config.json").write_text("{}")  # not weights: the digest ignores it
-    assert weights_digest(str(tmp_path)) == first
+    assert folder_digest(str(tmp_path)) == first
     (tmp_path / "model.safetensors").write_bytes(b"weightz")
-    assert weights_digest(str(tmp_path)) != first
+    assert folder_digest(str(tmp_path)) != first
 
     report = _report({"majority": [(0.30, [(8, 0.26)])]})
     report["runs"]["t/majority/seed0"]["start_digest"] = "a"

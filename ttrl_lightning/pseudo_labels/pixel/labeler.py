@@ -223,8 +223,10 @@ class PixelCalibration:
 
 #: per-question options of ``pixel_label`` that ``calibrate_pixel`` takes one entry per group of
 _PER_GROUP = ("reliability", "visual_fidelity", "decisive_masks")
-#: options that do not change the weighted support (accepted, unused)
-_UNUSED = ("delta", "duplicate_threshold", "majority_entropy_max")
+#: options that do not change the weighted support: accepted; the abstention rules among them (``_ABSTENTION``)
+#: decide the dev-cal coverage, ``duplicate_threshold`` is unused
+_WHOLE = ("delta", "duplicate_threshold", "majority_entropy_max")
+_ABSTENTION = ("delta", "majority_entropy_max")
 
 
 def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alpha: float | None = None,
@@ -256,14 +258,15 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         target_coverage: the share of dev-cal questions to answer, in (0, 1]; fits ``alpha`` (step 3).
         choices: ``None`` or one entry per group (that question's multiple-choice options, or None).
         label_kwargs: ``reliability``, ``visual_fidelity``, ``decisive_masks``, each one entry per group
-            (what ``pixel_label`` takes for that group, or None); ``delta``, ``duplicate_threshold`` and
-            ``majority_entropy_max`` are accepted and unused. ``temperature`` and ``conformal_qhat`` are what is
+            (what ``pixel_label`` takes for that group, or None); ``delta`` and ``majority_entropy_max`` as
+            ``pixel_label`` takes them (they decide which dev-cal questions are answered: ``coverage``, step 3);
+            ``duplicate_threshold`` is accepted and unused. ``temperature`` and ``conformal_qhat`` are what is
             fitted here.
     """
     for key in label_kwargs:
         if key in ("temperature", "conformal_qhat"):
             raise TypeError(f"calibrate_pixel fits {key}; do not pass it")
-        if key not in _PER_GROUP + _UNUSED:
+        if key not in _PER_GROUP + _WHOLE:
             raise TypeError(f"calibrate_pixel got an unexpected option {key!r}; "
                             f"per-group options: {_PER_GROUP}")
     if alpha is not None and target_coverage is not None:
@@ -314,7 +317,7 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         support = aggregate(answers[g], "weighted", pixelis_weights(h, cal, vis, rel)).support
         total = sum(support.values())
         gold_support.append(min(1.0, support.get(golds_c[g], 0.0) / total) if total > 0 else 0.0)
-    abstention = {k: label_kwargs[k] for k in ("delta", "majority_entropy_max") if k in label_kwargs}
+    abstention = {k: label_kwargs[k] for k in _ABSTENTION if k in label_kwargs}
 
     def coverage(qhat: float) -> float:
         """The share of the dev-cal questions pixel_label answers at ``temperature`` and ``qhat``."""
