@@ -42,7 +42,7 @@ from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import question_votes
 from .question_votes import matches
 
-__all__ = ["majority_label", "majority_from_answers", "soft_majority_label"]
+__all__ = ["majority_label", "majority_from_answers", "majority_options", "soft_majority_label"]
 
 
 def _share(value, name: str) -> float | None:
@@ -53,12 +53,18 @@ def _share(value, name: str) -> float | None:
     return float(value)
 
 
+def majority_options(*, min_share=None, min_margin=None, max_share=None) -> tuple[float | None, ...]:
+    """The collapse guards' values ``(min_share, min_margin, max_share)``, each a share in [0, 1] or None;
+    ``PseudoLabelError`` names the first that is not (a ``voting.options`` check refuses it before the run)."""
+    return _share(min_share, "min_share"), _share(min_margin, "min_margin"), _share(max_share, "max_share")
+
+
 def majority_from_answers(answers: Sequence[str], *, min_share: float | None = None,
                           min_margin: float | None = None, max_share: float | None = None) -> PseudoLabel:
     """The majority pseudo-label over canonical answers (shared by ``self_harmony``'s warm-up), with the
     collapse guards of the module docstring."""
-    min_share, min_margin = _share(min_share, "min_share"), _share(min_margin, "min_margin")
-    max_share = _share(max_share, "max_share")
+    min_share, min_margin, max_share = majority_options(min_share=min_share, min_margin=min_margin,
+                                                        max_share=max_share)
     decision = aggregate(answers, "majority")
     J = len(answers)
     ratio = decision.support[decision.answer] / J

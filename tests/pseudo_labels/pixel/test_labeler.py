@@ -246,11 +246,14 @@ def test_calibrate_pixel_fits_alpha_to_a_target_coverage_worked_by_hand():
     strict = calibrate_pixel(groups, golds, target_coverage=0.9, delta=0.6)
     assert (strict.conformal_qhat, strict.coverage) == (1.0, 0.25)
     assert calibrate_pixel(groups, golds, target_coverage=0.25).conformal_qhat == 1.0  # k = 4 reaches it
-    with pytest.raises(TypeError, match="not both"):
+    with pytest.raises(PseudoLabelError, match="not both"):
         calibrate_pixel(groups, golds, alpha=0.2, target_coverage=0.9)
-    for bad in (0, 1.5, "0.9"):
+    for bad in (0, 1.5, "0.9", float("nan"), True):
         with pytest.raises(PseudoLabelError, match="target_coverage must be a number in \\(0, 1\\]"):
             calibrate_pixel(groups, golds, target_coverage=bad)
+    for bad in (0, 1, -0.1, "0.1", float("inf")):  # split conformal's miscoverage: open at both ends
+        with pytest.raises(PseudoLabelError, match="alpha must be a number in \\(0, 1\\)"):
+            calibrate_pixel(groups, golds, alpha=bad)
 
 
 def test_calibrate_pixel_per_group_options_and_errors():

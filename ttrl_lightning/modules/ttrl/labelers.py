@@ -23,6 +23,9 @@ A pseudo-labeler itself (``pseudo_labels.PSEUDO_LABELERS``) labels one question'
 * ``options``: the ``VotingSpec`` fields that belong to this labeler alone (``warmup_majority_steps``);
 * ``calibration_options``: ``voting.options`` read by its calibration only, never handed to the labeler
   (``pixel``: the conformal miscoverage ``alpha``, or the dev-cal ``target_coverage`` that fits it);
+* ``check_options``: ``fn(options)`` raising ``PseudoLabelError`` for a ``voting.options`` value out of its
+  range, called when the ``VotingSpec`` is built, so a bad value stops the run before the model loads, not at
+  its first step or its calibration (``majority``: its guards' shares; ``pixel``: ``alpha``, ``target_coverage``);
 * ``reads_gold``: the labeler is handed each question's gold answer (``gold=``). Only the ``gold_reward``
   control does: it is RLVR's upper bound, not a test-time method (``pseudo_labels.controls``);
 * ``labels``: its rewards say whether a vote agrees with a pseudo-label (1[answer = label], gated or not), so
@@ -75,6 +78,7 @@ class LabelerSpec:
     calibration: Callable[..., dict] | None = None
     options: tuple[str, ...] = ()
     calibration_options: tuple[str, ...] = ()
+    check_options: Callable[[Mapping[str, Any]], Any] | None = None
     reads_gold: bool = False
     labels: bool = True
 
@@ -172,6 +176,20 @@ def pixel_calibration(context: LabellingContext, votes: Rollouts, groups: list[Q
     return {"temperature": float(cal.temperature), "conformal_qhat": float(cal.conformal_qhat)}
 
 
+def pixel_option_values(options: Mapping[str, Any]) -> None:
+    """Refuses (``PseudoLabelError``) pixel's calibration targets out of range or given together."""
+    from ttrl_lightning.pseudo_labels.pixel.labeler import calibration_targets
+
+    calibration_targets(options.get("alpha"), options.get("target_coverage"))
+
+
+def majority_option_values(options: Mapping[str, Any]) -> None:
+    """Refuses (``PseudoLabelError``) a collapse guard of ``majority`` that is not a share in [0, 1]."""
+    from ttrl_lightning.pseudo_labels.majority import majority_options
+
+    majority_options(**options)
+
+
 def random_reward_inputs(context: LabellingContext, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:
     """Each question's ``random_reward`` seed, derived from the policy seed, the step (with the rank), and the
     question's place in the batch: the same run draws the same rewards, every step and question new ones."""
@@ -180,13 +198,14 @@ def random_reward_inputs(context: LabellingContext, votes: Rollouts, groups: lis
     return [{"seed": derive_seed(context.seed, "random_reward", context.step, q)} for q in range(len(groups))]
 
 
-TTRL_LABELERS.register("majority", LabelerSpec())
+TTRL_LABELERS.register("majority", LabelerSpec(check_options=majority_option_values))
 TTRL_LABELERS.register("self_harmony", LabelerSpec(views=VIEWS[:2], options=("warmup_majority_steps",)))
 TTRL_LABELERS.register("visconf", LabelerSpec(signals=("self_certainty",), image_signals=("visual_engagement",)))
 TTRL_LABELERS.register("self_certainty", LabelerSpec(signals=("self_certainty",), labels=False))
 TTRL_LABELERS.register("entropy", LabelerSpec(signals=("entropy",), labels=False))
 TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), advantage="ema_baseline",
                                            inputs=pixel_inputs, calibration=pixel_calibration,
-                                           calibration_options=("alpha", "target_coverage")))
+                                           calibration_options=("alpha", "target_coverage"),
+                                           check_options=pixel_option_values))
 TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs, labels=False))
 TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))

@@ -84,7 +84,8 @@ class VotingSpec:
 
 def _labeler_options(name: str, options, spec) -> dict[str, Any]:
     """``options`` as a dict of the labeler's own keyword options (besides the votes and ``choices``) or its
-    calibration's: a misspelled option is refused when the spec is built, not at the first step."""
+    calibration's: a misspelled option, or a value its spec's ``check_options`` refuses, is refused when the
+    spec is built, not at the first step."""
     if options is None:
         return {}
     if not isinstance(options, Mapping):
@@ -96,6 +97,11 @@ def _labeler_options(name: str, options, spec) -> dict[str, Any]:
         if unknown:
             raise UserError(f"voting.options: {name} has no option {unknown[0]!r}; its options: "
                             f"{', '.join(known) or 'none'}")
+    if spec.check_options is not None:
+        try:
+            spec.check_options(dict(options))
+        except UserError as e:
+            raise UserError(f"voting.options: {e}") from None
     return dict(options)
 
 

@@ -68,7 +68,7 @@ from ttrl_lightning.pseudo_labels.rollouts import question_votes
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes, matches
 
 __all__ = ["pixel_label", "decisive_token_mask", "temperature_scale", "fit_temperature",
-           "batch_reliability", "rollout_similarity", "calibrate_pixel", "PixelCalibration",
+           "batch_reliability", "rollout_similarity", "calibrate_pixel", "calibration_targets", "PixelCalibration",
            "CONFIDENCE_CLAMP", "TEMPERATURE_BOUNDS", "TIE_TOLERANCE"]
 
 METHOD = "pixel"
@@ -229,6 +229,22 @@ _WHOLE = ("delta", "duplicate_threshold", "majority_entropy_max")
 _ABSTENTION = ("delta", "majority_entropy_max")
 
 
+def calibration_targets(alpha=None, target_coverage=None) -> tuple[float | None, float | None]:
+    """``(alpha, target_coverage)`` of :func:`calibrate_pixel` once checked: at most one of them given,
+    ``alpha`` in (0, 1) (split conformal's miscoverage), ``target_coverage`` in (0, 1]; ``PseudoLabelError``
+    otherwise (a ``voting.options`` check refuses them before the run, not at its calibration)."""
+    if alpha is not None and target_coverage is not None:
+        raise PseudoLabelError(f"{METHOD}: calibration takes alpha or target_coverage (which fits alpha), "
+                               "not both")
+    for name, value, ok in (("alpha", alpha, lambda v: 0 < v < 1), ("target_coverage", target_coverage,
+                                                                    lambda v: 0 < v <= 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or not ok(value)):
+            rule = "(0, 1)" if name == "alpha" else "(0, 1]"
+            raise PseudoLabelError(f"{METHOD}: {name} must be a number in {rule}, got {value!r}")
+    return alpha, target_coverage
+
+
 def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alpha: float | None = None,
                     choices=None, target_coverage: float | None = None, **label_kwargs) -> PixelCalibration:
     """Fit ``pixel_label``'s temperature and conformal threshold on a labelled dev-cal split.
@@ -269,11 +285,7 @@ def calibrate_pixel(groups: Sequence[Sequence[dict]], golds: Sequence[str], alph
         if key not in _PER_GROUP + _WHOLE:
             raise TypeError(f"calibrate_pixel got an unexpected option {key!r}; "
                             f"per-group options: {_PER_GROUP}")
-    if alpha is not None and target_coverage is not None:
-        raise TypeError("calibrate_pixel takes alpha or target_coverage (which fits alpha), not both")
-    if target_coverage is not None and not (isinstance(target_coverage, (int, float))
-                                            and 0 < target_coverage <= 1):
-        raise PseudoLabelError(f"{METHOD}: target_coverage must be a number in (0, 1], got {target_coverage!r}")
+    alpha, target_coverage = calibration_targets(alpha, target_coverage)
     if isinstance(groups, (str, bytes)) or not isinstance(groups, Sequence) or not groups:
         raise PseudoLabelError(f"{METHOD}: calibrate_pixel needs a non-empty list of rollout groups")
     if isinstance(golds, (str, bytes)) or not isinstance(golds, Sequence) or len(golds) != len(groups):
