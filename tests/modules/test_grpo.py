@@ -391,6 +391,12 @@ def test_a_metric_the_step_does_not_have_is_logged_as_a_gap_not_as_the_last_valu
     assert float(rows[0]["train/kl"]) > 0 and float(rows[0]["train/abstained_groups"]) == 0
     assert float(rows[1]["train/abstained_groups"]) == 2 and rows[1]["train/kl"] == "nan"
     assert "train/kl" not in m.last_step_metrics
+    # the kept rows' reward too: step 0 keeps every row (mean 0.5, std of [1, 0] * 4), step 1 none
+    assert float(rows[0]["train/reward"]) == 0.5 and rows[1]["train/reward"] == "nan"
+    assert float(rows[0]["train/reward_std"]) == pytest.approx(float(torch.tensor([1.0, 0.0] * 4).std()))
+    assert rows[1]["train/reward_std"] == "nan" and "train/reward" not in m.last_step_metrics
+    epoch = [r for r in csv.DictReader(open(next(tmp_path.rglob("metrics.csv")))) if r.get("train/reward_epoch")]
+    assert [float(r["train/reward_epoch"]) for r in epoch] == [0.5]  # the epoch's kept rows: step 0's alone
     assert [step for step, _ in logged_curves(trainer, ("train/kl",))["train/kl"]] == [0]
 
 

@@ -397,9 +397,9 @@ class GRPOModule(PolicyModule):
         with torch.no_grad():
             self.kl_observation, self.kl_observation_tokens = self.observed_kl(stats)
             kept = scored.rewards.to(self.device)[scored.kept_rows().to(self.device)]
-            if kept.numel():
+            if kept.numel():  # the epoch's mean over every kept row; the step's own is in step_metrics
                 self.train_reward(kept)
-                self.log("train/reward", self.train_reward, on_step=True, on_epoch=True, prog_bar=True)
+                self.log("train/reward_epoch", self.train_reward, on_step=False, on_epoch=True, prog_bar=True)
             # this step's scalars, kept for callbacks that must tell a metric logged now from an earlier one
             self.last_step_metrics = self.step_metrics(batch, scored, stats)
             self.log_dict(with_gaps(self.last_step_metrics, self.logged_metric_keys))
@@ -472,11 +472,14 @@ class GRPOModule(PolicyModule):
             "train/beta": torch.tensor(self.kl_coef),
             "train/clip_frac": masked_token_mean(stats.clipped.float(), stats.kept_tokens),
             "train/completion_len": completion_mask.sum(1).mean(),
-            "train/reward_std": kept.std() if kept.numel() > 1 else torch.zeros(()),
             "train/rollout_tokens": torch.tensor(float(rollouts.num_completion_tokens)),
             "train/abstained_groups": (~scored.kept_groups()).sum().float(),
             "train/dropped_rows": (~scored.rows(scored.num_rows)).sum().float(),
         }
+        if kept.numel():  # the kept rows' reward; a step that keeps none has no value (a gap), not the last one
+            out["train/reward"] = kept.mean()
+        if kept.numel() > 1:
+            out["train/reward_std"] = kept.std()
         if self.kl_observation_tokens is not None and self.kl_observation_tokens > 0:
             out["train/kl"] = self.kl_observation  # a mean over no token is not 0: not logged then
         if stats.sampler is not None:
