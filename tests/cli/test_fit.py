@@ -48,6 +48,25 @@ def test_tiny_sft_fit_is_quiet_and_says_where_the_run_went(tmp_path):
     assert not (tmp_path / "outputs").exists()  # nothing in a shared outputs/ (config.yaml used to be there)
 
 
+def test_the_quiet_filters_drop_their_messages_and_nothing_else():
+    """``quiet.install`` drops Lightning's manual-optimization ModelCheckpoint advice (module doc: the state it
+    offers to save would resume wrongly) and the torch pytree deprecation; another warning still shows."""
+    import warnings
+
+    from lightning.pytorch.utilities import rank_zero_warn
+
+    from ttrl_lightning.cli import quiet
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet.install()
+        rank_zero_warn("Using ModelCheckpoint with manual optimization and every_n_train_steps, but no "
+                       "pre-optimization state was saved. The checkpoint will contain the model state AFTER")
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated, use ...", FutureWarning)
+        rank_zero_warn("Using ModelCheckpoint with something else")
+    assert [str(w.message) for w in shown] == ["Using ModelCheckpoint with something else"]
+
+
 def test_fit_help_starts_with_usage(capsys, recwarn):
     """`ttrl fit --help` from Python (sys.argv holds other arguments) prints usage with no warning first."""
     with pytest.raises(SystemExit) as e:

@@ -8,6 +8,11 @@ own warnings, deprecations raised by this package, W&B errors) still shows.
   ``lightning.pytorch.utilities.rank_zero``: dropped by a logging filter on that logger only;
 * torch's ``FutureWarning`` "`isinstance(treespec, LeafSpec)` is deprecated", raised inside Lightning's own
   pytree helper (not actionable here): one warnings filter on that message and category;
+* Lightning's ``ModelCheckpoint`` warning "Using ModelCheckpoint with manual optimization and every_n_train_steps,
+  but no pre-optimization state was saved", at every save of a manual-optimization module (GRPO, TTRL) with
+  ``every_n_train_steps``: it offers to save the weights from *before* step N beside ``global_step`` N, so a
+  ``--resume`` from that checkpoint would lose step N's update. The weights after step N are the consistent
+  ones, and the ones saved: one warnings filter on that message;
 * W&B's "The anonymous setting has no effect" warning: ``WandbLogger`` always passes ``anonymous=None``,
   which W&B 0.19+ reads as "set"; :func:`drop_unset_wandb_anonymous` removes the unset key before the run
   starts, so the warning has no cause (a user who sets ``anonymous`` still sees it).
@@ -27,6 +32,8 @@ LIGHTNING_TIP_PREFIX = "💡 Tip:"
 #: (message regex, category) of third-party warnings that say nothing to a user of this project
 IGNORED_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     (r"`isinstance\(treespec, LeafSpec\)` is deprecated", FutureWarning),
+    (r"Using ModelCheckpoint with manual optimization and every_n_train_steps, but no pre-optimization state",
+     UserWarning),
 )
 
 
