@@ -940,7 +940,8 @@ def _goal(report: dict, task: str, val_k: int) -> str:
     """The study's goal, per label-free arm, as measured (held-out): over the whole horizon the mean-over-seeds
     curve never falls below the checkpoint by more than the arm's seeds' spread (max - min of the final
     held-out avg@k), and the final held-out avg@k (mean over seeds) ends above both the checkpoint and the
-    random-reward control by more than that spread. With one seed the spread is unknown: not decided. Each
+    random-reward control by more than that spread. With one seed the spread is unknown: not decided. A line
+    that is not met names each condition that fails with the figure it was decided on (points). Each
     figure is compared with the checkpoint's measured the same way: the curve with its own step 0 (the mean
     of the seeds' start validations, :func:`_curve_start`), the final avg@k with the checkpoint's avg@k."""
     summary = report["summary"][task]
@@ -963,12 +964,18 @@ def _goal(report: dict, task: str, val_k: int) -> str:
         if n < 2:
             lines.append(f"{said}: not decided (one seed: its spread is unknown)")
             continue
-        checks = {"never more than the spread below the checkpoint": low is None or low >= start - spread,
-                  "ends above the checkpoint by more than the spread": end - before > spread,
-                  "ends above random by more than the spread": random is not None and end - random > spread}
-        failed = [name for name, ok in checks.items() if not ok]
+        # each condition of the goal: whether it holds, and the figure it was decided on (points)
+        checks = {"never more than the spread below the checkpoint":
+                  (low is None or low >= start - spread,
+                   "no evaluation" if low is None else f"lowest {100 * (low - start):+.1f} vs its step 0"),
+                  "ends above the checkpoint by more than the spread": (end - before > spread,
+                                                                         f"{100 * (end - before):+.1f}"),
+                  "ends above random by more than the spread":
+                  (random is not None and end - random > spread,
+                   "no random control" if random is None else f"{100 * (end - random):+.1f}")}
+        failed = [f"{name}: {figure}" for name, (ok, figure) in checks.items() if not ok]
         lines.append(f"{said}, spread {100 * spread:.1f}: " + ("goal met" if not failed else
-                                                                  "not met (" + "; ".join(failed) + ")"))
+                                                                  "not met, it fails: " + "; ".join(failed)))
     return "\n".join(lines)
 
 
