@@ -989,6 +989,7 @@ def _plot(report: dict, path: str) -> None:
 
     settings = report["settings"]
     val_k = settings.get("val_k")
+    window = settings.get("val_every") or 8  # the trailing mean of the per-step panels
     held = bool(settings.get("val_every")) and any(r["curves"].get(f"val/avg@{val_k}") for r in report["runs"].values())
     fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
@@ -1011,12 +1012,16 @@ def _plot(report: dict, path: str) -> None:
             for r in runs:
                 for step, v in r["curves"].get(key, []):
                     by_step.setdefault(step, []).append(v)
-            if by_step:
+            if by_step:  # one colour per arm in both panels (pixel logs no KL: it never updates)
                 steps = sorted(by_step)
-                ax.plot(steps, [scale * statistics.mean(by_step[s]) for s in steps], marker=".", label=arm,
-                        color=f"C{i}")  # one colour per arm in both panels (pixel logs no KL: it never updates)
-    axes[0].set_ylabel("trained-on vote accuracy, avg@M (%)")
-    axes[1].set_ylabel("token KL to the initial policy, P95")
+                means = [scale * statistics.mean(by_step[s]) for s in steps]
+                # a step holds 4 questions: the step's own value (thin) moves with the batch more than with the
+                # arm, so the arm reads from the trailing mean over `window` logged steps (bold)
+                trailing = [statistics.mean(means[max(0, j - window + 1):j + 1]) for j in range(len(means))]
+                ax.plot(steps, means, linewidth=0.6, alpha=0.3, color=f"C{i}")
+                ax.plot(steps, trailing, linewidth=1.8, label=arm, color=f"C{i}")
+    axes[0].set_ylabel(f"trained-on vote accuracy, avg@M (%)\nbold: mean of the last {window} steps")
+    axes[1].set_ylabel(f"token KL to the initial policy, P95\nbold: mean of the last {window} steps")
     if held:
         axes[2].set_ylabel(f"held-out avg@{val_k} (%); x: label-free stop")
     for ax in axes:
