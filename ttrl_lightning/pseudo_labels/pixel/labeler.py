@@ -58,6 +58,7 @@ import torch
 
 from ttrl_lightning.answers import NO_ANSWER
 from ttrl_lightning.consensus import aggregate, conformal_threshold, pixelis_weights
+from ttrl_lightning.errors import Bounds
 from ttrl_lightning.pseudo_labels.pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from ttrl_lightning.pseudo_labels.pixel.decisive import _check_masks, _decisive, decisive_token_mask
 from ttrl_lightning.pseudo_labels.pixel.duplicates import duplicate_row_mask, rollout_similarity
@@ -236,12 +237,10 @@ def calibration_targets(alpha=None, target_coverage=None) -> tuple[float | None,
     if alpha is not None and target_coverage is not None:
         raise PseudoLabelError(f"{METHOD}: calibration takes alpha or target_coverage (which fits alpha), "
                                "not both")
-    for name, value, ok in (("alpha", alpha, lambda v: 0 < v < 1), ("target_coverage", target_coverage,
-                                                                    lambda v: 0 < v <= 1)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or not ok(value)):
-            rule = "(0, 1)" if name == "alpha" else "(0, 1]"
-            raise PseudoLabelError(f"{METHOD}: {name} must be a number in {rule}, got {value!r}")
+    for name, value, bounds in (("alpha", alpha, Bounds(low=0, high=1, low_open=True, high_open=True)),
+                                ("target_coverage", target_coverage, Bounds(low=0, high=1, low_open=True))):
+        if value is not None and value not in bounds:
+            raise PseudoLabelError(f"{METHOD}: {name} must be a number {bounds}, got {value!r}")
     return alpha, target_coverage
 
 
