@@ -38,6 +38,7 @@ from typing import Sequence
 
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
+from ..errors import Bounds
 from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import question_votes
 from .question_votes import matches
@@ -45,12 +46,13 @@ from .question_votes import matches
 __all__ = ["majority_label", "majority_from_answers", "majority_options", "soft_majority_label"]
 
 
+_SHARE = Bounds(low=0, high=1, optional=True)
+
+
 def _share(value, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
-        raise PseudoLabelError(f"majority: {name} must be a share in [0, 1] or null, got {value!r}")
-    return float(value)
+    if value not in _SHARE:
+        raise PseudoLabelError(f"majority: {name} must be a share {_SHARE}, got {value!r}")
+    return None if value is None else float(value)
 
 
 def majority_options(*, min_share=None, min_margin=None, max_share=None) -> tuple[float | None, ...]:
