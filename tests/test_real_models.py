@@ -111,6 +111,8 @@ def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, c
     # the curves' step 0: the start validated as a run of seed 0 validates (ttrl validate, its sampling seeds)
     assert "checkpoint, chain_sum:2x1: held-out avg@2 as the runs' validation measures it, by seed: 0 " in printed
     assert "majority: trained-on avg@2 gain" in printed and "gold reward: trained-on avg@2" in printed
+    # the progress line counts this invocation's runs (seed-major) beside the record's
+    assert "== chain_sum:2x1/gold_reward/seed0: ttrl fit (run 2 of 2 to do; the record holds 1)" in printed
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
     assert report["tasks"] == ["chain_sum:2x1"] and report["other_task"] == "basic_arithmetic:2x1"

@@ -291,17 +291,16 @@ def main(argv: list[str] | None = None) -> int:
                   + ", ".join(f"{seed} {100 * v:.1f}" for seed, v in sorted(starts.items())), flush=True)
 
     # 4. the arms
-    for task in tasks:
-        for s in args.seeds:  # seed-major: a partial report holds every arm of its first seeds
-            for arm in args.arms:
-                key = f"{task}/{arm}/seed{s}"
-                if key in report["runs"]:
-                    continue
-                print(f"\n== {key}: ttrl fit ({len(report['runs']) + 1} of "
-                      f"{len(tasks) * len(args.arms) * len(args.seeds)})", flush=True)
-                report["runs"][key] = _run(args, base, files, splits, task, other, arm, s, evaluate)
-                _print_splits(key, report["runs"][key]["after"], args.k)
-                save()
+    # seed-major: a partial report holds every arm of its first seeds
+    todo = [(task, arm, s) for task in tasks for s in args.seeds for arm in args.arms
+            if f"{task}/{arm}/seed{s}" not in report["runs"]]
+    for i, (task, arm, s) in enumerate(todo, 1):
+        key = f"{task}/{arm}/seed{s}"
+        print(f"\n== {key}: ttrl fit (run {i} of {len(todo)} to do; the record holds "
+              f"{len(report['runs'])})", flush=True)
+        report["runs"][key] = _run(args, base, files, splits, task, other, arm, s, evaluate)
+        _print_splits(key, report["runs"][key]["after"], args.k)
+        save()
     report["summary"] = {task: _summary(report, task, args) for task in tasks}
     save()
     _report(report, args, json_path)
