@@ -61,18 +61,27 @@ def paired_verdict(ratios: list[float], margin: float, at_least: bool = True) ->
     return f"no verdict: the rounds' spread {spread} straddles {margin:g}x"
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (with ``+dirty`` when tracked files differ from it), None outside a git checkout."""
-    here = os.path.dirname(os.path.abspath(__file__))
+def git_commit(ignore: str | None = None, where: str | None = None) -> str | None:
+    """The commit of the checkout holding ``where`` (default: this project's), with ``+dirty`` when tracked files
+    differ from it; None outside a git checkout. ``ignore``: a file or folder whose changes do not count (a
+    benchmark's own output folder, when its record is tracked and it writes it while it runs)."""
+    here = where or os.path.dirname(os.path.abspath(__file__))
     try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=here, timeout=30)
-        if head.returncode:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel", "HEAD"], capture_output=True, text=True,
+                             cwd=here, timeout=30)
+        if top.returncode:
             return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True, cwd=here, timeout=30).stdout.strip()
+        root, head = top.stdout.splitlines()
+        spec = []
+        if ignore is not None:
+            rel = os.path.relpath(os.path.realpath(os.path.abspath(ignore)), os.path.realpath(root))
+            if rel != "." and not rel.startswith(".." + os.sep) and rel != "..":
+                spec = ["--", ".", f":(exclude){rel}"]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", *spec],
+                               capture_output=True, text=True, cwd=root, timeout=30).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+    return head + ("+dirty" if dirty else "")
 
 
 def peak_rss_gb() -> float:
@@ -80,9 +89,9 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def provenance() -> dict:
-    """``{commit, cpu}`` of this run."""
-    return {"commit": git_commit(), "cpu": cpu_features()}
+def provenance(ignore: str | None = None) -> dict:
+    """``{commit, cpu}`` of this run; ``ignore`` as :func:`git_commit`'s."""
+    return {"commit": git_commit(ignore), "cpu": cpu_features()}
 
 
 def _status_kib(field: str) -> int:

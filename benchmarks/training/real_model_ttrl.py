@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         settings["fit_options"] = list(args.fit_option)
     report = _resumed(json_path, settings) if args.resume else None
     report = report or {"settings": settings, "scan": {}, "before": {}, "runs": {}}
-    report.setdefault("sittings", []).append({**provenance(), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
+    report.setdefault("sittings", []).append({**provenance(args.out), "started": time.strftime("%Y-%m-%d %H:%M:%S")})
     t_start = time.perf_counter()
 
     def save() -> None:
@@ -466,7 +466,7 @@ def _warmed_up(args, report: dict, save, evaluate, model, tok) -> str:
     report["warmup"] = {"task": task, "questions": len(splits[f"{task}/warmup"]), "epochs": args.warmup_epochs,
                         "steps": steps, "before": before, "after": after,
                         "fit_seconds": round(fit_seconds, 1), "precision": precision,
-                        "checkpoint": folder, "digest": folder_digest(folder), **provenance()}
+                        "checkpoint": folder, "digest": folder_digest(folder), **provenance(args.out)}
     with atomic_write(record_path) as fh:
         json.dump({"settings": mine, "warmup": report["warmup"]}, fh, indent=1)
     save()
@@ -666,7 +666,7 @@ def _run(args, base, files: dict, splits: dict, task: str, other: str | None, ar
            "fit_seconds": round(fit_seconds, 1), "precision": precision,
            "seconds": round(time.perf_counter() - t0, 1),
            "seconds_per_step": round(fit_seconds / max(1, steps - start_step), 2),
-           "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(), "curves": curves}
+           "peak_rss_gb": round(peak_rss_gb(), 2), **provenance(args.out), "curves": curves}
     return _without_repeats(run)
 
 
