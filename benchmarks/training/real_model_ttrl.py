@@ -878,8 +878,9 @@ def _table(report: dict, task: str, k: int) -> str:
     lines.append(row)
     for arm, e in s["arms"].items():
         row = f"{arm:<{w}} {len(e['seeds']):>3}"
-        for sp in splits:
-            cell = f"{pct(e[sp]['avg'])} ({100 * e[sp]['avg_gain']:+5.1f}, {100 * e[sp]['avg_spread']:4.1f})"
+        for sp in splits:  # one seed has no spread: "-", never a 0.0 that reads as seeds that agree
+            spread = f"{100 * e[sp]['avg_spread']:4.1f}" if len(e["seeds"]) > 1 else "   -"
+            cell = f"{pct(e[sp]['avg'])} ({100 * e[sp]['avg_gain']:+5.1f}, {spread})"
             row += f" {cell:>32} {pct(e[sp]['maj']):>6}"
         kl = "n/a" if e["kl_p95"] is None else f"{e['kl_p95']:.3f}"
         tps = "n/a" if e["vote_tokens_per_s"] is None else f"{e['vote_tokens_per_s']:.0f}"

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks.training.real_model_ttrl import _goal, _horizon_table  # noqa: E402
+from benchmarks.training.real_model_ttrl import _goal, _horizon_table, _table  # noqa: E402
 
 
 def _run(arm, seed, curve):
@@ -141,3 +141,20 @@ def test_a_warm_up_redone_with_other_weights_moves_the_old_starts_measurements_a
     assert moved["warmup"]["digest"] == "a" and moved["before"]["t"] and moved["start_val"] == {"t": {"0": 0.22}}
     assert report["scan"] == report["before"] == {} and "start_val" not in report
     assert _other_starts(report) == ["t/majority/seed0"] and report["runs"]["t/majority/seed0"]
+
+
+def test_the_table_gives_one_seed_no_spread():
+    """An arm of one seed (screened) prints "-" for its spread, not 0.0; an arm of two prints max - min."""
+    def split(avgs, before):
+        return {"avg": sum(avgs) / len(avgs), "maj": 0.5, "avg_gain": sum(avgs) / len(avgs) - before,
+                "avg_spread": max(avgs) - min(avgs)}
+
+    metrics = {"label_accuracy": None, "kl_p95": None, "vote_tokens_per_s": None, "seconds": 600.0,
+               "seconds_per_step": None}
+    summary = {"before": {"held_out": {"avg": 0.30, "maj": 0.40}},
+               "arms": {"screened": {"seeds": [0], "held_out": split([0.35], 0.30), **metrics},
+                        "three": {"seeds": [0, 1, 2], "held_out": split([0.30, 0.40, 0.35], 0.30), **metrics}}}
+    rows = {line.split()[0]: line for line in _table({"summary": {"t": summary}, "settings": {"seeds": [0, 1, 2]}},
+                                                     "t", 16).splitlines() if line}
+    assert "35.0 ( +5.0,    -)" in rows["screened"]
+    assert "35.0 ( +5.0, 10.0)" in rows["three"]
