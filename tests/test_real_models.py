@@ -216,7 +216,7 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     shutil.rmtree(folder)
     assert bench(argv + ["--resume"]) == 0
     printed = capsys.readouterr().out
-    assert "== warm-up: gold-reward RL" in printed and "keeping 1 runs" in printed and "(1 of 1)" not in printed
+    assert "== warm-up: gold-reward RL" in printed and "keeping 1 runs" in printed and "ttrl fit (run" not in printed
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     assert report["warmup"]["digest"] == digest and "earlier_starts" not in report
 
