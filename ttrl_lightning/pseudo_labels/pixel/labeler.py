@@ -100,12 +100,10 @@ def _per_rollout(values, n: int, name: str, upper: float | None = None) -> list[
     vals = values.tolist() if isinstance(values, torch.Tensor) else list(values)
     if len(vals) != n:
         raise PseudoLabelError(f"{METHOD}: {name} has {len(vals)} entries for {n} rollouts")
+    bounds = Bounds(low=0, high=upper)
     for j, v in enumerate(vals):
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 \
-            and (upper is None or v <= upper)
-        if not ok:
-            rng = f"in [0, {upper:g}]" if upper is not None else ">= 0"
-            raise PseudoLabelError(f"{METHOD}: {name}[{j}] must be a finite number {rng}, got {v!r}")
+        if v not in bounds:
+            raise PseudoLabelError(f"{METHOD}: {name}[{j}] must be a finite number {bounds}, got {v!r}")
     return [float(v) for v in vals]
 
 
