@@ -979,13 +979,13 @@ def _goal(report: dict, task: str, val_k: int) -> str:
     return "\n".join(lines)
 
 
-def _plot(report: dict, path: str) -> None:
+def _figure(report: dict):
+    """The study's figure: per arm, the mean over that arm's seeds (the legend names how many: a screened arm's
+    curve is one seed, not a mean); the held-out panel starts each curve at the checkpoint's step 0."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from ttrl_lightning.safe_files import atomic_write_path
 
     settings = report["settings"]
     val_k = settings.get("val_k")
@@ -994,13 +994,15 @@ def _plot(report: dict, path: str) -> None:
     fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
+        n_seeds = len({r["seed"] for r in runs})
+        label = f"{arm} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
         if held:  # the held-out curve, mean over seeds (band: min to max) from the checkpoint's step 0
             horizons, curve = _held_out_curves(report, runs, val_k)
             by_step = {step: [100 * v for v in values] for step, values in curve.items()}
             steps = sorted(by_step)
             if steps:
                 axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=f"C{i}",
-                             label=f"{arm} ({len(horizons)} seed{'s' if len(horizons) > 1 else ''})")
+                             label=label)
                 if len(horizons) > 1:
                     axes[2].fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps],
                                          color=f"C{i}", alpha=0.15)
@@ -1019,7 +1021,7 @@ def _plot(report: dict, path: str) -> None:
                 # arm, so the arm reads from the trailing mean over `window` logged steps (bold)
                 trailing = [statistics.mean(means[max(0, j - window + 1):j + 1]) for j in range(len(means))]
                 ax.plot(steps, means, linewidth=0.6, alpha=0.3, color=f"C{i}")
-                ax.plot(steps, trailing, linewidth=1.8, label=arm, color=f"C{i}")
+                ax.plot(steps, trailing, linewidth=1.8, label=label, color=f"C{i}")
     axes[0].set_ylabel(f"trained-on vote accuracy, avg@M (%)\nbold: mean of the last {window} steps")
     axes[1].set_ylabel(f"token KL to the initial policy, P95\nbold: mean of the last {window} steps")
     if held:
@@ -1028,9 +1030,18 @@ def _plot(report: dict, path: str) -> None:
         ax.set_xlabel("TTRL step")
         if ax.get_legend_handles_labels()[0]:  # a panel with no curve (no arm logged it) has no legend
             ax.legend(fontsize=7)
-    fig.suptitle(f"{os.path.basename(report['settings']['model'])}: mean over seeds {report['settings']['seeds']}",
-                 fontsize=9)
+    fig.suptitle(f"{os.path.basename(report['settings']['model'])}: each arm's mean over its seeds (how many: the "
+                 "legend)", fontsize=9)
     fig.tight_layout()
+    return fig
+
+
+def _plot(report: dict, path: str) -> None:
+    import matplotlib.pyplot as plt
+
+    from ttrl_lightning.safe_files import atomic_write_path
+
+    fig = _figure(report)
     with atomic_write_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)

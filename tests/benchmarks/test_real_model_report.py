@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from benchmarks.training.real_model_ttrl import _goal, _horizon_table, _table  # noqa: E402
+from benchmarks.training.real_model_ttrl import _figure, _goal, _horizon_table, _table  # noqa: E402
 
 
 def _run(arm, seed, curve):
@@ -158,3 +158,24 @@ def test_the_table_gives_one_seed_no_spread():
                                                      "t", 16).splitlines() if line}
     assert "35.0 ( +5.0,    -)" in rows["screened"]
     assert "35.0 ( +5.0, 10.0)" in rows["three"]
+
+
+def test_every_panel_names_how_many_seeds_each_arm_holds():
+    """A screened arm's curve is one seed, the others a mean over three: every panel's legend says which, and the
+    title does not claim one set of seeds for all."""
+    import matplotlib.pyplot as plt
+
+    report = _report({"three": [(0.35, [(8, 0.30)]), (0.36, [(8, 0.31)]), (0.37, [(8, 0.32)])],
+                      "screened": [(0.40, [(8, 0.33)])]})
+    report["settings"].update(val_every=8, val_k=8, model="models/m", seeds=[0, 1, 2])
+    for r in report["runs"].values():
+        r["curves"]["train/vote_accuracy"] = [[1, 0.3], [2, 0.4]]
+        r["curves"]["train/kl_p95"] = [[1, 0.01], [2, 0.02]]
+    fig = _figure(report)
+    try:
+        for ax in fig.axes:
+            assert sorted(t.get_text() for t in ax.get_legend().get_texts()) == ["screened (1 seed)",
+                                                                                 "three (3 seeds)"]
+        assert "[0, 1, 2]" not in fig._suptitle.get_text()
+    finally:
+        plt.close(fig)
