@@ -204,7 +204,8 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     argv[argv.index("--lr") + 1] = "2e-6"
     assert bench(argv + ["--resume"]) == 0
     printed = capsys.readouterr().out
-    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed and "(run 1 of 1 to do; the record holds 0)" in printed
+    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed
+    assert "(run 1 of 1 to do; the record holds 0)" in printed
     # a new machine: the committed record without the checkpoint folder. The warm-up is redone; here its weights
     # are the same bits, so the run is kept and nothing is measured again
     from benchmarks.training.real_model_ttrl import folder_digest
@@ -216,7 +217,8 @@ def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed
     shutil.rmtree(folder)
     assert bench(argv + ["--resume"]) == 0
     printed = capsys.readouterr().out
-    assert "== warm-up: gold-reward RL" in printed and "keeping 1 runs" in printed and "ttrl fit (run" not in printed
+    assert "== warm-up: gold-reward RL" in printed and "keeping 1 runs" in printed
+    assert "ttrl fit (run" not in printed
     report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
     assert report["warmup"]["digest"] == digest and "earlier_starts" not in report
 

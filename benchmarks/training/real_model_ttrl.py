@@ -979,9 +979,15 @@ def _goal(report: dict, task: str, val_k: int) -> str:
     return "\n".join(lines)
 
 
+def _seeds_label(arm: str, n_seeds: int) -> str:
+    """A curve's legend entry: the arm and how many seeds drew that curve (a run may lack a panel's metric)."""
+    return f"{arm} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
+
+
 def _figure(report: dict):
-    """The study's figure: per arm, the mean over that arm's seeds (the legend names how many: a screened arm's
-    curve is one seed, not a mean); the held-out panel starts each curve at the checkpoint's step 0."""
+    """The study's figure: per arm, the mean over that arm's seeds (each panel's legend names how many seeds
+    the curve holds: a screened arm's curve is one seed, not a mean); the held-out panel starts each curve at
+    the checkpoint's step 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -994,15 +1000,13 @@ def _figure(report: dict):
     fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
     for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
-        n_seeds = len({r["seed"] for r in runs})
-        label = f"{arm} ({n_seeds} seed{'s' if n_seeds > 1 else ''})"
         if held:  # the held-out curve, mean over seeds (band: min to max) from the checkpoint's step 0
             horizons, curve = _held_out_curves(report, runs, val_k)
             by_step = {step: [100 * v for v in values] for step, values in curve.items()}
             steps = sorted(by_step)
             if steps:
                 axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=f"C{i}",
-                             label=label)
+                             label=_seeds_label(arm, len(horizons)))
                 if len(horizons) > 1:
                     axes[2].fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps],
                                          color=f"C{i}", alpha=0.15)
@@ -1011,8 +1015,9 @@ def _figure(report: dict):
                     axes[2].plot([h["stop_step"]], [100 * h["at_stop"]], marker="x", markersize=9, color=f"C{i}")
         for ax, key, scale in ((axes[0], "train/vote_accuracy", 100), (axes[1], "train/kl_p95", 1)):
             by_step: dict[int, list[float]] = {}
-            for r in runs:
-                for step, v in r["curves"].get(key, []):
+            drawn = [r for r in runs if r["curves"].get(key)]
+            for r in drawn:
+                for step, v in r["curves"][key]:
                     by_step.setdefault(step, []).append(v)
             if by_step:  # one colour per arm in both panels (pixel logs no KL: it never updates)
                 steps = sorted(by_step)
@@ -1021,7 +1026,8 @@ def _figure(report: dict):
                 # arm, so the arm reads from the trailing mean over `window` logged steps (bold)
                 trailing = [statistics.mean(means[max(0, j - window + 1):j + 1]) for j in range(len(means))]
                 ax.plot(steps, means, linewidth=0.6, alpha=0.3, color=f"C{i}")
-                ax.plot(steps, trailing, linewidth=1.8, label=label, color=f"C{i}")
+                ax.plot(steps, trailing, linewidth=1.8, label=_seeds_label(arm, len({r["seed"] for r in drawn})),
+                        color=f"C{i}")
     axes[0].set_ylabel(f"trained-on vote accuracy, avg@M (%)\nbold: mean of the last {window} steps")
     axes[1].set_ylabel(f"token KL to the initial policy, P95\nbold: mean of the last {window} steps")
     if held:
@@ -1030,8 +1036,8 @@ def _figure(report: dict):
         ax.set_xlabel("TTRL step")
         if ax.get_legend_handles_labels()[0]:  # a panel with no curve (no arm logged it) has no legend
             ax.legend(fontsize=7)
-    fig.suptitle(f"{os.path.basename(report['settings']['model'])}: each arm's mean over its seeds (how many: the "
-                 "legend)", fontsize=9)
+    model = os.path.basename(report["settings"]["model"])
+    fig.suptitle(f"{model}: each arm's mean over its seeds (how many: the legend)", fontsize=9)
     fig.tight_layout()
     return fig
 
