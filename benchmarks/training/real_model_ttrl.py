@@ -998,21 +998,27 @@ def _figure(report: dict):
     window = settings.get("val_every") or 8  # the trailing mean of the per-step panels
     held = bool(settings.get("val_every")) and any(r["curves"].get(f"val/avg@{val_k}") for r in report["runs"].values())
     fig, axes = plt.subplots(1, 3 if held else 2, figsize=(15 if held else 10, 3.8))
-    for i, arm in enumerate(dict.fromkeys(r["arm"] for r in report["runs"].values())):
+    arms = list(dict.fromkeys(r["arm"] for r in report["runs"].values()))
+    # one colour per arm: tab10 holds ten, so more arms take tab20's dark shades, then its light ones
+    palette = plt.get_cmap("tab20")
+    colours = [f"C{i}" for i in range(len(arms))] if len(arms) <= 10 else \
+        [palette((2 * i) % 20 + (2 * i) // 20) for i in range(len(arms))]
+    for i, arm in enumerate(arms):
         runs = [r for r in report["runs"].values() if r["arm"] == arm]
+        style = "--" if len({r["seed"] for r in runs}) == 1 else "-"  # a one-seed screen: dashed
         if held:  # the held-out curve, mean over seeds (band: min to max) from the checkpoint's step 0
             horizons, curve = _held_out_curves(report, runs, val_k)
             by_step = {step: [100 * v for v in values] for step, values in curve.items()}
             steps = sorted(by_step)
             if steps:
-                axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=f"C{i}",
-                             label=_seeds_label(arm, len(horizons)))
+                axes[2].plot(steps, [statistics.mean(by_step[s]) for s in steps], marker=".", color=colours[i],
+                             linestyle=style, label=_seeds_label(arm, len(horizons)))
                 if len(horizons) > 1:
                     axes[2].fill_between(steps, [min(by_step[s]) for s in steps], [max(by_step[s]) for s in steps],
-                                         color=f"C{i}", alpha=0.15)
+                                         color=colours[i], alpha=0.15)
             for h in horizons:  # a cross where the label-free rule stops each seed
                 if h["stop_step"] is not None:
-                    axes[2].plot([h["stop_step"]], [100 * h["at_stop"]], marker="x", markersize=9, color=f"C{i}")
+                    axes[2].plot([h["stop_step"]], [100 * h["at_stop"]], marker="x", markersize=9, color=colours[i])
         for ax, key, scale in ((axes[0], "train/vote_accuracy", 100), (axes[1], "train/kl_p95", 1)):
             by_step: dict[int, list[float]] = {}
             drawn = [r for r in runs if r["curves"].get(key)]
@@ -1025,9 +1031,9 @@ def _figure(report: dict):
                 # a step holds 4 questions: the step's own value (thin) moves with the batch more than with the
                 # arm, so the arm reads from the trailing mean over `window` logged steps (bold)
                 trailing = [statistics.mean(means[max(0, j - window + 1):j + 1]) for j in range(len(means))]
-                ax.plot(steps, means, linewidth=0.6, alpha=0.3, color=f"C{i}")
+                ax.plot(steps, means, linewidth=0.6, alpha=0.3, color=colours[i])
                 ax.plot(steps, trailing, linewidth=1.8, label=_seeds_label(arm, len({r["seed"] for r in drawn})),
-                        color=f"C{i}")
+                        color=colours[i], linestyle=style)
     axes[0].set_ylabel(f"trained-on vote accuracy, avg@M (%)\nbold: mean of the last {window} steps")
     axes[1].set_ylabel(f"token KL to the initial policy, P95\nbold: mean of the last {window} steps")
     if held:
