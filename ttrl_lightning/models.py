@@ -308,8 +308,8 @@ def auto_mapped_file(folder: str) -> str | None:
     """The first JSON file of ``folder`` (sorted by name) that maps a class to the folder's own code: a top-level
     ``auto_map`` key. Every ``*.json`` file is read, not a list of names: transformers' sub-loaders read config,
     tokenizer, processor, image-, video- and feature-processor and generation files, some of them without passing
-    ``trust_remote_code`` on (the video processor asked ``[y/N]`` on stdin). A file that does not hold the bytes
-    ``"auto_map"`` is not parsed (a large tokenizer.json costs one scan)."""
+    ``trust_remote_code`` on (the video processor asked ``[y/N]`` on stdin). Each file is parsed, never searched
+    for bytes: a key spelt with a JSON escape (``"auto\\u005fmap"``) is ``auto_map`` to transformers too."""
     try:
         names = sorted(f for f in os.listdir(folder) if f.endswith(".json"))
     except OSError:
@@ -318,15 +318,47 @@ def auto_mapped_file(folder: str) -> str | None:
         path = os.path.join(folder, file)
         try:
             with open(path, "rb") as fh:
-                raw = fh.read()
-            if b'"auto_map"' not in raw:
-                continue
-            content = json.loads(raw.decode("utf-8"))
-        except (OSError, ValueError):
+                content = json.loads(fh.read())  # bytes: UTF-8 (with or without a BOM), UTF-16 or UTF-32
+        except (OSError, ValueError, RecursionError):
             continue  # transformers reports an unreadable file of its own itself
         if isinstance(content, dict) and "auto_map" in content:
             return file
     return None
+
+
+#: what a loader raises where transformers would run a model folder's own code or ask whether to
+REMOTE_CODE_REFUSED = "the folder's own code is never run (trust_remote_code=False)"
+
+
+def _refuse_remote_code(*_args, **_kwargs):
+    """Stands in for transformers' import of a folder's module (and for ``input``) while a folder loads."""
+    raise ValueError(f"{REMOTE_CODE_REFUSED}; trust_remote_code is never asked for")
+
+
+@contextlib.contextmanager
+def no_remote_code():
+    """While a folder loads, no prompt can be answered and no folder module can be imported, whatever a
+    transformers loader is passed: a sub-loader that is not given ``trust_remote_code`` (the video processor
+    inside ``AutoProcessor``) asks ``[y/N]`` on stdin and imports the module on ``y``. Inside this block
+    transformers' prompt timeout is 0 (it raises instead of asking), ``input`` raises and ``sys.stdin`` is
+    empty, and ``dynamic_module_utils.get_class_in_module`` (the one place a folder's module is imported)
+    raises; each is restored afterwards. A refusal is a ``ValueError`` naming ``trust_remote_code``, which
+    :func:`from_pretrained` turns into one line."""
+    import builtins
+    import io
+    import sys
+
+    from transformers import dynamic_module_utils as dynamic
+
+    saved = (dynamic.TIME_OUT_REMOTE_CODE, dynamic.get_class_in_module, builtins.input, sys.stdin)
+    dynamic.TIME_OUT_REMOTE_CODE = 0
+    dynamic.get_class_in_module = _refuse_remote_code
+    builtins.input = _refuse_remote_code
+    sys.stdin = io.StringIO("")
+    try:
+        yield
+    finally:
+        dynamic.TIME_OUT_REMOTE_CODE, dynamic.get_class_in_module, builtins.input, sys.stdin = saved
 
 
 #: the JSON files of a model folder that transformers reads as settings: each must be an object of finite values
@@ -409,9 +441,9 @@ def _looks_like_a_path(name: str) -> bool:
 
 def from_pretrained(cls, name: str, **kwargs):
     """``cls.from_pretrained(name, trust_remote_code=False, **kwargs)``: a model folder's own code is never
-    run, and transformers never asks on stdin whether to run it. A folder any of whose JSON files maps a class
-    to its own module (``auto_map``, :func:`auto_mapped_file`) is one ``UserError`` before transformers reads
-    it."""
+    run, and transformers never asks on stdin whether to run it (:func:`no_remote_code`, for the sub-loaders
+    that ``trust_remote_code`` does not reach). A folder any of whose JSON files maps a class to its own module
+    (``auto_map``, :func:`auto_mapped_file`) is one ``UserError`` before transformers reads it."""
     if not os.path.isdir(name) and _looks_like_a_path(name):  # HF would take it for a hub id: a traceback
         what = "is a file, not a model folder" if os.path.exists(name) else "does not exist"
         raise UserError(f"{name} {what}; give tiny:<arch>, a Hugging Face checkpoint folder or a .ckpt written by "
@@ -422,14 +454,14 @@ def from_pretrained(cls, name: str, **kwargs):
             raise UserError(f"{name}: the folder asks to run its own code to load (auto_map in {file}); "
                             "ttrl never runs a model folder's code (trust_remote_code=False)")
         check_settings_files(name)
-    with _held_load_report():
+    with _held_load_report(), no_remote_code():
         try:
             return cls.from_pretrained(name, trust_remote_code=False, **kwargs)
         except Exception as err:  # noqa: BLE001 - sorted below: the folder's own code, its config, or re-raised
-            if isinstance(err, ValueError) and "trust_remote_code" in str(err):
+            cause = None if isinstance(err, (UserError, OSError)) else _config_error(cls, name, err)
+            if any(isinstance(e, ValueError) and "trust_remote_code" in str(e) for e in (err, cause)):
                 raise UserError(f"{name}: the folder asks to run its own code to load; ttrl never runs a model "
                                 "folder's code (trust_remote_code=False)") from None
-            cause = None if isinstance(err, (UserError, OSError)) else _config_error(cls, name, err)
             if cause is None:
                 raise
             raise _bad_config(name, cause) from None

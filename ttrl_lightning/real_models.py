@@ -159,12 +159,15 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ttrl_lightning.models import no_remote_code
+
     folder, name = os.path.split(path)
     say(f"reading {name} (dequantised to float32) ...")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
-        source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
-                                                      trust_remote_code=False).eval()
+        with no_remote_code():  # the GGUF file's folder may hold a config that maps to its own code
+            tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, trust_remote_code=False)
+            source = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
+                                                          trust_remote_code=False).eval()
     except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error) as err:  # what the file holds
         raise UserError(f"--gguf: transformers cannot build a model from {gguf or path} "
                         f"({type(err).__name__}: {first_line(err, 300)})") from None
@@ -188,9 +191,10 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
         for entry in os.scandir(tmp):  # files like any other (safetensors writes its file 0600)
             if entry.is_file():
                 os.chmod(entry.path, 0o666 & ~umask)
-        reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, trust_remote_code=False).eval()
-        diff = float((_probe_logits(reloaded, AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)) -
-                      _probe_logits(source, tokenizer)).abs().max())
+        with no_remote_code():
+            reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32, trust_remote_code=False).eval()
+            reloaded_tokenizer = AutoTokenizer.from_pretrained(tmp, trust_remote_code=False)
+        diff = float((_probe_logits(reloaded, reloaded_tokenizer) - _probe_logits(source, tokenizer)).abs().max())
         if diff > 1e-4:
             raise RuntimeError(f"the saved checkpoint does not reproduce {name}: logits differ by {diff:.3g}")
         report = ImportReport(out=os.path.abspath(out), gguf=path, sha256=sha,
