@@ -142,6 +142,8 @@ def test_add2_refuses_bad_settings():
         AdditionTask(carry_weights=[1.0, 0.0], min_carries=1)
     with pytest.raises(KeyError, match="swap"):
         AdditionTask(reframing="nope")
-    with pytest.raises(ValueError, match="after 100 draws"):
-        AdditionTask(max_operand=9, min_carries=2, max_draws=100).draw(random.Random(0))
+    with pytest.raises(ValueError, match="after 3 draws"):  # possible, but rarer than 3 draws find
+        AdditionTask(max_operand=99999, min_carries=5, max_draws=3).draw(random.Random(0))
+    with pytest.raises(ValueError, match=r"min_carries must be an integer in \[0, 1\], got 2"):  # never drawn
+        AdditionTask(max_operand=9, min_carries=2, max_draws=100)
     assert "add2" in TASKS and "add2_carry" in TASKS

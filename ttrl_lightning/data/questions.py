@@ -30,6 +30,7 @@ or Pixelis' online stream read once in file order).
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from typing import Any, Iterable, Iterator
 
 import lightning.pytorch as pl
@@ -41,7 +42,8 @@ from .image_files import MAX_IMAGES_PER_QUESTION, MAX_PIXELS_PER_QUESTION, Image
 from .pool_files import PARQUET_MAGIC, looks_like, parse_jsonl, parse_parquet
 from .pool_schema import PoolError, value_kind
 from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
-from .splits import QuestionSource, SplitError, SplitSpec, draw_splits, question_key, remember_generated
+from .splits import (MAX_GENERATOR_INDEX, QuestionSource, SplitError, SplitSpec, check_generator_index, draw_splits,
+                     question_key, remember_generated)
 from .tasks import generate_prompts
 
 __all__ = ["QuestionError", "QUESTION_COLUMNS", "QUESTION_KEYS", "BATCH_KEYS", "read_questions",
@@ -147,7 +149,46 @@ def _generator(row: dict, where: str) -> dict | None:
     for key in ("seed", "index"):
         if isinstance(gen[key], bool) or not isinstance(gen[key], int) or gen[key] < 0:
             raise QuestionError(f"{where}: field 'generator': {key} must be an integer >= 0, got {gen[key]!r}")
+    try:  # the record is drawn again (data.splits.question_key): bounded here, where it is read
+        check_generator_index(gen["index"], f"{where}: field 'generator'")
+        check_generator_config(gen["task"], gen["config"])
+    except UserError as err:
+        raise QuestionError(str(err) if str(err).startswith(where) else f"{where}: field 'generator': {err}") from None
     return dict(gen)
+
+
+def check_generator_config(task: str, config: dict) -> None:
+    """One ``UserError`` for a generator record's config outside the range its generator can draw from (the
+    settings of :mod:`.tasks`, :func:`.reasoning_gym_tasks.check_config_bounds`). A task unknown here, a
+    setting it does not have, or reasoning-gym not installed pass: such a record is not drawn again, and the
+    question is keyed on its prompt (:func:`.splits.problem_text`)."""
+    import json
+
+    _checked_config(task, json.dumps(config, sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=256)
+def _checked_config(task: str, config_json: str) -> None:
+    import json
+
+    from .tasks import TASKS, make_task
+
+    config = json.loads(config_json)
+    if task in TASKS:
+        try:
+            make_task(task, **config)
+        except TypeError:  # a setting this version does not have: not drawn again
+            return
+        except KeyError as err:  # a name a registry does not hold (reframing)
+            raise UserError(f"{task}: config: {err.args[0] if err.args else err}") from None
+        except UserError as err:
+            raise UserError(f"{task}: config: {err}") from None
+    elif is_reasoning_gym(task):
+        from .reasoning_gym_tasks import check_config_bounds, known_generator
+
+        name = task[len("reasoning_gym:"):]
+        if known_generator(name):
+            check_config_bounds(name, config)
 
 
 def _choices(row: dict, where: str) -> dict[str, str] | None:
@@ -253,7 +294,11 @@ def questions_from_task(task: str, n: int, seed: int, **task_kwargs) -> list[dic
     """``n`` generated questions of ``task`` (:func:`.tasks.generate_prompts` with ``seed``) in the shape of
     :func:`read_questions`: ``gold`` is the task's answer, ids are ``f"{task}-{seed}-{i}"``. A task named
     ``reasoning_gym:<name>`` is that reasoning-gym generator, ``task_kwargs`` its config
-    (:mod:`.reasoning_gym_tasks`)."""
+    (:mod:`.reasoning_gym_tasks`). At most :data:`~.splits.MAX_GENERATOR_INDEX` + 1 questions: each records
+    its index, and a record past that is refused where a question file is read."""
+    if isinstance(n, int) and n > MAX_GENERATOR_INDEX + 1:
+        raise UserError(f"{task}: at most {MAX_GENERATOR_INDEX + 1:,} questions of one generated stream, got {n:,} "
+                        "(data.splits.MAX_GENERATOR_INDEX)")
     if is_reasoning_gym(task):
         questions = reasoning_gym_questions(task, n, seed, **task_kwargs)
     else:
@@ -273,8 +318,9 @@ def task_source(task: str, seed: int, instruction: str | None = None, **task_kwa
 
     config = json.dumps(task_kwargs, sort_keys=True, default=str)
     name = f"{task} (seed {seed}" + (f", {config}" if task_kwargs else "") + ")"
-    return QuestionSource(name, lambda n: with_instruction(questions_from_task(task, n, seed, **task_kwargs),
-                                                           instruction),
+    # the stream ends at the last index a record may name: a split larger than that is a SplitError
+    return QuestionSource(name, lambda n: with_instruction(questions_from_task(task, min(n, MAX_GENERATOR_INDEX + 1),
+                                                                               seed, **task_kwargs), instruction),
                           identity=(task, int(seed), config, instruction or ""))
 
 

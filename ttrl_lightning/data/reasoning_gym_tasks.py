@@ -46,12 +46,79 @@ def _module():
     return reasoning_gym
 
 
+#: a numeric setting of a reasoning-gym generator may be at most this many times the largest of the generator's
+#: own default settings (and never less than :data:`SETTING_FLOOR`): ``min_terms: 1000000`` for ``chain_sum``
+#: (defaults 2..6) drew one expression of a million terms per question, GBs, while a question file's record
+#: was read again
+SETTING_SCALE = 10
+SETTING_FLOOR = 100
+#: the most items of a list setting
+SETTING_ITEMS = 1000
+
+
+def setting_bound(name: str) -> float:
+    """The largest magnitude a numeric setting of generator ``name`` may have (:data:`SETTING_SCALE` times its
+    largest default setting, ``size`` and ``seed`` aside, at least :data:`SETTING_FLOOR`)."""
+    import dataclasses
+
+    cfg = _module().factory.DATASETS[name][1]
+    largest = 0.0
+    for f in dataclasses.fields(cfg) if dataclasses.is_dataclass(cfg) else ():
+        if f.name in ("size", "seed"):
+            continue
+        default = f.default
+        if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+            try:
+                default = f.default_factory()
+            except Exception:  # noqa: BLE001 - a default that cannot be built says nothing about the scale
+                continue
+        values = default if isinstance(default, (list, tuple)) else [default]
+        for v in values:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) < float("inf"):
+                largest = max(largest, abs(float(v)))
+    return max(float(SETTING_FLOOR), SETTING_SCALE * largest)
+
+
+def check_config_bounds(name: str, config: dict) -> None:
+    """Refuse, in one line, a setting of generator ``name`` outside what it can draw in bounded time and memory:
+    a number (in a list too) larger in magnitude than :func:`setting_bound`, not finite, or a list of more than
+    :data:`SETTING_ITEMS` items. Checked where a config is read (every draw, and a question file's ``generator``
+    record), before the generator is built."""
+    bound = setting_bound(name)
+
+    def check(key: str, value) -> None:
+        if isinstance(value, (list, tuple, dict)):
+            if len(value) > SETTING_ITEMS:
+                raise UserError(f"reasoning-gym {name}: config {key} has {len(value):,} items, more than "
+                                f"{SETTING_ITEMS:,}")
+            for item in (value.values() if isinstance(value, dict) else value):
+                check(key, item)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            if not abs(value) <= bound:  # NaN too; an int of any size compares without overflow
+                big = isinstance(value, int) and value.bit_length() > 128  # str() of 5,000 digits raises
+                shown = f"an integer of {value.bit_length():,} bits" if big else repr(value)
+                raise UserError(f"reasoning-gym {name}: config {key} must be within +-{bound:,.0f} ({SETTING_SCALE} "
+                                f"times the generator's largest default setting), got {shown}")
+
+    for key, value in config.items():
+        check(str(key), value)
+
+
+def known_generator(name: str) -> bool:
+    """Whether reasoning-gym is installed here and has generator ``name``."""
+    try:
+        return name in _module().factory.DATASETS
+    except UserError:
+        return False
+
+
 @lru_cache(maxsize=16)
 def _dataset(name: str, n: int, seed: int, config_json: str):
     rg = _module()
     known = sorted(rg.factory.DATASETS)
     if name not in known:
         raise UserError(f"unknown reasoning-gym generator {name!r}; known: {', '.join(known)}")
+    check_config_bounds(name, json.loads(config_json))
     try:
         ds = rg.create_dataset(name, size=n, seed=seed, **json.loads(config_json))
     except (TypeError, ValueError, AssertionError) as err:

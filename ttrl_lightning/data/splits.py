@@ -34,6 +34,7 @@ such twins in the shipped benchmarks' splits).
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import re
@@ -44,7 +45,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..errors import UserError
 
 __all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "prompt_key", "problem_text",
-           "generated_prompt", "remember_generated", "draw_splits", "distinct_questions", "overlaps", "overlap_table",
+           "generated_prompt", "remember_generated", "wraps", "check_generator_index", "MAX_GENERATOR_INDEX", "draw_splits", "distinct_questions", "overlaps", "overlap_table",
            "keys_of"]
 
 _SPACE = re.compile(r"\s+")
@@ -62,11 +63,26 @@ def prompt_key(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
 
 
+#: the largest ``index`` of a ``generator`` record: an item further on is not drawn again (a record with
+#: ``"index": 200000000`` drew the stream up to it, GBs and minutes), and a generated stream is not read past it
+#: (:func:`.questions.task_source`), so every question file ``ttrl questions`` writes reads back
+MAX_GENERATOR_INDEX = 100_000
+#: the longest a stream may take to be drawn again up to a record's item, a bound besides the settings' own
+#: (:mod:`.tasks`, :func:`.reasoning_gym_tasks.check_config_bounds`)
+GENERATOR_SECONDS = 60.0
+
 #: the prompts each generator stream gave, as it gave them (no instruction, no template), in stream order:
 #: ``(task, config JSON, seed) -> [prompt of item 0, 1, ...]``; streams are prefix-stable, so a longer draw
-#: extends a shorter one
+#: extends a shorter one. At most :data:`_GENERATED_STREAMS` streams and :data:`_GENERATED_PROMPTS` prompts are
+#: kept (the oldest streams go first)
 _GENERATED: dict[tuple[str, str, int], list[str]] = {}
 _GENERATED_STREAMS = 64
+_GENERATED_PROMPTS = 1_000_000
+#: single items of reasoning-gym streams, drawn alone (item ``i`` is drawn from ``Random(seed + i)``):
+#: ``(task, config JSON, seed, index) -> prompt``
+_ITEMS: dict[tuple[str, str, int, int], str] = {}
+#: the streams whose config cannot draw here (a record of one is keyed on its prompt), not tried again
+_UNDRAWABLE: set[tuple[str, str, int]] = set()
 
 
 def _stream_id(generator: Mapping[str, Any]) -> tuple[str, str, int]:
@@ -76,51 +92,146 @@ def _stream_id(generator: Mapping[str, Any]) -> tuple[str, str, int]:
             int(generator["seed"]))
 
 
+def _keep(sid: tuple[str, str, int], prompts: list[str]) -> None:
+    """Keep ``prompts`` as stream ``sid``'s, dropping the oldest streams past the caps."""
+    _GENERATED.pop(sid, None)
+    while _GENERATED and (len(_GENERATED) >= _GENERATED_STREAMS
+                          or sum(map(len, _GENERATED.values())) + len(prompts) > _GENERATED_PROMPTS):
+        _GENERATED.pop(next(iter(_GENERATED)))
+    _GENERATED[sid] = prompts
+
+
 def remember_generated(questions: Sequence[Mapping[str, Any]]) -> None:
     """Keep the prompts of freshly generated questions (each with its ``generator`` record, its ``prompt`` as the
     generator gave it, items ``0..n-1`` of one stream), so that :func:`generated_prompt` need not draw them
-    again."""
+    again. Only the first :data:`MAX_GENERATOR_INDEX` + 1 items are kept, the most a record names."""
     if not questions or questions[0].get("generator") is None:
         return
     sid = _stream_id(questions[0]["generator"])
     if len(questions) > len(_GENERATED.get(sid, ())):
-        if sid not in _GENERATED and len(_GENERATED) >= _GENERATED_STREAMS:
-            _GENERATED.pop(next(iter(_GENERATED)))
-        _GENERATED[sid] = [str(q["prompt"]) for q in questions]
+        _keep(sid, [str(q["prompt"]) for q in questions[:MAX_GENERATOR_INDEX + 1]])
+
+
+def check_generator_index(index: int, where: str = "generator record") -> None:
+    """One ``UserError`` naming ``where`` and the cap for an index past :data:`MAX_GENERATOR_INDEX`."""
+    if index > MAX_GENERATOR_INDEX:
+        raise UserError(f"{where}: index {index:,} is past the last item a generator's stream is read to "
+                        f"({MAX_GENERATOR_INDEX:,}, data.splits.MAX_GENERATOR_INDEX)")
 
 
 def generated_prompt(generator: Mapping[str, Any]) -> str | None:
     """The prompt item ``generator["index"]`` of the ``generator`` record's stream has as its generator gives it
     (a task of :mod:`.tasks` or a reasoning-gym generator); None when the task is not one of those here or its
-    config cannot draw."""
-    from .reasoning_gym_tasks import is_reasoning_gym, reasoning_gym_questions
-    from .tasks import TASKS, generate_prompts
+    config cannot draw. Bounded: an index past :data:`MAX_GENERATOR_INDEX` is one ``UserError``; a
+    reasoning-gym item is drawn alone (its generator seeds item ``i`` with ``seed + i``), a task of :mod:`.tasks`
+    from the start of its stream, at most :data:`MAX_GENERATOR_INDEX` + 1 items, and a draw that takes longer
+    than :data:`GENERATOR_SECONDS` is one ``UserError``; the settings are bounded where the generators read
+    them."""
+    from .reasoning_gym_tasks import is_reasoning_gym
+    from .tasks import TASKS
 
     task, index = str(generator.get("task")), generator.get("index")
-    if not isinstance(index, int) or index < 0 or not (task in TASKS or is_reasoning_gym(task)):
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0 \
+            or not (task in TASKS or is_reasoning_gym(task)):
         return None
+    check_generator_index(index, f"generator record of task {task}")
     sid = _stream_id(generator)
     known = _GENERATED.get(sid, ())
-    if index >= len(known):
-        draw = reasoning_gym_questions if is_reasoning_gym(task) else generate_prompts
-        try:  # draws the stream up to twice as far (the next index asked for is likely further on)
-            drawn = draw(task, max(2 * index + 1, 64), sid[2], **dict(generator["config"]))
+    if index < len(known):
+        return known[index]
+    if sid in _UNDRAWABLE:
+        return None
+    with _draw_time(task, index):  # its timeout is a BaseException: not taken for a config that cannot draw
+        try:
+            if is_reasoning_gym(task):
+                return _reasoning_gym_item(sid, index, dict(generator["config"]))
+            from .tasks import generate_prompts
+
+            # the stream up to twice as far (the next index asked for is likely further on), within the cap
+            n = min(max(2 * index + 1, 64), MAX_GENERATOR_INDEX + 1)
+            _keep(sid, [q["prompt"] for q in generate_prompts(task, n, sid[2], **dict(generator["config"]))])
         except (KeyError, TypeError, ValueError):  # a config this version cannot draw: keyed on its prompt
+            if len(_UNDRAWABLE) < _GENERATED_PROMPTS:
+                _UNDRAWABLE.add(sid)
             return None
-        remember_generated([{"prompt": q["prompt"], "generator": generator} for q in drawn])
-        known = _GENERATED.get(sid, ())
+    known = _GENERATED.get(sid, ())
     return known[index] if index < len(known) else None
 
 
+@contextlib.contextmanager
+def _draw_time(task: str, index: int):
+    """:data:`GENERATOR_SECONDS` for drawing ``task``'s stream again up to ``index``, else one ``UserError``."""
+    from ..answers.budget import ComparisonTimeout, time_limit
+
+    try:
+        with time_limit(GENERATOR_SECONDS):
+            yield
+    except ComparisonTimeout:
+        raise UserError(f"generator record of task {task}: drawing its stream again up to item {index:,} took "
+                        f"more than {GENERATOR_SECONDS:g} s (data.splits.GENERATOR_SECONDS); its settings draw "
+                        "too slowly") from None
+
+
+def _reasoning_gym_item(sid: tuple[str, str, int], index: int, config: dict) -> str:
+    """Item ``index`` of a reasoning-gym stream, drawn alone from a dataset sized to the next power of two (so a
+    file's items share a few datasets)."""
+    from .reasoning_gym_tasks import dataset
+
+    key = sid + (index,)
+    if key not in _ITEMS:
+        if len(_ITEMS) >= _GENERATED_PROMPTS:
+            _ITEMS.clear()
+        size = min(max(64, 1 << index.bit_length()), MAX_GENERATOR_INDEX + 1)
+        try:
+            entry = dataset(sid[0], size, sid[2], **config)[index]
+        except (IndexError, AssertionError, ZeroDivisionError, AttributeError, RecursionError) as err:
+            raise ValueError(f"{sid[0]}: cannot draw item {index}: {err}") from None
+        _ITEMS[key] = str(entry["question"])
+    return _ITEMS[key]
+
+
+#: a chat template's markers, as :func:`prompt_key` writes them (case-folded): ``<|im_start|>``, ``<|user|>``,
+#: ``<s>``, ``<start_of_turn>``, ``[INST]``, ``<<SYS>>``
+_MARKER = r"(?:<\|[^<>|\s]{1,64}\|>|</?[a-z_][a-z0-9_.-]{0,63}>|\[/?inst\]|<</?sys>>)"
+#: what a template puts right before a turn's text: a marker, then perhaps the role's name
+_TURN_HEAD = re.compile(_MARKER + r"\s*(?:(?:user|human|system|assistant|model)\s*:?\s*)?$")
+#: what may follow the question: nothing, the next marker, or an instruction (a sentence: a letter first) after
+#: one space, as :func:`.questions.with_instruction` appends it
+_TURN_TAIL = re.compile(r"\s*(?:$|" + _MARKER + r")| [^\W\d_]")
+#: the most places of ``raw`` in a prompt that :func:`wraps` looks at (a template holds it once)
+_WRAP_TRIES = 16
+
+
+def wraps(prompt: str, raw: str) -> bool:
+    """Whether ``prompt`` is the generated prompt ``raw`` itself or ``raw`` with a known wrapping: an instruction
+    appended after one space (:func:`.questions.with_instruction`: the text after the space starts with a letter,
+    so ``raw`` continued -- ``9+87= 5``, ``3 + 4 + 5`` for ``3 + 4`` -- is not one), a chat template around it
+    (``raw`` right after a template marker, and perhaps a role name, and followed by the next marker or an
+    instruction), or both. Compared as :func:`prompt_key` writes them. A prompt that only holds ``raw`` inside
+    other text (``69+87=`` holds ``9+87=``) is not a wrapping."""
+    p, r = prompt_key(prompt), prompt_key(raw)
+    if not r:
+        return p == r
+    start, tries = p.find(r), 0
+    while start >= 0 and tries < _WRAP_TRIES:
+        before, after = p[:start], p[start + len(r):]
+        if (not before or _TURN_HEAD.search(before[-256:])) and _TURN_TAIL.match(after):
+            return True
+        start, tries = p.find(r, start + 1), tries + 1
+    return False
+
+
 def problem_text(question: Mapping[str, Any]) -> str:
-    """The question as its generator gave it: :func:`generated_prompt` of its ``generator`` record when that
-    prompt is in the question's prompt (which may add an instruction after it or a chat template around it),
-    else the prompt as written (no record, a task unknown here, or a prompt edited since it was drawn)."""
+    """The question as its generator gave it: :func:`generated_prompt` of its ``generator`` record when the
+    question's prompt is that prompt or wraps it (:func:`wraps`: an instruction after it, a chat template
+    around it), else the prompt as written: no record, a task unknown here, or a record that is not this
+    question's (a prompt edited since it was drawn, a record copied from another item) -- such a record is
+    ignored, and the question is keyed on its own text."""
     prompt = str(question["prompt"])
     generator = question.get("generator")
     if generator:
         raw = generated_prompt(generator)
-        if raw is not None and prompt_key(raw) in prompt_key(prompt):
+        if raw is not None and wraps(prompt, raw):
             return raw
     return prompt
 

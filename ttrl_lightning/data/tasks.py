@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ttrl_lightning.answers.fused_format import fused_template
+from ttrl_lightning.errors import UserError
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import format_call, format_observation
 
@@ -39,6 +40,35 @@ class Segment:
 
 TASKS: Registry = Registry("task")
 
+#: the largest operand a generated task draws (13 digits): a question is a short prompt, and a config read from a
+#: question file's ``generator`` record is drawn again (``data.splits``), so its cost is bounded where it is read
+MAX_OPERAND = 10**12
+#: the most terms of an ``arith`` problem, and the longest ``eos`` / ``ops`` string a task takes
+MAX_TERMS = 64
+MAX_TEXT = 64
+#: the most rejection draws ``add2`` may take for one problem
+MAX_DRAWS = 100_000
+
+
+class TaskConfigError(UserError):
+    """A generated task's setting outside the range the task can draw from (one line: the setting and its range)."""
+
+
+def _setting(value, name: str, low: int, high: int | None) -> int:
+    """``value`` as an integer setting in ``[low, high]`` (None: no upper bound), else :class:`TaskConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or (high is not None and value > high):
+        rule = f"in [{low:,}, {high:,}]" if high is not None else f">= {low:,}"
+        raise TaskConfigError(f"{name} must be an integer {rule}, got {value!r}"[:300])
+    return value
+
+
+def _text_setting(value, name: str, empty: bool = True) -> str:
+    """``value`` as a string setting of at most :data:`MAX_TEXT` characters."""
+    if not isinstance(value, str) or len(value) > MAX_TEXT or (not empty and not value):
+        raise TaskConfigError(f"{name} must be a{'' if empty else ' non-empty'} string of at most {MAX_TEXT} "
+                              f"characters, got {value!r}"[:300])
+    return value
+
 _OPS = {"+": ("add", lambda a, b: a + b), "-": ("sub", lambda a, b: a - b), "*": ("mul", lambda a, b: a * b)}
 
 
@@ -55,12 +85,17 @@ class ArithmeticTask:
     terms: int = 2
     eos: str = "<eos>"
 
+    def __post_init__(self) -> None:
+        """Every setting within what a question can be (:data:`MAX_OPERAND`, :data:`MAX_TERMS`), else one
+        :class:`TaskConfigError`, before anything is drawn."""
+        _setting(self.max_operand, "max_operand", 0, MAX_OPERAND)
+        _setting(self.terms, "terms", 2, MAX_TERMS)
+        _text_setting(self.eos, "eos")
+        if not isinstance(self.ops, str) or not self.ops or len(self.ops) > MAX_TEXT or set(self.ops) - set(_OPS):
+            raise TaskConfigError(f"ops must be a non-empty string of {', '.join(sorted(_OPS))} (at most {MAX_TEXT} "
+                                  f"characters), got {self.ops!r}"[:300])
+
     def _draw(self, rng: random.Random) -> tuple[list[int], list[str]]:
-        if self.terms < 2:
-            raise ValueError(f"terms must be >= 2, got {self.terms}")
-        unknown = set(self.ops) - set(_OPS)
-        if unknown or not self.ops:
-            raise ValueError(f"ops must be a non-empty subset of {sorted(_OPS)}, got {self.ops!r}")
         nums = [rng.randint(0, self.max_operand) for _ in range(self.terms)]
         ops = [rng.choice(self.ops) for _ in range(self.terms - 1)]
         return nums, ops
@@ -155,21 +190,37 @@ class AdditionTask:
     max_draws: int = 10_000
 
     def __post_init__(self) -> None:
-        if not 0 <= self.min_operand <= self.max_operand:
-            raise ValueError(f"need 0 <= min_operand <= max_operand, got {self.min_operand}, {self.max_operand}")
-        if self.min_carries < 0 or (self.max_carries is not None and self.max_carries < self.min_carries):
-            raise ValueError(f"need 0 <= min_carries <= max_carries, got {self.min_carries}, {self.max_carries}")
+        """Every setting within what the task can draw, else one :class:`TaskConfigError` before anything is
+        drawn: operands up to :data:`MAX_OPERAND`, a number of carries that operands of that many digits can
+        have (``min_carries: 50`` on two-digit operands can never be drawn), at most :data:`MAX_DRAWS` draws."""
+        _setting(self.min_operand, "min_operand", 0, MAX_OPERAND)
+        _setting(self.max_operand, "max_operand", 0, MAX_OPERAND)
+        if not self.min_operand <= self.max_operand:
+            raise TaskConfigError(f"need 0 <= min_operand <= max_operand, got {self.min_operand}, {self.max_operand}")
+        columns = len(str(self.max_operand))  # a column carries at most once: a + b has at most this many carries
+        _setting(self.min_carries, "min_carries", 0, columns)
+        if self.max_carries is not None:
+            _setting(self.max_carries, "max_carries", 0, None)
+            if self.max_carries < self.min_carries:
+                raise TaskConfigError(f"need 0 <= min_carries <= max_carries, got {self.min_carries}, "
+                                      f"{self.max_carries}")
+        _setting(self.max_draws, "max_draws", 1, MAX_DRAWS)
+        _text_setting(self.eos, "eos")
+        _text_setting(self.reframing, "reframing", empty=False)
         if self.carry_weights is not None:
             w = self.carry_weights
-            if (isinstance(w, (str, bytes)) or not len(w)
-                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not x >= 0 for x in w)):
-                raise ValueError(f"carry_weights must be a non-empty list of numbers >= 0, got {w!r}")
+            if (isinstance(w, (str, bytes, dict)) or not hasattr(w, "__len__") or not len(w) or len(w) > MAX_TERMS
+                    or any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < float("inf")
+                           for x in w)):
+                raise TaskConfigError(f"carry_weights must be a list of 1 to {MAX_TERMS} finite numbers >= 0, "
+                                      f"got {w!r}"[:300])
             self.carry_weights = tuple(float(x) for x in w)
             if not any(x > 0 and self._carries_allowed(k) for k, x in enumerate(self.carry_weights)):
-                raise ValueError(f"carry_weights {list(w)} give no weight to a number of carries in "
-                                 f"[{self.min_carries}, {self.max_carries}]")
-        if not 0 <= self.fused_share <= 1:
-            raise ValueError(f"fused_share must be in [0, 1], got {self.fused_share}")
+                raise TaskConfigError(f"carry_weights {list(w)} give no weight to a number of carries in "
+                                      f"[{self.min_carries}, {self.max_carries}]")
+        if isinstance(self.fused_share, bool) or not isinstance(self.fused_share, (int, float)) \
+                or not 0 <= self.fused_share <= 1:
+            raise TaskConfigError(f"fused_share must be in [0, 1], got {self.fused_share!r}")
         REFRAMINGS[self.reframing]  # unknown name: KeyError listing the known ones
 
     def _carries_allowed(self, c: int) -> bool:
@@ -190,7 +241,7 @@ class AdditionTask:
             if c == want if want is not None else self._carries_allowed(c):
                 return a, b
         wanted = f"{want}" if want is not None else f"in [{self.min_carries}, {self.max_carries}]"
-        raise ValueError(f"no operands in [{self.min_operand}, {self.max_operand}] with carries {wanted} "
+        raise TaskConfigError(f"no operands in [{self.min_operand}, {self.max_operand}] with carries {wanted} "
                          f"after {self.max_draws} draws")
 
     @staticmethod
