@@ -23,7 +23,11 @@ around it, or neither, give one key; for any other question its prompt. The text
 case-folded, runs of white space as one space, stripped), and, for a question with images, the SHA-256 of each
 image's pixels is added: two scene questions with one wording and different pictures are two questions, and a
 scene saved as PNG is the array it was drawn from. A question without a generator record is keyed on its prompt
-as written: an instruction or a template written into it by hand makes another key.
+as written: an instruction or a template written into it by hand makes another key. A record counts only when the
+question's prompt is the regenerated prompt or wraps it (:func:`wraps`); a record of another item (``69+87=``
+carrying the record of ``9+87=``) is ignored and the question keyed on its own text, so a file holding
+``69+87=`` overlaps it. Reading a record again is bounded: its index (:data:`MAX_GENERATOR_INDEX`), its settings
+(checked where a question file is read) and the time to draw (:data:`GENERATOR_SECONDS`).
 
 "Distinct" is a distinct prompt, not a distinct problem: ``12+7=`` and ``7+12=``, or one ``chain_sum``
 expression in two of reasoning-gym's wordings, are two questions here (docs/evaluation.md gives the counts of
