@@ -78,11 +78,11 @@ def _sevens(prompts, completions, **kw):
     return [c.count("7") / max(len(c), 1) for c in completions]
 
 
-def _run(tmp, steps, storage, ckpt_path=None, save_every=None):
+def _run(tmp, steps, storage, ckpt_path=None, save_every=None, seed=0):
     from ttrl_lightning.modules import GRPOModule, PolicySpec
 
     pl.seed_everything(0)
-    module = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=0), rewards=[_sevens],
+    module = GRPOModule(policy=PolicySpec(model="tiny:qwen2", lr=5e-3, seed=seed), rewards=[_sevens],
                         num_generations=4, sampling=SamplingSpec(max_new_tokens=5),
                         grpo=GRPOSpec(kl_coef=0.1, reference="initial", reference_storage=storage,
                                       num_iterations=2))
@@ -129,3 +129,47 @@ def test_a_run_with_its_reference_on_disk_is_the_run_in_memory_and_resumes(tmp_p
     mem_ckpt = next((tmp_path / "mem_part" / "ckpt").glob("*.ckpt"))
     again, _ = _run(tmp_path / "mem_part", 12, "disk", ckpt_path=str(mem_ckpt))
     _same(memory["policy"], again["policy"])
+
+
+def test_a_second_run_in_the_folder_keeps_the_first_runs_reference(tmp_path):
+    """The reference file was ``<root>/reference/initial.rank0.safetensors`` for every run of a folder: a second
+    run (another model) overwrote it, and the first run's checkpoint could no longer resume ("changed since the
+    checkpoint was saved"). Each run now writes its own version (``initial-v1...``, as Lightning versions
+    ``config-v1.yaml``), and the resumed run finds its own file."""
+    whole, _ = _run(tmp_path / "whole", 12, "disk")
+    _run(tmp_path / "run", 6, "disk", save_every=6)
+    ckpt = next((tmp_path / "run" / "ckpt").glob("*.ckpt"))
+    first = torch.load(ckpt, weights_only=False)["grpo"]["reference_file"]
+    _run(tmp_path / "run", 2, "disk", seed=1)  # another run in the folder, from other initial weights
+    _run(tmp_path / "run", 2, "disk", seed=2)
+    names = sorted(p.name for p in (tmp_path / "run" / "reference").iterdir())
+    assert names == ["initial-v1.rank0.safetensors", "initial-v2.rank0.safetensors", "initial.rank0.safetensors"]
+    from ttrl_lightning.modules.disk_weights import file_digest
+
+    assert file_digest(first["path"]) == first["sha256"]  # the first run's file, as its checkpoint names it
+    resumed, _ = _run(tmp_path / "run", 12, "disk", ckpt_path=str(ckpt))
+    _same(whole["policy"], resumed["policy"])
+    assert len(list((tmp_path / "run" / "reference").iterdir())) == 3  # the resumed run wrote no new file
+
+
+def test_a_moved_run_folder_finds_its_reference_by_name_and_digest(tmp_path):
+    import shutil
+
+    whole, _ = _run(tmp_path / "whole", 12, "disk")
+    _run(tmp_path / "run", 6, "disk", save_every=6)
+    shutil.move(str(tmp_path / "run"), str(tmp_path / "moved"))
+    ckpt = next((tmp_path / "moved" / "ckpt").glob("*.ckpt"))
+    resumed, _ = _run(tmp_path / "moved", 12, "disk", ckpt_path=str(ckpt))
+    _same(whole["policy"], resumed["policy"])
+
+
+def test_a_reference_version_is_claimed_once(tmp_path):
+    from ttrl_lightning.modules.disk_weights import claim_reference_version, reference_file_name
+
+    folder = tmp_path / "reference"
+    assert [claim_reference_version(str(folder)) for _ in range(3)] == [0, 1, 2]
+    (folder / "initial-v3.rank1.safetensors").write_bytes(b"")  # another rank's file of a version: taken
+    (folder / "initial-v4.rank0.safetensors.partial").write_bytes(b"")  # a write cut short: taken
+    assert claim_reference_version(str(folder)) == 5
+    assert reference_file_name(0, 2) == "initial.rank2.safetensors"
+    assert reference_file_name(5, 0) == "initial-v5.rank0.safetensors"

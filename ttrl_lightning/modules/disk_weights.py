@@ -23,7 +23,36 @@ from torch import nn
 
 from ttrl_lightning.errors import UserError
 
-__all__ = ["DiskWeights", "file_digest"]
+__all__ = ["DiskWeights", "file_digest", "reference_file_name", "claim_reference_version"]
+
+#: the most reference files of one folder (versions ``initial``, ``initial-v1``, ...)
+MAX_REFERENCE_VERSIONS = 10_000
+
+
+def reference_file_name(version: int, rank: int) -> str:
+    """The name of rank ``rank``'s reference file of version ``version``: ``initial.rank0.safetensors`` for the
+    first run of a folder, ``initial-v1.rank0.safetensors`` for the next (as Lightning versions
+    ``config-v1.yaml``)."""
+    return f"initial{'' if version == 0 else f'-v{version}'}.rank{rank}.safetensors"
+
+
+def claim_reference_version(folder: str) -> int:
+    """The first version of ``folder`` that no run has written a reference file of (any rank's, or a partial
+    one), claimed by creating rank 0's file empty and exclusively, so a run started beside this one takes the
+    next: a second run in one folder never overwrites the file the first run's checkpoints name (it could then
+    no longer resume). One ``UserError`` past :data:`MAX_REFERENCE_VERSIONS`."""
+    os.makedirs(folder, exist_ok=True)
+    taken = {name.split(".rank", 1)[0] for name in os.listdir(folder) if ".rank" in name}
+    for version in range(MAX_REFERENCE_VERSIONS):
+        if reference_file_name(version, 0).split(".rank", 1)[0] in taken:
+            continue
+        try:
+            with open(os.path.join(folder, reference_file_name(version, 0)), "x"):
+                return version
+        except FileExistsError:  # claimed since the listing
+            continue
+    raise UserError(f"{folder}: {MAX_REFERENCE_VERSIONS:,} reference files already; remove the ones no "
+                    "checkpoint needs, or give the run another folder")
 
 
 def file_digest(path: str, chunk: int = 1 << 24) -> str:

@@ -63,7 +63,7 @@ from torchmetrics import MeanMetric
 from ttrl_lightning.errors import Bounds, UserError, check_bounds
 from ttrl_lightning.masking import masked_token_mean
 from ttrl_lightning.modules.base import PolicyModule, PolicySpec, full_precision
-from ttrl_lightning.modules.disk_weights import DiskWeights
+from ttrl_lightning.modules.disk_weights import DiskWeights, claim_reference_version, reference_file_name
 from ttrl_lightning.modules.logprobs import LogprobPath, fused_logprobs
 from ttrl_lightning.modules.step_records import RolloutRewards, SamplerCorrection, StepStats
 from ttrl_lightning.modules.specs import GRPOSpec, SamplingSpec, spec_of
@@ -200,10 +200,26 @@ class GRPOModule(PolicyModule):
                             "policy is sharded (FSDP): use reference_storage 'memory'")
         if self._pending_reference_file is not None:
             found, self._pending_reference_file = self._pending_reference_file, None
-            return DiskWeights.adopt(frozen, found["path"], found["sha256"])
-        folder = self.trainer.log_dir or self.trainer.default_root_dir
-        return DiskWeights.write(frozen, os.path.join(folder, "reference",
-                                                      f"initial.rank{self.trainer.global_rank}.safetensors"))
+            return self._adopt_reference(frozen, found)
+        folder = self._reference_folder()
+        # versioned per run, never overwritten: rank 0 claims the version, every rank writes its file of it
+        version = claim_reference_version(folder) if self.trainer.global_rank == 0 else None
+        version = self.trainer.strategy.broadcast(version, src=0)
+        return DiskWeights.write(frozen, os.path.join(folder, reference_file_name(version, self.trainer.global_rank)))
+
+    def _reference_folder(self) -> str:
+        """Where the run's reference files are: ``reference/`` under its log folder (or root folder)."""
+        return os.path.join(self.trainer.log_dir or self.trainer.default_root_dir, "reference")
+
+    def _adopt_reference(self, model: torch.nn.Module, found: dict) -> DiskWeights:
+        """The reference file a checkpoint names (``found``: path and sha256); when that path is gone, the file
+        of that name in this run's reference folder (a run folder moved or copied whole), checked by its digest
+        as well."""
+        path = found["path"]
+        if not os.path.isfile(path):
+            here = os.path.join(self._reference_folder(), os.path.basename(path))
+            path = here if os.path.isfile(here) else path
+        return DiskWeights.adopt(model, path, found["sha256"])
 
     @contextlib.contextmanager
     def reference_weights(self):
@@ -246,8 +262,7 @@ class GRPOModule(PolicyModule):
                 raise UserError(f"this checkpoint keeps its KL reference in {state['reference_file']['path']} "
                                 "(grpo.reference_storage: disk); resume it with that setting")
             if self.reference_model is not None:
-                self._disk_reference = DiskWeights.adopt(self.reference_model, state["reference_file"]["path"],
-                                                         state["reference_file"]["sha256"])
+                self._disk_reference = self._adopt_reference(self.reference_model, state["reference_file"])
             else:
                 self._pending_reference_file = state["reference_file"]
         if "reference_state" in state:
