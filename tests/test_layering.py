@@ -26,6 +26,9 @@ ALLOWED = {
     "modules": {"answers", "consensus", "data", "errors", "eval", "fidelity", "integrations", "masking", "models",
                 "ops", "prompt_format", "pseudo_labels", "registry", "retrieval", "rewards", "rollout", "seeding",
                 "tools"},
+    # the top: a study drives `ttrl fit` (cli) and reads every layer's results; nothing below imports it
+    "study": {"answers", "cli", "data", "errors", "eval", "generate", "models", "modules", "provenance", "registry",
+              "rollout", "safe_files"},
 }
 
 

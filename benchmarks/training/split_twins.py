@@ -64,7 +64,7 @@ def twins(splits: dict[str, list[dict]]) -> list[dict]:
 
 
 def real_model_splits() -> dict[str, list[dict]]:
-    import real_model_ttrl as rm
+    from benchmarks.training import real_model_ttrl as rm
 
     args = rm.build_parser().parse_args(["--model", "unused", "--train-on", "chain_sum:2x1"])
     others = [c for c in args.candidates if c != "chain_sum:2x1"]
@@ -72,11 +72,16 @@ def real_model_splits() -> dict[str, list[dict]]:
 
 
 def demo_splits() -> dict[str, list[dict]]:
-    from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.demo import TTRL_CONFIG, ttrl_splits
-    from ttrl_lightning.cli.fit import parse_config
+    """The demo study's splits (configs/study/demo.yaml), as ``ttrl study`` writes them."""
+    import tempfile
 
-    splits = ttrl_splits(parse_config(["--config", config_path(TTRL_CONFIG)]).data.init_args)
+    from ttrl_lightning.data.questions import read_questions
+    from ttrl_lightning.study.questions import build_questions
+    from ttrl_lightning.study.spec import load_spec
+
+    with tempfile.TemporaryDirectory() as folder:
+        paths = build_questions(load_spec("study/demo.yaml").questions, folder)
+        splits = {name: read_questions(path) for name, path in paths.items()}
     return {"demo/trained_on": splits["train"], "demo/validation": splits["validation"],
             "demo/calibration": splits["calibration"]}
 

@@ -87,22 +87,23 @@ def test_the_datamodule_sees_through_the_wrapping(tmp_path):
 
 
 def test_the_demo_sft_traces_show_no_ttrl_question(tmp_path):
-    """The shipped configs: no trace of configs/sft/tiny_ttrl.yaml shows a question of configs/ttrl/tiny_demo.yaml's
-    training, validation or calibration split answered, as its question or as a fused trace's rewritten one; the
-    demo's own route (the split files it writes, given to the SFT's exclude) excludes the same questions."""
+    """The shipped configs: no trace of the demo study's SFT (configs/study/demo.yaml's start: configs/sft/
+    tiny_ttrl.yaml) shows a question of its training, validation or calibration split answered, as its question or
+    as a fused trace's rewritten one, whether through the study's route (the split files it writes, given to the
+    SFT's ``exclude``) or the SFT config's own ``exclude``."""
     from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.demo import SFT_CONFIG, TTRL_CONFIG, ttrl_splits, write_ttrl_questions
     from ttrl_lightning.cli.fit import parse_config
     from ttrl_lightning.data.datamodules import SFTDataModule
     from ttrl_lightning.data.tasks import trace_problems
+    from ttrl_lightning.study.questions import build_questions
+    from ttrl_lightning.study.spec import load_spec
 
-    sft = parse_config(["--config", config_path(SFT_CONFIG)]).data.init_args
-    ttrl = parse_config(["--config", config_path(TTRL_CONFIG)]).data.init_args
-    assert sft.seed == ttrl.seed
-    keys = {name: keys_of(qs) for name, qs in ttrl_splits(ttrl).items()}
-    assert [len(k) for k in keys.values()] == [ttrl.n, ttrl.n_val, ttrl.n_calibration]
+    spec = load_spec("study/demo.yaml")
+    sft = parse_config(["--config", config_path(spec.start.config)]).data.init_args
+    paths = build_questions(spec.questions, str(tmp_path))
+    keys = {name: keys_of(read_questions(p)) for name, p in paths.items()}
+    assert [len(k) for k in keys.values()] == [128, 32, 64]
     taken = set().union(*keys.values())
-    paths = write_ttrl_questions(str(tmp_path), ttrl, ttrl.seed, ttrl.n)
     args = {k: v for k, v in vars(sft).items() if k in SFTDataModule.__init__.__code__.co_varnames}
     for exclude in (sft.exclude, list(paths.values())):
         dm = SFTDataModule(**{**args, "exclude": exclude})
@@ -142,12 +143,14 @@ def test_the_vlm_demo_sft_scenes_show_no_ttrl_question(tmp_path):
     """The VLM demo's route with its shipped config: the SFT's scene questions (configs/sft/tiny_vlm.yaml) skip
     every question of the three TTRL question files the demo writes and passes to the SFT's ``exclude``."""
     from ttrl_lightning.cli.configs import config_path
-    from ttrl_lightning.cli.demo_vlm import write_vlm_questions
     from ttrl_lightning.cli.fit import parse_config
     from ttrl_lightning.data.scene_qa import scene_qa_splits
+    from ttrl_lightning.study.questions import build_questions
+    from ttrl_lightning.study.spec import load_spec
 
-    sft = parse_config(["--config", config_path("sft/tiny_vlm.yaml")]).data.init_args
-    paths = write_vlm_questions(str(tmp_path), sft.seed)
+    spec = load_spec("study/demo_vlm.yaml")
+    sft = parse_config(["--config", config_path(spec.start.config)]).data.init_args
+    paths = build_questions(spec.questions, str(tmp_path))
     taken = set().union(*(keys_of(read_questions(p)) for p in paths.values()))
     splits = scene_qa_splits(sft.seed, {"train": sft.n_train, "validation": sft.n_val}, sft.kinds,
                              exclude=list(paths.values()))

@@ -367,7 +367,7 @@ def test_a_metric_the_step_does_not_have_is_logged_as_a_gap_not_as_the_last_valu
 
     from lightning.pytorch.loggers import CSVLogger
 
-    from ttrl_lightning.cli.demo_runs import logged_curves
+    from ttrl_lightning.study.runs import logged_curves
     from ttrl_lightning.models import load_model
 
     class AbstainsAfterTheFirstStep(FixedBatch):

@@ -14,6 +14,7 @@ validate   :mod:`ttrl_lightning.cli.fit`         validation with a training conf
 eval       :mod:`ttrl_lightning.cli.eval`        avg@k / maj@k / pass@k of sampled completions
 generate   :mod:`ttrl_lightning.cli.generate`    a rollout pool with per-token signals from a model
 demo       :mod:`ttrl_lightning.cli.demo`        the README's main job (CPU)
+study      :mod:`ttrl_lightning.cli.study`       an experiment from a config file, with intervals
 questions  :mod:`ttrl_lightning.cli.questions`   a generated task (text or images) as questions
 index      :mod:`ttrl_lightning.cli.index`       audit / describe an exemplar index
 model      :mod:`ttrl_lightning.cli.model`       import a real checkpoint (SmolLM2, GGUF)
@@ -63,6 +64,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("ttrl_lightning.cli.generate:generate_main",
                  "sample N rollouts per question from a model into a rollout pool with per-token signals"),
     "demo": ("ttrl_lightning.cli.demo:demo_main", "the README's main job on the embedded default (CPU)"),
+    "study": ("ttrl_lightning.cli.study:study_main",
+              "an experiment as a config file: arms x seeds, per-question evaluation, paired 95% intervals"),
     "index": ("ttrl_lightning.cli.index:index_main",
               "exemplar index files: `ttrl index audit|info` (leakage audit of the retrieval index)"),
     "questions": ("ttrl_lightning.cli.questions:questions_main",

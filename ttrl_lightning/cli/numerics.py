@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 
-__all__ = ["PORTABLE_ENV", "is_portable", "run_portable", "reexec_portable", "numerics_report"]
+__all__ = ["PORTABLE_ENV", "is_portable", "run_portable", "numerics_report"]
 
 #: the environment of portable numerics (module docstring)
 PORTABLE_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2",
@@ -52,13 +52,6 @@ def run_portable(argv: list[str]) -> int:
             proc.send_signal(signal.SIGINT)
             proc.wait()
         return 130
-
-
-def reexec_portable() -> None:
-    """Replace this process with the same script (``sys.argv``) under :data:`PORTABLE_ENV`, unless it already
-    runs under it: a benchmark's entry point that reports the demo's figures (``benchmarks/training/ttrl_seeds.py``)."""
-    if not is_portable():
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **PORTABLE_ENV})
 
 
 def numerics_report() -> dict:

@@ -102,7 +102,7 @@ def with_gaps(metrics: dict[str, Any], logged: set[str]) -> dict[str, Any]:
     Lightning hands its loggers, at every step until the epoch ends, the last value of every ``on_step`` metric
     logged so far in the epoch, logged this step or not: without the gap a step that labelled no question
     would log the previous step's label accuracy as its own. NaN says "no value this step" (CSV ``nan``,
-    skipped by the curve readers, ``cli.demo_runs.logged_curves``); ``last_step_metrics`` keeps the step's own
+    skipped by the curve readers, ``study.runs.logged_curves``); ``last_step_metrics`` keeps the step's own
     keys only."""
     gaps = {key: torch.tensor(float("nan")) for key in logged if key not in metrics}
     logged.update(metrics)

@@ -20,6 +20,8 @@ name                label and reward                                            
 ``entropy``         no label; minus mean token entropy                               RENT
 ``random_reward``   no label; Bernoulli(0.5) per rollout (a control)                 Spurious Rewards
 ``gold_reward``     the gold answer; ``1[y = gold]`` (a control: it reads gold)      RLVR
+``null_reward``     no label; a constant reward (a control: KL and optimizer drift)  --
+``format_reward``   no label; ``1[an answer parses]`` (a control)                    --
 ==================  ===============================================================  ======================
 
 Abstention (``abstain=True``, ``label=None``, all rewards 0): ``majority`` and ``visconf`` when the

@@ -8,6 +8,12 @@
 * ``gold_reward`` (RLVR with the true answers, the upper bound): ``y* = gold``, ``r_i = 1[y_i = gold]``
   (answer equivalence, as every labeler's reward). It **reads the gold answer**: the one labeler that does
   (``modules.ttrl.labelers.LabelerSpec.reads_gold``), so it is a control, never a test-time method.
+* ``null_reward``: ``r_i = c`` for every rollout (``c = 0``). Every group-normalised advantage is 0, so a run
+  with it moves only by what does not come from a reward: the KL term, the optimizer's own drift (AdamW's weight
+  decay) and numerics. It isolates that drift from any signal.
+* ``format_reward``: ``r_i = 1`` when an answer can be extracted from rollout ``i`` (its class is not
+  :data:`~ttrl_lightning.answers.NO_ANSWER`), else 0. It says how much of a gain comes from learning to answer
+  in the expected form at all, with no information on which answer is right.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import question_votes
 from .question_votes import matches
 
-__all__ = ["random_reward", "gold_reward"]
+__all__ = ["random_reward", "gold_reward", "null_reward", "format_reward"]
 
 
 @PSEUDO_LABELERS.register("random_reward")
@@ -45,3 +51,20 @@ def gold_reward(votes, *, choices=None, gold: str) -> PseudoLabel:
     if gold_class == NO_ANSWER:
         raise PseudoLabelError(f"gold_reward: the gold answer {gold!r} is not an answer")
     return PseudoLabel(gold, matches(answers, gold_class), False, {"reward": "1[answer = gold] (RLVR)"})
+
+
+@PSEUDO_LABELERS.register("null_reward")
+def null_reward(votes, *, choices=None, value: float = 0.0) -> PseudoLabel:
+    """The constant reward ``value`` for every rollout, no label; see the module docstring."""
+    group = question_votes(votes, choices, "null_reward")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or abs(value) == float("inf"):
+        raise PseudoLabelError(f"null_reward: value must be a finite number, got {value!r}")
+    return PseudoLabel(None, [float(value)] * len(group), False, {"reward": f"constant {float(value):g} (null control)"})
+
+
+@PSEUDO_LABELERS.register("format_reward")
+def format_reward(votes, *, choices=None) -> PseudoLabel:
+    """``1[an answer is extracted]`` per rollout, no label; see the module docstring."""
+    group = question_votes(votes, choices, "format_reward")
+    rewards = [0.0 if a == NO_ANSWER else 1.0 for a in group.answers]
+    return PseudoLabel(None, rewards, False, {"reward": "1[an answer parses] (format control)"})

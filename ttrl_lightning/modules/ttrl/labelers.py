@@ -209,3 +209,5 @@ TTRL_LABELERS.register("pixel", LabelerSpec(signals=("entropy", "logprob"), adva
                                            check_options=pixel_option_values))
 TTRL_LABELERS.register("random_reward", LabelerSpec(inputs=random_reward_inputs, labels=False))
 TTRL_LABELERS.register("gold_reward", LabelerSpec(reads_gold=True))
+TTRL_LABELERS.register("null_reward", LabelerSpec(labels=False))
+TTRL_LABELERS.register("format_reward", LabelerSpec(labels=False))
