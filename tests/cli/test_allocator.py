@@ -62,3 +62,45 @@ def test_the_threshold_setting_reads_its_variables(monkeypatch):
     monkeypatch.setenv(allocator.ENV, "")
     monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "65536")  # glibc's own variable wins
     assert allocator.threshold_setting() is None
+
+
+@pytest.mark.parametrize("raw, needle", [
+    ("4294967296", "must be at most 33554432 bytes"),       # 2^32: wrapped to 0 in mallopt's C int
+    ("18446744073709551617", "must be at most 33554432 bytes"),
+    (str(32 * 1024 * 1024 + 1), "must be at most 33554432 bytes"),
+    ("9" * 5000, r"must be at most .*got '999999999999'\.\.\. \(5,000 characters\)"),
+    ("²", "must be a number of bytes"),                       # str.isdigit, not int()
+    ("٣", "must be a number of bytes"),                       # a digit, not an ASCII one
+    ("+4096", "must be a number of bytes"), ("-1", "must be a number of bytes"), ("1_024", "must be a number"),
+    ("4e6", "must be a number of bytes"),
+])
+def test_a_threshold_that_would_not_be_the_one_asked_for_is_one_line(monkeypatch, raw, needle):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    monkeypatch.setenv(allocator.ENV, raw)
+    with pytest.raises(UserError, match=f"TTRL_MMAP_THRESHOLD {needle}") as err:
+        allocator.threshold_setting()
+    assert "\n" not in str(err.value) and len(str(err.value)) < 200
+
+
+def test_the_largest_threshold_and_leading_zeros_are_taken(monkeypatch):
+    monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_", raising=False)
+    assert allocator.MAX_THRESHOLD == 32 << 20  # 64-bit
+    for raw, want in ((str(32 << 20), 32 << 20), ("0004096", 4096), ("000", None), (" 65536 ", 65536),
+                      ("0" * 5000 + "1", 1)):
+        monkeypatch.setenv(allocator.ENV, raw)
+        assert allocator.threshold_setting() == want
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt is Linux's")
+def test_the_threshold_set_is_the_one_asked_for():
+    """``mallopt`` is given the threshold asked for (a child process: the setting is process-wide); glibc's
+    largest is taken, and ttrl fit refuses 2^32 in one line before anything runs."""
+    code = ("from ttrl_lightning.cli.allocator import return_large_blocks; print(return_large_blocks())")
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**env, allocator.ENV: str(32 << 20)})
+    assert out.stdout.strip() == str(32 << 20), out.stderr[-2000:]
+    fit = subprocess.run([sys.executable, "-m", "ttrl_lightning.cli", "fit", "--print_config"], capture_output=True,
+                         text=True, timeout=300, env={**env, allocator.ENV: "4294967296"})
+    assert fit.returncode == 1 and fit.stderr.strip().count("\n") == 0, fit.stderr[-2000:]
+    assert fit.stderr.startswith("ttrl fit: TTRL_MMAP_THRESHOLD must be at most 33554432 bytes")

@@ -34,20 +34,31 @@ M_MMAP_THRESHOLD = -3
 #: module docstring)
 SAVING_THRESHOLD = 4 << 20
 ENV = "TTRL_MMAP_THRESHOLD"
+#: the largest threshold glibc takes (``DEFAULT_MMAP_THRESHOLD_MAX``: 32 MiB on a 64-bit system, 512 KiB x the
+#: size of a ``long``); ``mallopt`` refuses a larger one, and one of 2^32 or more wrapped in its C ``int``
+#: argument (4294967296 became 0: every allocation mapped)
+MAX_THRESHOLD = 4 * 1024 * 1024 * ctypes.sizeof(ctypes.c_long)
 
 
 def threshold_setting() -> int | None:
     """The threshold to set: ``TTRL_MMAP_THRESHOLD``; None (glibc's dynamic rule) when it is unset or 0, or when
-    glibc's own variable is set. A value that is not a non-negative integer is a
-    :class:`~ttrl_lightning.errors.UserError` naming it (one line from every command)."""
+    glibc's own variable is set. A value that is not a whole number of bytes in ASCII digits (``²`` and other
+    Unicode digits are not), or that is above :data:`MAX_THRESHOLD`, is a
+    :class:`~ttrl_lightning.errors.UserError` naming it (one line from every command): the threshold set is
+    the one asked for, or none."""
     if os.environ.get("MALLOC_MMAP_THRESHOLD_"):
         return None
     raw = os.environ.get(ENV, "").strip()
     if not raw:
         return None
-    if not raw.isdigit():
-        raise UserError(f"{ENV} must be a number of bytes (0: glibc's dynamic threshold), got {raw!r}")
-    return int(raw) or None
+    shown = repr(raw) if len(raw) <= 40 else f"{raw[:12]!r}... ({len(raw):,} characters)"
+    if not (raw.isascii() and raw.isdigit()):
+        raise UserError(f"{ENV} must be a number of bytes (0: glibc's dynamic threshold), got {shown}")
+    digits = raw.lstrip("0")
+    if len(digits) > len(str(MAX_THRESHOLD)) or int(digits or "0") > MAX_THRESHOLD:
+        raise UserError(f"{ENV} must be at most {MAX_THRESHOLD} bytes ({MAX_THRESHOLD >> 20} MiB, the largest mmap "
+                        f"threshold glibc takes), got {shown}")
+    return int(digits or "0") or None
 
 
 def return_large_blocks() -> int | None:
