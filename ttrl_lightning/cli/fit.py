@@ -50,7 +50,7 @@ from lightning.pytorch.cli import LightningCLI, SaveConfigCallback  # noqa: E402
 from lightning.pytorch.loggers import WandbLogger  # noqa: E402
 from lightning.pytorch.utilities.rank_zero import rank_zero_only  # noqa: E402
 
-from ttrl_lightning.errors import UserError  # noqa: E402
+from ttrl_lightning.errors import UserError, first_line  # noqa: E402
 
 from . import DEBUG_ENV, DEBUG_FLAG, resume  # noqa: E402
 from .allocator import return_large_blocks  # noqa: E402
@@ -109,6 +109,40 @@ def _user_error_in(error: BaseException) -> UserError | None:
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return None
+
+
+def local_root_dir(root) -> str:
+    """``trainer.default_root_dir`` as the local folder a run writes: a ``file://`` URL as its path
+    (``file:///abs/run`` wrote everything under a relative folder named ``file:``); anything else with ``://``
+    is one :class:`UserError`: a protocol fsspec does not know (a local folder whose name holds ``://``,
+    which Lightning reads as a URL), one whose package is not installed (``s3://`` without ``s3fs``), or a
+    remote file system, since the run's config and reference files are written with local file operations
+    (they landed in a local folder named ``s3:``, the checkpoints elsewhere)."""
+    text = os.fspath(root) if isinstance(root, os.PathLike) else str(root)
+    if "://" not in text:
+        return text
+    protocol = text.split("://", 1)[0]
+    where = f"trainer.default_root_dir {text!r}"
+    if protocol in ("file", "local"):
+        from urllib.parse import urlparse
+        from urllib.request import url2pathname
+
+        parsed = urlparse(text)
+        if parsed.netloc not in ("", "localhost") or not parsed.path:
+            raise UserError(f"{where}: a file:// URL names a folder of this machine, file:///<absolute path>")
+        return url2pathname(parsed.path)
+    import fsspec
+
+    try:
+        fsspec.get_filesystem_class(protocol)
+    except ValueError:
+        raise UserError(f"{where}: {protocol!r} is no file-system protocol fsspec knows, and a folder whose name "
+                        "holds '://' is read as a URL; give a local folder without '://' in its name") from None
+    except ImportError as err:
+        raise UserError(f"{where}: the {protocol}:// file system needs a package that is not installed "
+                        f"({first_line(err, 120)}); or give a local folder") from None
+    raise UserError(f"{where}: a run folder is written on this machine (its config and reference files with local "
+                    f"file operations); give a local folder and copy it to {protocol}:// afterwards")
 
 
 def run_dir(trainer: pl.Trainer) -> str:
@@ -216,6 +250,8 @@ class TTRLCLI(LightningCLI):
         chosen = fill_precision(trainer)  # a CPU run without a precision: bf16-mixed or 32-true (cli.precision)
         if chosen and self.subcommand is not None and self.says_its_choices:
             rank_zero_only(print)(chosen, file=sys.stderr)
+        if trainer.get("default_root_dir"):
+            trainer["default_root_dir"] = local_root_dir(trainer["default_root_dir"])
         root = trainer.get("default_root_dir") or DEFAULT_ROOT_DIR
         for cls, init in _logger_configs(trainer.get("logger")):
             if "save_dir" not in init or init.get("save_dir") not in UNSET_SAVE_DIR:
