@@ -60,11 +60,13 @@ class Bounds:
     optional: bool = False
 
     def __contains__(self, value: Any) -> bool:
+        """Whether ``value`` is in bounds; never raises: an int of any size (a 400-digit ``min_share``) is
+        compared exactly, never converted to a float (``OverflowError``)."""
         if value is None:
             return self.optional
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
-        if self.integer and not float(value).is_integer():
+        if isinstance(value, float) and (not math.isfinite(value) or (self.integer and not value.is_integer())):
             return False
         if self.low is not None and (value <= self.low if self.low_open else value < self.low):
             return False
@@ -84,9 +86,21 @@ class Bounds:
         return rule + (" or null" if self.optional else "")
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` for a message, cut at ``limit`` characters; an int too long to print whole (Python
+    refuses ``str`` of one of more than 4,300 digits) as its size in digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * limit:
+        return f"{'a negative' if value < 0 else 'an'} integer of about {int(value.bit_length() * 0.30103) + 1:,} digits"
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding such an int
+        return f"a {type(value).__name__} too large to print"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def check_bounds(values: Mapping[str, Any], rules: Mapping[str, Bounds], where: str) -> None:
     """Raise a :class:`~ttrl_lightning.errors.UserError` naming the first argument of ``values`` outside its
     ``rules`` entry: ``"<where><name> must be <rule>, got <value>"``."""
     for name, bounds in rules.items():
         if values[name] not in bounds:
-            raise UserError(f"{where}{name} must be {bounds}, got {values[name]!r}")
+            raise UserError(f"{where}{name} must be {bounds}, got {shown(values[name])}")

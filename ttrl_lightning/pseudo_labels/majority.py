@@ -38,12 +38,13 @@ from typing import Sequence
 
 from ..answers import NO_ANSWER
 from ..consensus import aggregate
-from ..errors import Bounds
+from ..errors import Bounds, shown
 from .pseudo_label import PSEUDO_LABELERS, PseudoLabel, PseudoLabelError
 from .rollouts import question_votes
 from .question_votes import matches
 
-__all__ = ["majority_label", "majority_from_answers", "majority_options", "soft_majority_label"]
+__all__ = ["majority_label", "majority_from_answers", "majority_options", "checked_majority_options",
+           "has_consensus_gate", "soft_majority_label"]
 
 
 _SHARE = Bounds(low=0, high=1, optional=True)
@@ -51,7 +52,7 @@ _SHARE = Bounds(low=0, high=1, optional=True)
 
 def _share(value, name: str) -> float | None:
     if value not in _SHARE:
-        raise PseudoLabelError(f"majority: {name} must be a share {_SHARE}, got {value!r}")
+        raise PseudoLabelError(f"majority: {name} must be a share {_SHARE}, got {shown(value)}")
     return None if value is None else float(value)
 
 
@@ -59,6 +60,33 @@ def majority_options(*, min_share=None, min_margin=None, max_share=None) -> tupl
     """The collapse guards' values ``(min_share, min_margin, max_share)``, each a share in [0, 1] or None;
     ``PseudoLabelError`` names the first that is not (a ``voting.options`` check refuses it before the run)."""
     return _share(min_share, "min_share"), _share(min_margin, "min_margin"), _share(max_share, "max_share")
+
+
+def checked_majority_options(*, min_share=None, min_margin=None, max_share=None) -> tuple[float | None, ...]:
+    """:func:`majority_options`, and refused (``PseudoLabelError``, one line) where together they can never label
+    a question, so a run would train on nothing: a gate above the lock (``min_share`` > ``max_share``: a
+    question that passes the gate is locked), a margin the lock leaves no room for (``min_margin`` >=
+    ``max_share``: the lead is at most the winner's share), or a margin no lead exceeds (``min_margin`` 1). The
+    check of ``voting.options`` when a run is configured; a single call of the labeler applies the guards in
+    their order (the gate first) whatever they are."""
+    low, margin, high = majority_options(min_share=min_share, min_margin=min_margin, max_share=max_share)
+    if low is not None and high is not None and low > high:
+        raise PseudoLabelError(f"majority: min_share {low:g} is above max_share {high:g}: a question that passes "
+                               "the consensus gate is locked, so none is ever labelled")
+    if margin is not None and high is not None and margin >= high:
+        raise PseudoLabelError(f"majority: min_margin {margin:g} is not below max_share {high:g}: a lead above the "
+                               "margin needs a share above the lock, so no question is ever labelled")
+    if margin is not None and margin >= 1:
+        raise PseudoLabelError(f"majority: min_margin {margin:g}: no lead over the runner-up exceeds it, so no "
+                               "question is ever labelled")
+    return low, margin, high
+
+
+def has_consensus_gate(options) -> bool:
+    """Whether ``majority``'s ``options`` hold a consensus gate that can fail (``min_share`` above 0, or any
+    ``min_margin``): what ``advantage.negative_shift`` (RESTRAIN's negative branch) trains on."""
+    low, margin, _ = majority_options(**{k: options.get(k) for k in ("min_share", "min_margin", "max_share")})
+    return (low is not None and low > 0) or margin is not None
 
 
 def majority_from_answers(answers: Sequence[str], *, min_share: float | None = None,

@@ -184,10 +184,11 @@ def pixel_option_values(options: Mapping[str, Any]) -> None:
 
 
 def majority_option_values(options: Mapping[str, Any]) -> None:
-    """Refuses (``PseudoLabelError``) a collapse guard of ``majority`` that is not a share in [0, 1]."""
-    from ttrl_lightning.pseudo_labels.majority import majority_options
+    """Refuses (``PseudoLabelError``) a collapse guard of ``majority`` that is not a share in [0, 1], or guards
+    that together can never label a question (``min_share`` above ``max_share``; ``checked_majority_options``)."""
+    from ttrl_lightning.pseudo_labels.majority import checked_majority_options
 
-    majority_options(**options)
+    checked_majority_options(**options)
 
 
 def random_reward_inputs(context: LabellingContext, votes: Rollouts, groups: list[QuestionVotes]) -> list[dict]:

@@ -110,6 +110,7 @@ class TTRLModule(GRPOModule):
         voting = spec_of(VotingSpec, voting, "voting")
         evaluation = spec_of(EvalSpec, eval, "eval")
         advantage = spec_of(AdvantageSpec, advantage, "advantage").resolved(voting.labeler)
+        _check_negative_branch(voting, advantage)
         signals = _checked_options(f"{type(self).__name__} argument ", voting, signals, perturbation)
         super().__init__(policy=policy, num_generations=voting.num_trained, sampling=sampling, grpo=grpo,
                          record_signals=bool(signals), engine=engine, prompt_format=prompt_format)
@@ -402,6 +403,23 @@ def fixed_advantages(rewards: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     gap = rewards - rewards.mean(dim=1, keepdim=True)
     adv = torch.where(gap.abs() <= 1e-6, torch.zeros_like(gap), torch.sign(gap))
     return torch.where(keep.to(adv.device)[:, None], adv, torch.zeros_like(adv))
+
+
+def _check_negative_branch(voting: VotingSpec, advantage: AdvantageSpec) -> None:
+    """``advantage.negative_shift`` (RESTRAIN's negative branch) trains the questions that fail ``majority``'s
+    consensus gate (``PseudoLabel.negative``): without such a gate (another labeler, or majority without a
+    ``min_share`` above 0 or a ``min_margin``) it can never act, and a run configured with it is refused in one
+    line rather than run as if the guard were on."""
+    if advantage.negative_shift <= 0:
+        return
+    from ttrl_lightning.pseudo_labels.majority import has_consensus_gate
+
+    if voting.labeler == "majority" and has_consensus_gate(voting.options):
+        return
+    raise UserError(f"advantage.negative_shift {advantage.negative_shift:g} trains the questions that fail "
+                    f"majority's consensus gate (voting.options min_share above 0 or min_margin), and voting "
+                    f"({voting.labeler}, options {dict(voting.options) or 'none'}) has none: it could never act; "
+                    "set a gate, or negative_shift 0")
 
 
 def _checked_options(where: str, voting: VotingSpec, signals, perturbation) -> tuple[str, ...]:
