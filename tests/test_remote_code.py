@@ -157,8 +157,9 @@ def test_a_missed_auto_map_still_runs_nothing(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("command", [
-    ["eval", "--k", "1", "--max-new-tokens", "4"],
-    ["generate", "--n", "1", "--max-new-tokens", "4", "--out", "pool.parquet", "--no-progress"],
+    ["eval", "--k", "1", "--max-new-tokens", "4", "--model", "{folder}", "--data", "{questions}"],
+    ["generate", "--n", "1", "--max-new-tokens", "4", "--out", "pool.parquet", "--no-progress", "--model", "{folder}",
+     "--data", "{questions}"],
 ])
 def test_commands_with_yes_on_stdin_refuse_an_escaped_auto_map_in_one_line(tmp_path, monkeypatch, capsys, command):
     import io
@@ -169,8 +170,23 @@ def test_commands_with_yes_on_stdin_refuse_an_escaped_auto_map_in_one_line(tmp_p
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"id": "a", "prompt": "1+1=", "gold": "2"}) + "\n")
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("TTRL_DEBUG", raising=False)
     monkeypatch.setattr("sys.stdin", io.StringIO("y\n" * 8))
-    assert main([*command, "--model", str(folder), "--data", str(questions)]) == 1
+    assert main([a.format(folder=folder, questions=questions) for a in command]) == 1
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "auto_map in config.json" in err and err.startswith(f"ttrl {command[0]}: ")
     assert not marker.exists()
+
+
+@pytest.mark.subprocess
+def test_ttrl_fit_with_yes_on_stdin_refuses_an_escaped_auto_map(tmp_path):
+    from ttrl_lightning.cli.configs import config_path
+
+    folder, marker = _escaped_folder(tmp_path, ESCAPED_KEYS[1])
+    proc = subprocess.run([sys.executable, "-m", "ttrl_lightning.cli", "fit", "--config",
+                           config_path("rft/tiny_grpo_fast.yaml"), "--trainer.logger=false",
+                           "--model.init_args.policy.model", str(folder)], input="y\ny\ny\n", capture_output=True,
+                          text=True, timeout=300, cwd=tmp_path)
+    said = [ln for ln in proc.stderr.splitlines() if ln.startswith("ttrl ")]
+    assert proc.returncode == 1 and len(said) == 1 and "auto_map in config.json" in said[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr and "[y/N]" not in proc.stderr and not marker.exists()
