@@ -2,11 +2,12 @@
 ``ttrl questions --instruction``, another instruction, none, or a chat template around the prompt give one key
 for a generated question; and the demo's SFT traces never show a question of its TTRL splits answered."""
 import json
+import re
 
 import pytest
 
 from ttrl_lightning.data.questions import QuestionDataModule, read_questions
-from ttrl_lightning.data.splits import SplitError, keys_of, problem_text, question_key
+from ttrl_lightning.data.splits import SplitError, keys_of, problem_key, problem_text, question_key
 
 CHAIN_SUM = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}
 INSTRUCTION = "Answer with just the number."
@@ -116,6 +117,83 @@ def test_the_demo_sft_traces_show_no_ttrl_question(tmp_path):
     dm = SFTDataModule(**{**args, "exclude": []})
     shown = {question_key({"prompt": q}) for t in dm.traces(sft.n_train, sft.seed) for q in trace_problems(t)}
     assert len(shown & keys["train"]) > 30
+
+
+def _problem(prompt: str):
+    """The problem an ``a+b=`` prompt asks, its two terms in either order (read here, not by the split key, so the
+    check does not rest on the code it checks); another prompt as it is."""
+    m = re.fullmatch(r"\s*(\d+)\s*\+\s*(\d+)\s*=\s*", prompt)
+    return tuple(sorted(int(t) for t in m.groups())) if m else prompt
+
+
+def test_the_demo_sft_answers_no_reordered_twin_of_a_ttrl_question(tmp_path):
+    """Problems, not prompts: no SFT trace of the demo study shows ``b+a=`` answered, as its question or as a fused
+    trace's rewritten one (which is the reordered question itself), for a training, validation or calibration
+    question ``a+b=``; and no split holds another's twin. Before the split key read problems (70320d9) the kept
+    traces answered the twins of 53 of the 128 trained-on questions (``68+32=`` -> 100 beside the TTRL question
+    ``32+68=``)."""
+    from ttrl_lightning.cli.configs import config_path
+    from ttrl_lightning.cli.fit import parse_config
+    from ttrl_lightning.data.datamodules import SFTDataModule
+    from ttrl_lightning.data.tasks import trace_problems
+    from ttrl_lightning.study.questions import build_questions
+    from ttrl_lightning.study.spec import load_spec
+
+    spec = load_spec("study/demo.yaml")
+    sft = parse_config(["--config", config_path(spec.start.config)]).data.init_args
+    paths = build_questions(spec.questions, str(tmp_path))
+    problems = {name: [_problem(q["prompt"]) for q in read_questions(p)] for name, p in paths.items()}
+    assert all(isinstance(t, tuple) for ts in problems.values() for t in ts)  # every question is a+b=
+    names = list(problems)
+    for i, a in enumerate(names):
+        assert len(set(problems[a])) == len(problems[a]), a
+        for b in names[i + 1:]:
+            assert not set(problems[a]) & set(problems[b]), (a, b)
+    args = {k: v for k, v in vars(sft).items() if k in SFTDataModule.__init__.__code__.co_varnames}
+    for exclude in (list(paths.values()), sft.exclude):
+        dm = SFTDataModule(**{**args, "exclude": exclude})
+        for n, seed in ((sft.n_train, sft.seed), (sft.n_val, sft.seed + 1)):
+            answered = {_problem(q) for t in dm.traces(n, seed) for q in trace_problems(t)}
+            twins = {name: sum(p in answered for p in ps) for name, ps in problems.items()}
+            assert twins == {name: 0 for name in problems}, (exclude, seed, twins)
+
+
+def test_a_reordered_sum_or_product_is_one_problem():
+    """data.splits.problem_key: the terms of a sum (signs kept with their terms) or the factors of a product in
+    any order are one problem; an expression that is part of a longer one (letters, powers, division, a
+    product inside a sum) keeps its order."""
+    same = [("12+7=", "7+12="), ("State the final answer: 5 + 7 =", "State the final answer: 7 + 5 ="),
+            ("a: 5 - 7 =", "a: -7 + 5 ="), ("55 + 98 - 93 + 77 =", "77 - 93 + 55 + 98 ="), ("3 * -2", "-2*3"),
+            ("2*3*4=", "4 × 2 × 3="), ("(2+3)*4", "(3+2)*4"), ("12+7= reframe:", "7+12= reframe:"),
+            ("4 - 0 =", "4 + 0 =")]
+    other = [("5 - 7", "7 - 5"), ("x - 2 + 3", "x - 3 + 2"), ("2 + 3 * x", "3 + 2 * x"), ("2+3*4=", "3+2*4="),
+             ("2+3/4", "3+2/4"), ("2^3+1", "2^1+3"), ("5+7 =", "5+8 ="), ("What is 5+7?", "Compute 5+7.")]
+    for a, b in same:
+        assert problem_key(a) == problem_key(b), (a, b)
+        assert question_key({"prompt": a}) == question_key({"prompt": b})
+    for a, b in other:
+        assert problem_key(a) != problem_key(b), (a, b)
+
+
+def test_splits_and_exclude_skip_a_reordered_twin(tmp_path, capsys):
+    """draw_splits takes no reordered twin of a question already taken (by the stream, by another split or by an
+    excluded file), and ``ttrl questions --exclude`` leaves out a file's twins."""
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.data.splits import QuestionSource, SplitSpec, draw_splits
+
+    rows = [{"prompt": p} for p in ("12+7=", "7+12=", "3+4=", "4+3=", "5+6=", "6+5=", "1+2=")]
+    source = QuestionSource("twins", lambda n: rows[:n])
+    splits = draw_splits([SplitSpec("a", 2, source), SplitSpec("b", 1, source)])
+    assert [[q["prompt"] for q in qs] for qs in splits.values()] == [["12+7=", "3+4="], ["5+6="]]
+    excluded = keys_of([{"prompt": "19 + 0 ="}, {"prompt": "4+3="}])
+    assert [q["prompt"] for q in draw_splits([SplitSpec("a", 3, source)], exclude=excluded)["a"]] == \
+        ["12+7=", "5+6=", "1+2="]
+    a = _questions(tmp_path, "a", task="add2_carry", config={}, n=64)
+    twins = _write(tmp_path / "twins.jsonl", [{"id": f"t{i}", "prompt": "{1}+{0}=".format(*_problem(q["prompt"])),
+                                               "gold": q["gold"]} for i, q in enumerate(read_questions(a))])
+    b = _questions(tmp_path, "b", "--exclude", twins, task="add2_carry", config={}, n=64)
+    assert f"overlap with {twins} (64 questions): 0" in capsys.readouterr().out
+    assert not {_problem(q["prompt"]) for q in read_questions(a)} & {_problem(q["prompt"]) for q in read_questions(b)}
 
 
 def test_trace_problems_reads_the_fused_rewritten_question():

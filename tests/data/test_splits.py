@@ -28,14 +28,14 @@ def test_reasoning_gym_seeds_overlap_and_the_pool_does_not():
     b = questions_from_task("reasoning_gym:chain_sum", 16, 2, **CHAIN_SUM)
     assert [q["prompt"] for q in a[1:]] == [q["prompt"] for q in b[:-1]]
     splits = task_splits("reasoning_gym:chain_sum", 0, {"scan": 24, "held_out": 24, "calibration": 16,
-                                                        "trained_on": 120}, **CHAIN_SUM)
-    assert [len(v) for v in splits.values()] == [24, 24, 16, 120]
+                                                        "trained_on": 80}, **CHAIN_SUM)
+    assert [len(v) for v in splits.values()] == [24, 24, 16, 80]
     _pairwise_disjoint(splits)
-    # two one-digit terms and + or -: 10 x 10 x 2 prompts, and no more
-    assert len(distinct_questions(task_source("reasoning_gym:chain_sum", 0, **CHAIN_SUM), 10_000)) == 200
-    with pytest.raises(SplitError, match=r"reasoning_gym:chain_sum \(seed 0, .*\): 200 distinct questions found "
-                                         r"in \d+ draws, but the splits need 216 \(train 200, held_out 16\)"):
-        task_splits("reasoning_gym:chain_sum", 0, {"train": 200, "held_out": 16}, **CHAIN_SUM)
+    # two one-digit terms and + or -: 10 x 10 x 2 prompts, 145 problems (a + b is b + a: 55 sums; a - 0 is a + 0)
+    assert len(distinct_questions(task_source("reasoning_gym:chain_sum", 0, **CHAIN_SUM), 10_000)) == 145
+    with pytest.raises(SplitError, match=r"reasoning_gym:chain_sum \(seed 0, .*\): 145 distinct questions found "
+                                         r"in \d+ draws, but the splits need 156 \(train 140, held_out 16\)"):
+        task_splits("reasoning_gym:chain_sum", 0, {"train": 140, "held_out": 16}, **CHAIN_SUM)
 
 
 @pytest.mark.parametrize("task", ["arith", "add2_carry"])
@@ -47,8 +47,9 @@ def test_generated_task_splits_are_disjoint_and_prefix_stable(task):
 
 
 def test_arith_is_small_and_says_how_small():
-    # operands 0..2 and + / -: 3 x 3 x 2 = 18 distinct prompts
-    with pytest.raises(SplitError, match=r"arith \(seed 0, .*\): 18 distinct questions found in \d+ draws, but "
+    # operands 0..2 and + / -: 3 x 3 x 2 = 18 prompts, 12 problems (6 sums of two terms in any order, 9
+    # differences, of which a - 0 is a + 0)
+    with pytest.raises(SplitError, match=r"arith \(seed 0, .*\): 12 distinct questions found in \d+ draws, but "
                                          r"the splits need 20 \(a 10, b 10\)"):
         task_splits("arith", 0, {"a": 10, "b": 10}, max_operand=2)
 
@@ -119,14 +120,14 @@ def test_ttrl_questions_exclude_prints_the_overlap(tmp_path, capsys):
     common = ["questions", "--task", "reasoning_gym:chain_sum", "--config", json.dumps(CHAIN_SUM),
               "--instruction", "Answer with just the number."]
     a, b = str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")
-    assert main([*common, "--n", "150", "--seed", "1", "--out", a]) == 0
-    assert main([*common, "--n", "50", "--seed", "2", "--out", b, "--exclude", a]) == 0
+    assert main([*common, "--n", "100", "--seed", "1", "--out", a]) == 0
+    assert main([*common, "--n", "45", "--seed", "2", "--out", b, "--exclude", a]) == 0
     out = capsys.readouterr().out
-    assert f"overlap with {a} (150 questions): 0" in out
+    assert f"overlap with {a} (100 questions): 0" in out
     assert not keys_of(read_questions(a)) & keys_of(read_questions(b))
     assert main([*common, "--n", "10", "--seed", "3", "--out", str(tmp_path / "c.jsonl"), "--exclude", a, b]) == 1
     err = capsys.readouterr().err
-    assert "0 distinct questions found" in err and "besides the 200 excluded ones" in err
+    assert "0 distinct questions found" in err and "besides the 145 excluded ones" in err
 
 
 def test_ttrl_questions_writes_scene_questions_with_their_images_and_excludes_another_file(tmp_path, capsys):
@@ -162,7 +163,7 @@ def test_a_split_far_larger_than_its_task_is_refused_after_a_bounded_number_of_d
     from ttrl_lightning.data.splits import MAX_PATIENCE
 
     pytest.importorskip("reasoning_gym")
-    with pytest.raises(SplitError, match=r"chain_sum \(seed 0, .*\): 200 distinct questions found in \d+ draws, but "
+    with pytest.raises(SplitError, match=r"chain_sum \(seed 0, .*\): 145 distinct questions found in \d+ draws, but "
                                          r"the splits need 1000000") as err:
         task_splits("reasoning_gym:chain_sum", 0, {"train": 1_000_000}, **CHAIN_SUM)
     draws = int(re.search(r"found in (\d+) draws", str(err.value)).group(1))

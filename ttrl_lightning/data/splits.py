@@ -29,9 +29,12 @@ carrying the record of ``9+87=``) is ignored and the question keyed on its own t
 ``69+87=`` overlaps it. Reading a record again is bounded: its index (:data:`MAX_GENERATOR_INDEX`), its settings
 (checked where a question file is read) and the time to draw (:data:`GENERATOR_SECONDS`).
 
-"Distinct" is a distinct prompt, not a distinct problem: ``12+7=`` and ``7+12=``, or one ``chain_sum``
-expression in two of reasoning-gym's wordings, are two questions here (docs/evaluation.md gives the counts of
-such twins in the shipped benchmarks' splits).
+"Distinct" is a distinct problem, not a distinct prompt: the key reads the text's sums and products in one order
+of their terms (:func:`problem_key`), so ``12+7=`` and ``7+12=``, or reasoning-gym's ``5 + 7`` and ``7 + 5``, are one
+question, and a split, an excluded file or an SFT run's exclusion that holds one holds its reordered twin (a twin
+answered in training gives the answer away: the fused format teaches the swap). Signs stay with their terms
+(``5 - 7`` is ``-7 + 5``, not ``7 - 5``). One expression in two wordings is still two questions
+(``benchmarks/training/split_twins.py`` counts both kinds in the shipped studies' splits).
 
     splits = draw_splits([SplitSpec("train", 24, source), SplitSpec("held_out", 16, source)])
     overlaps(splits)          # {("train", "held_out"): 0}
@@ -48,7 +51,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from ..errors import UserError
 
-__all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "prompt_key", "problem_text",
+__all__ = ["SplitError", "QuestionSource", "SplitSpec", "question_key", "problem_key", "prompt_key", "problem_text",
            "generated_prompt", "remember_generated", "wraps", "check_generator_index", "MAX_GENERATOR_INDEX", "draw_splits", "distinct_questions", "overlaps", "overlap_table",
            "keys_of"]
 
@@ -259,12 +262,72 @@ def _image_digest(image: Any) -> str:
     return h.hexdigest()
 
 
+#: a number as an arithmetic expression writes it (a minus right before it is its sign)
+_NUMBER = r"-?\d+(?:\.\d+)?"
+#: an arithmetic expression: two or more numbers joined by ``+``, ``-``, ``*`` or ``×`` (as :func:`prompt_key`
+#: writes the text: no white space runs)
+_EXPRESSION = re.compile(rf"{_NUMBER}(?: ?[-+*×] ?{_NUMBER})+")
+_TERM = re.compile(rf"([-+*×])? ?({_NUMBER})")
+#: what may not touch an expression for its terms to be its own: before it, a word, a number's point, a closing
+#: bracket or an operator (``x - 2 + 3`` is not a sum of 2 and 3); after it, a word, a point, an opening bracket or
+#: an operator that binds tighter (``2 + 3 * x``, ``2 + 3 / 4``, ``2 + 3^2``)
+_NOT_BEFORE = re.compile(r"[\w.)+\-*×/^] ?$")
+_NOT_AFTER = re.compile(r" ?[\w.(*×/^]")
+
+
+def _number(text: str):
+    from decimal import Decimal
+
+    value = Decimal(text)
+    return value if value else Decimal(0)  # -0 is 0
+
+
+def _written(value) -> str:
+    return format(abs(value).normalize(), "f")
+
+
+def _canonical(expr: str) -> str:
+    """One writing of an expression for all orders of its terms: a sum's signed terms (signs kept with their
+    terms: ``5 - 7`` is ``-7 + 5``, not ``7 - 5``) positive ones first, each group by size (``5-7``); a
+    product's factors by size, its sign in front (``-2*3`` for ``3 * -2``). An expression that mixes a sum and a
+    product is written as it is, white space removed (its order of evaluation is not read here)."""
+    terms = _TERM.findall(expr)
+    ops = {op for op, _ in terms[1:]}
+    if ops <= {"+", "-"}:
+        values = [(-1 if op == "-" else 1) * _number(num) for op, num in terms]
+        ordered = sorted(v for v in values if v >= 0) + sorted((v for v in values if v < 0), reverse=True)
+        out = "".join(("-" if v < 0 else "+") + _written(v) for v in ordered)
+        return out[1:] if out.startswith("+") else out
+    if ops <= {"*", "×"}:
+        values = [(-1 if op == "-" else 1) * _number(num) for op, num in terms]
+        negative = sum(v < 0 for v in values) % 2 == 1
+        return ("-" if negative else "") + "*".join(_written(v) for v in sorted(values, key=abs))
+    return expr.replace(" ", "")
+
+
+def problem_key(text: str) -> str:
+    """A prompt as one problem, whatever the order of its sums' and products' terms: :func:`prompt_key`, with
+    every arithmetic expression in it (numbers joined by ``+ - * ×``, standing alone: not part of a longer
+    expression with brackets, powers, division or letters) written in one order (:func:`_canonical`).
+    ``12+7=`` and ``7+12=`` are one problem, ``... problem: 5 + 7 =`` and ``... problem: 7 + 5 =`` too, and
+    ``5 - 7`` is ``-7 + 5`` but not ``7 - 5``. The words around an expression stay: one expression in two wordings
+    is two keys."""
+    text = prompt_key(text)
+    out, end = [], 0
+    for m in _EXPRESSION.finditer(text):
+        if _NOT_BEFORE.search(text, 0, m.start()) or _NOT_AFTER.match(text, m.end()):
+            continue
+        out += [text[end:m.start()], _canonical(m.group())]
+        end = m.end()
+    return "".join(out) + text[end:]
+
+
 def question_key(question: Mapping[str, Any]) -> str:
-    """The identity of a question across splits: :func:`prompt_key` of :func:`problem_text` (the prompt as its
+    """The identity of a question across splits: :func:`problem_key` of :func:`problem_text` (the prompt as its
     generator gave it, without an appended instruction or a chat template; the prompt itself for a question
-    without a generator record), plus the digest of each of its ``images`` (paths, arrays or PIL images) when it
-    has any."""
-    key = prompt_key(problem_text(question))
+    without a generator record; its sums and products in one order of their terms), plus the digest of each of
+    its ``images`` (paths, arrays or PIL images) when it has any."""
+    key = problem_key(problem_text(question))
     images = question.get("images") or ()
     if images:
         key += "\x00" + "\x00".join(_image_digest(im) for im in images)
