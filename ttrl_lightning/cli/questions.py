@@ -11,8 +11,9 @@ questions of ``data.scenes`` (each image saved under ``images/`` beside the file
 among ``data.scenes.question_file_kinds()``, by default the tool tasks with one image), ``--config`` its settings
 as a JSON object, ``--instruction`` a sentence appended to every prompt (``data.questions.with_instruction``). The prompts
 are written as the generator gives them (plus the instruction): the chat template is applied by the commands
-that sample (``prompt_format``). The questions are distinct, and ``--exclude FILE...`` leaves out every question
-of those files, so a held-out file shares no question with a training file (``data.splits``: the stream of
+that sample (``prompt_format``). The questions are distinct problems, and ``--exclude FILE...`` leaves out every
+question of those files and its reordered twins (``7+12=`` for ``12+7=``), so a held-out file shares no problem
+with a training file (``data.splits``: the stream of
 ``--seed`` is read until ``--n`` new questions are found; a task too small for that is one error naming how
 many distinct questions it gave). It prints the split's size and its overlap with each excluded file.
 """
@@ -38,8 +39,8 @@ def build_parser() -> CommandParser:
     p.add_argument("--instruction", default=None, metavar="TEXT",
                    help="a sentence appended to every prompt (e.g. 'Answer with just the number.')")
     p.add_argument("--exclude", nargs="+", default=[], metavar="FILE",
-                   help="question files whose questions this one must not hold (by normalised prompt text and "
-                        "image bytes: data.splits.question_key)")
+                   help="question files whose questions this one must not hold (by problem -- normalised prompt text, "
+                        "a sum's or product's terms in any order -- and image bytes: data.splits.question_key)")
     p.add_argument("--out", required=True, metavar="FILE.jsonl", help="the question file to write")
     return p
 

@@ -170,8 +170,9 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
     distinct questions, ``seed`` defaulting to this module's: ``QuestionDataModule``'s training, validation and
     calibration splits of one task are the first ``n + n_val + n_calibration`` of them). A trace is left out
     when any question it shows answered (``data.tasks.trace_problems``: its prompt, and a fused trace's
-    rewritten problem) has the split key (``data.splits.question_key``) of an excluded question; the stream is
-    read on until ``n_train`` (``n_val``) traces are kept, and a task that cannot give them is a ``UserError``.
+    rewritten problem) has the split key (``data.splits.question_key``) of an excluded question: keyed by problem,
+    so a trace of ``7+12=`` is left out for an excluded ``12+7=`` (its reordered twin answered gives the answer
+    away, the fused format teaching the swap); the stream is read on until ``n_train`` (``n_val``) traces are kept, and a task that cannot give them is a ``UserError``.
 
     Training order: a permutation per epoch seeded by (seed, epoch); loaders resumable mid-epoch."""
 
@@ -224,7 +225,8 @@ class SFTDataModule(_TokenizerFromModule, pl.LightningDataModule):
 
 
 def excluded_keys(exclude: Sequence[str | dict], seed: int) -> frozenset[str]:
-    """The split keys (``data.splits.question_key``) of the questions ``exclude`` names: question files' paths and
+    """The split keys (``data.splits.question_key``: problems, a sum's terms in any order one key) of the questions
+    ``exclude`` names: question files' paths and
     generated splits ``{"task", "n", "task_kwargs", "seed"}`` (``SFTDataModule``); a bad entry is a ``UserError``."""
     from ttrl_lightning.data.questions import read_questions, task_splits
     from ttrl_lightning.data.splits import keys_of

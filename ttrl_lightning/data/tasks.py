@@ -284,7 +284,8 @@ def trace_problems(trace: list[Segment]) -> list[str]:
     """The questions an SFT trace shows answered, as a question file would hold them: its prompt (the Solver
     prompt, or the one inside the fused prompt ``FUSED_PROMPT_TEMPLATE``), and in a fused trace also its
     REWRITTEN PROBLEM (``7+12=`` for ``12+7=``: the trace shows that question's answer too). A trace without a
-    prompt segment shows none."""
+    prompt segment shows none. The SFT exclusion compares them by problem (``data.splits.question_key``), so a
+    Solver trace of ``7+12=`` shows ``12+7=`` answered too."""
     prompts = [seg.text for seg in trace if seg.kind == "prompt"]
     if not prompts:
         return []
