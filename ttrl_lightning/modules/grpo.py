@@ -86,7 +86,7 @@ from ttrl_lightning.modules.fsdp import (
 )
 from ttrl_lightning.rewards.base import RewardFn, call_reward, resolve_reward
 from ttrl_lightning.rollout.base import RolloutEngine, Rollouts, SamplingParams, build_engine
-from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest, as_requests
+from ttrl_lightning.rollout.requests import PromptRenderer, SamplingRequest, as_requests, question_where
 from ttrl_lightning.seeding import derive_seed
 
 #: bounds of GRPOModule's own numeric arguments (the grouped specs check theirs: ``modules.specs``)
@@ -181,6 +181,7 @@ class GRPOModule(PolicyModule):
         return self._reference[0] if self._reference else None
 
     def on_fit_start(self) -> None:
+        self.check_fit_questions()
         ref = self.grpo.reference
         if ref == "external" and self.reference_model is None:
             raise RuntimeError("reference='external' but no callback (e.g. EMAAnchor) set a reference model")
@@ -299,17 +300,59 @@ class GRPOModule(PolicyModule):
         itself."""
         return bool(getattr(self.engine, "takes_text_prompts", True))
 
-    def batch_prompts(self, batch: dict[str, list]) -> list:
+    def batch_prompts(self, batch: dict[str, list], source: str | None = None) -> list:
         """The requests of ``batch`` as written: each question's prompt with its images (``batch["images"]``,
         paths) and id (``batch["id"]``) where the batch has them; for an engine that takes no text prompts (the
-        agent engine, which templates its ``AgentPrompt`` s itself), the prompts as they are."""
+        agent engine, which templates its ``AgentPrompt`` s itself), the prompts as they are.
+
+        The agent engine takes its pixels from its ``AgentPrompt`` s only: a question whose images come as
+        paths (a question file's ``images``) is one ``UserError`` naming it (``source``: where the batch
+        comes from, the module by default), as an engine without images is for the other modules, rather
+        than a prompt sampled as text with its images dropped."""
         prompts = batch["prompt"]
-        if not self.engine_takes_text_prompts:
-            return list(prompts)
         images = batch.get("images") or [()] * len(prompts)
         ids = batch.get("id") or [None] * len(prompts)
+        if not self.engine_takes_text_prompts:
+            for i, (imgs, q) in enumerate(zip(images, ids)):
+                if imgs:
+                    where = question_where(source or self.renderer.source, i, q)
+                    raise UserError(f"{where}: has an image, but the rollout engine {type(self.engine).__name__} "
+                                    "does not sample a question's images (its pixels come with its AgentPrompts: "
+                                    "AgentPromptDataModule); use engine hf")
+            return list(prompts)
         return [SamplingRequest(p, tuple(imgs or ()), question_id=None if q is None else str(q))
                 for p, imgs, q in zip(prompts, images, ids)]
+
+    def uniform_images(self) -> str | None:
+        """Why every question of a run must show images or none (``PromptRenderer.check``'s
+        ``uniform_images``), None when they may mix; TTRL's ``visconf`` says so."""
+        return None
+
+    def check_fit_questions(self) -> None:
+        """Refuse, before the first step, every question of the data module's splits that this module cannot
+        sample (``datamodule.train_questions`` / ``val_questions`` where it has them, as ``QuestionDataModule``
+        does): an image for the agent engine (``batch_prompts``), or for a text-only model, an engine without
+        images, the ``plain`` prompt format, a model without a chat template, and for the training split a mix
+        of questions with and without images where ``uniform_images`` says why not (``PromptRenderer.check``).
+        Each would otherwise be refused at the step that meets it, after earlier steps trained and saved; this
+        is the check ``ttrl generate`` runs before it samples. One ``UserError`` naming the split's file and the
+        question."""
+        dm = getattr(self.trainer, "datamodule", None)
+        for split, getter in (("training", "train_questions"), ("validation", "val_questions")):
+            get = getattr(dm, getter, None)
+            questions = list(get()) if callable(get) else []
+            if not questions:
+                continue
+            path = getattr(dm, "hparams", {}).get("path" if split == "training" else "val_path")
+            source = f"{path} ({split} questions)" if path else f"the {split} questions"
+            batch = {key: [q.get(key) for q in questions] for key in ("prompt", "images", "id")}
+            requests = self.batch_prompts(batch, source)
+            if not self.engine_takes_text_prompts:
+                continue
+            renderer = PromptRenderer(self.tokenizer, self.processor, self.hparams.get("prompt_format", "auto"),
+                                      model=str(self.policy_spec.model), source=source)
+            renderer.check(requests, self.engine, uniform_images=self.uniform_images() if split == "training"
+                           else None)
 
     @property
     def renderer(self) -> PromptRenderer:

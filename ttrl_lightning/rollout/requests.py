@@ -31,7 +31,7 @@ from ttrl_lightning.data.pool_schema import VIEWS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.prompt_format import chat_template, format_prompt, resolve_prompt_format, with_user_text
 
-__all__ = ["SamplingRequest", "as_requests", "PromptRenderer", "refuse_images_without_processor"]
+__all__ = ["SamplingRequest", "as_requests", "PromptRenderer", "question_where", "refuse_images_without_processor"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,12 @@ def as_requests(prompts: Sequence) -> list[SamplingRequest]:
     return out
 
 
+def question_where(source: str, index: int, question_id=None) -> str:
+    """``"<source>, question <index + 1> (id=...)"``: the question a refusal names."""
+    qid = f" (id={str(question_id)!r})" if question_id is not None else ""
+    return f"{source}, question {index + 1}{qid}"
+
+
 def refuse_images_without_processor(processor, where: str = "a question", model: str = "the model") -> None:
     """The one refusal of an image that reaches a text-only model (no processor), wherever it is found."""
     if processor is None:
@@ -95,8 +101,7 @@ class PromptRenderer:
 
     def where(self, index: int, request: SamplingRequest) -> str:
         """``"<source>, question <index + 1> (id=...)"``: the request a refusal names."""
-        qid = f" (id={request.question_id!r})" if request.question_id is not None else ""
-        return f"{self.source}, question {index + 1}{qid}"
+        return question_where(self.source, index, request.question_id)
 
     def check(self, requests: Sequence[SamplingRequest], engine=None, uniform_images: str | None = None) -> None:
         """Refuse, before anything is sampled, every request this model (and ``engine``, when given) cannot

@@ -217,6 +217,13 @@ class TTRLModule(GRPOModule):
                                 self.voting.options)
 
     # ------------------------------------------------------------------ GRPO hooks
+    def uniform_images(self) -> str | None:
+        """A labeler that reads image signals (``LabelerSpec.image_signals``: ``visconf``) scores image questions
+        by their visual engagement: the questions it labels show images, all of them or none."""
+        if self.labeler.image_signals:
+            return f"{self.voting.labeler} scores image questions by their visual engagement"
+        return None
+
     def rollout(self, batch: dict[str, list]) -> Rollouts:
         """The M votes of every question (and its fused prompt), prompt-major; perturbed when
         ``perturbation`` is set (a robustness study rewrites votes before they are labelled).
@@ -224,11 +231,11 @@ class TTRLModule(GRPOModule):
         Questions with images are sampled with them (``SamplingRequest.images``: the HF engine,
         ``rollout.image_sampling``) and trained on with them (``Rollouts.images``). For a labeler that reads
         image signals (``LabelerSpec.image_signals``: ``visconf``) a batch mixing questions with and without
-        images is one ``UserError`` (``PromptRenderer.check``)."""
+        images is one ``UserError`` (``PromptRenderer.check``); a run refuses such a training split before its
+        first step (``check_fit_questions``)."""
         prompts = self.batch_prompts(batch)
-        if self.labeler.image_signals:
-            self.renderer.check(prompts, self.engine, uniform_images=f"{self.voting.labeler} scores image "
-                                "questions by their visual engagement")
+        if self.uniform_images():
+            self.renderer.check(prompts, self.engine, uniform_images=self.uniform_images())
         votes = self.sample_votes(prompts, self.rollout_seed())
         if self.hparams.perturbation:
             options = {k: v for k, v in self.hparams.perturbation.items() if k != "name"}
