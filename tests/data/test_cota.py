@@ -115,3 +115,45 @@ def test_vlm_traces_show_the_image_and_the_zoom_crop_where_the_agent_engine_does
     assert torch.equal(batch["mm_token_type_ids"].bool(), batch["input_ids"] == pad)
     with pytest.raises(ValueError, match="max_length"):
         collate_traces([enc], tok.pad_token_id, max_length=64)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"n_calibration": -1}, "n_calibration must be an integer in [0, 100000], got -1"),
+    ({"n_train": 0}, "n_train must be an integer in [1, 100000], got 0"),  # was a traceback from draw_splits
+    ({"n_train": 10**400}, "n_train must be an integer in [1, 100000], got an integer of about 401 digits"),
+    ({"batch_size": 0}, "batch_size must be an integer in [1, 100000], got 0"),
+    ({"seed": -1}, "seed must be an integer >= 0, got -1"),
+    ({"kinds": "count"}, "kinds must be a list of task names, got str"),
+    ({"kinds": ["nosuch"]}, "kinds: unknown scene task 'nosuch'"),
+])
+def test_agent_prompt_sizes_are_checked_when_the_data_module_is_built(options, message):
+    from ttrl_lightning.data.cota import AgentPromptDataModule
+    from ttrl_lightning.errors import UserError
+
+    with pytest.raises(UserError) as e:
+        AgentPromptDataModule(**options)
+    assert str(e.value).startswith(f"AgentPromptDataModule argument {message}")
+
+
+def test_agent_prompts_without_a_validation_split(capsys):
+    """``n_val: 0``: no validation tasks (the split drawing refused a split of 0 with a traceback)."""
+    from ttrl_lightning.data.cota import AgentPromptDataModule
+
+    dm = AgentPromptDataModule(kinds=["count"], n_train=2, n_val=0, batch_size=2)
+    dm.setup()
+    assert len(dm._train) == 2 and dm._val == [] and not list(dm.val_dataloader())
+
+
+def test_ttrl_fit_says_a_bad_agent_data_size_in_one_line(tmp_path, monkeypatch, capsys):
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.cli.configs import config_path
+
+    monkeypatch.delenv("TTRL_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    rc = main(["fit", "--config", config_path("ttrl/tiny_agent_pixel.yaml"),
+               "--model.init_args.policy.model=tiny:llama",
+               f"--trainer.default_root_dir={tmp_path / 'run'}", "--data.init_args.n_calibration=-1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("ttrl fit: AgentPromptDataModule argument n_calibration must be "
+                                            "an integer in [0, 100000], got -1")

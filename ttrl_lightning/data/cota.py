@@ -28,8 +28,10 @@ import functools
 from typing import Any, Sequence
 
 from ttrl_lightning.data.datamodules import PromptRowsDataModule, SFTDataModule, ProcessorFromModule, encode_trace
+from ttrl_lightning.data.splits import MAX_GENERATOR_INDEX
 from ttrl_lightning.data.scenes import SCENE_TASKS, SceneTask, make_tasks, scene_source, tool_kinds
 from ttrl_lightning.data.tasks import Segment
+from ttrl_lightning.errors import Bounds, UserError, check_bounds, checked_list
 from ttrl_lightning.models import IMAGE_PLACEHOLDER
 from ttrl_lightning.tools.agent_format import ANSWER_PREFIX, AgentPrompt, agent_prompt, format_agent_observation
 from ttrl_lightning.tools.protocol import format_tool_call
@@ -181,10 +183,23 @@ class CoTADataModule(ProcessorFromModule, SFTDataModule):
         self._pad = tok.pad_token_id
 
 
+#: The sizes an :class:`AgentPromptDataModule` is built with, checked when it is built (a split of 0 training
+#: tasks, or a negative one, was a traceback from the split drawing): at most
+#: :data:`~ttrl_lightning.data.splits.MAX_GENERATOR_INDEX` tasks per split, the most a generated stream is
+#: drawn
+AGENT_PROMPT_BOUNDS = {
+    "n_train": Bounds(1, MAX_GENERATOR_INDEX, integer=True),
+    "n_val": Bounds(0, MAX_GENERATOR_INDEX, integer=True),
+    "n_calibration": Bounds(0, MAX_GENERATOR_INDEX, integer=True),
+    "batch_size": Bounds(1, MAX_GENERATOR_INDEX, integer=True),
+    "seed": Bounds(0, integer=True),
+}
+
+
 class AgentPromptDataModule(PromptRowsDataModule):
     """Agent prompts of the generated visual tasks for CC-RFT and agent TTRL: batches ``{"prompt":
-    [AgentPrompt], "gold": [str], "kind": [str], "id": [str]}``; train, validation and (``n_calibration`` > 0)
-    a labelled dev-cal split cut in that order from the distinct tasks of ``seed``
+    [AgentPrompt], "gold": [str], "kind": [str], "id": [str]}``; train, validation (``n_val`` > 0) and
+    (``n_calibration`` > 0) a labelled dev-cal split cut in that order from the distinct tasks of ``seed``
     (:func:`agent_prompt_splits`: they share no question with the same pixels; the calibration split changes
     neither of the others). ``calibration_questions()`` returns the dev-cal split, which
     ``TTRLModule(calibrate=True)`` reads to fit its labeler's calibration (pixel: temperature and conformal
@@ -193,8 +208,14 @@ class AgentPromptDataModule(PromptRowsDataModule):
 
     def __init__(self, kinds: Sequence[str] | None = None, n_train: int = 56, n_val: int = 14,
                  batch_size: int = 4, seed: int = 0, n_calibration: int = 0):
-        if isinstance(n_calibration, bool) or not isinstance(n_calibration, int) or n_calibration < 0:
-            raise ValueError(f"n_calibration must be an integer >= 0, got {n_calibration!r}")
+        check_bounds(dict(n_train=n_train, n_val=n_val, n_calibration=n_calibration, batch_size=batch_size,
+                          seed=seed), AGENT_PROMPT_BOUNDS, f"{type(self).__name__} argument ")
+        if kinds is not None:
+            try:
+                _kinds(checked_list(kinds, f"{type(self).__name__} argument kinds", str, "task name",
+                                    error=UserError))
+            except KeyError as e:
+                raise UserError(f"{type(self).__name__} argument kinds: {e.args[0]}") from None
         super().__init__()
         self.save_hyperparameters()
         self.kinds = list(kinds) if kinds else None
@@ -205,8 +226,8 @@ class AgentPromptDataModule(PromptRowsDataModule):
         sizes = {"train": h.n_train, "validation": h.n_val}
         if h.n_calibration:
             sizes["calibration"] = h.n_calibration
-        splits = agent_prompt_splits(h.seed, sizes, self.kinds)
-        self._train, self._val = splits["train"], splits["validation"]
+        splits = agent_prompt_splits(h.seed, {name: n for name, n in sizes.items() if n}, self.kinds)
+        self._train, self._val = splits["train"], splits.get("validation", [])
         self._calibration = splits.get("calibration", [])
 
     def calibration_questions(self) -> list[dict[str, Any]]:
