@@ -315,7 +315,7 @@ def problem_key(text: str) -> str:
     text = prompt_key(text)
     out, end = [], 0
     for m in _EXPRESSION.finditer(text):
-        if _NOT_BEFORE.search(text, 0, m.start()) or _NOT_AFTER.match(text, m.end()):
+        if _NOT_BEFORE.search(text, max(0, m.start() - 2), m.start()) or _NOT_AFTER.match(text, m.end()):
             continue
         out += [text[end:m.start()], _canonical(m.group())]
         end = m.end()
