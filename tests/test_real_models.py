@@ -91,185 +91,48 @@ def test_the_regime_scan_runs_on_the_real_model(smollm2, tmp_path):
     assert entry["gold_check"]["samples"] == 4 and entry["in_regime"] == in_regime(entry["avg"], entry["maj"])
 
 
-def test_the_ttrl_benchmark_runs_its_arms_on_the_real_model(smollm2, tmp_path, capsys):
-    """benchmarks/training/real_model_ttrl.py at smoke size: the scan, the checkpoint's splits, a majority and a
-    gold-reward run (one step each) evaluated on three splits, the checks, the plot; --resume trains nothing."""
+def test_the_curriculum_study_runs_on_the_real_model(smollm2, tmp_path, capsys):
+    """configs/study/smollm2_curriculum.yaml at smoke size on the real SmolLM2: a one-step gold-reward warm-up on
+    chain_sum 2 x 1 saved as a folder, the start evaluated with the chat template on reasoning-gym questions, a
+    majority and a null-reward run of one step from the warmed-up policy, per-question counts in the record, and
+    the committed legacy record still readable (--report-only)."""
     pytest.importorskip("reasoning_gym")
-    from benchmarks.training.real_model_ttrl import _compared, main as bench
+    import yaml
 
-    # equal counts over k x questions may differ by round-off: a tie is never "exceeds"
-    assert _compared(44 / 384, 0.40625 - 0.2916666666666667).startswith("equals")
-    assert _compared(0.2, 0.1) == "exceeds" and _compared(0.1, 0.2) == "does not exceed"
+    from ttrl_lightning.cli.configs import config_path
 
-    argv = ["--model", smollm2, "--out", str(tmp_path), "--candidates", "chain_sum:2x1", "basic_arithmetic:2x1",
-            "--train-on", "chain_sum:2x1", "--arms", "majority", "gold_reward", "--seeds", "0", "--n-scan", "2",
-            "--n-train", "4", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1",
-            "--val-every", "1", "--val-k", "2"]
-    assert bench(argv) == 0
+    spec = yaml.safe_load(open(config_path("study/smollm2_curriculum.yaml")))
+    spec.update(out=str(tmp_path / "study"), seeds=[0])
+    spec["start"].update(path=smollm2, epochs=1)
+    sizes = {"warmup_held_out": 2, "warmup": 4, "held_out": 2, "calibration": 2, "trained_on": 2, "other_task": 2}
+    for name, n in sizes.items():
+        spec["questions"]["splits"][name]["n"] = n
+    spec["start"]["overrides"]["data"] = {"init_args": {"batch_size": 4}}
+    spec["train"]["steps"] = 1
+    spec["train"]["overrides"]["model"]["init_args"]["voting"] = {"num_votes": 4, "num_trained": 2}
+    spec["train"]["overrides"]["data"] = {"init_args": {"batch_size": 2}}
+    spec["train"]["overrides"]["trainer"]["val_check_interval"] = 1
+    spec["evaluation"]["k"] = 2
+    spec["arms"] = {"majority": {}, "null_reward": {}}
+    spec["report"].update(controls=["null_reward"], gold=None)
+    path = tmp_path / "curriculum.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["study", "--config", str(path)]) == 0
+    record = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert {n: v["n"] for n, v in record["questions"].items()} == sizes
+    start = record["starts"]["0"]
+    assert os.path.isfile(os.path.join(start["checkpoint"], "tokenizer.json"))
+    for run in record["runs"].values():
+        assert run["metrics"]["steps"] == 1 and len(run["eval"]["held_out"]["correct"]) == 2
     printed = capsys.readouterr().out
-    assert "largest 0" in printed and "long horizon, chain_sum:2x1: held-out avg@2" in printed
-    # the curves' step 0: the start validated as a run of seed 0 validates (ttrl validate, its sampling seeds)
-    assert "checkpoint, chain_sum:2x1: held-out avg@2 as the runs' validation measures it, by seed: 0 " in printed
-    assert "majority: trained-on avg@2 gain" in printed and "gold reward: trained-on avg@2" in printed
-    # the progress line counts this invocation's runs (seed-major) beside the record's
-    assert "== chain_sum:2x1/gold_reward/seed0: ttrl fit (run 2 of 2 to do; the record holds 1)" in printed
-    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
-    assert set(report["scan"]) == {"chain_sum:2x1", "basic_arithmetic:2x1"}
-    assert report["tasks"] == ["chain_sum:2x1"] and report["other_task"] == "basic_arithmetic:2x1"
-    assert set(report["runs"]) == {"chain_sum:2x1/majority/seed0", "chain_sum:2x1/gold_reward/seed0"}
-    assert set(report["start_val"]["chain_sum:2x1"]) == {"0"} and 0 <= report["start_val"]["chain_sum:2x1"]["0"] <= 1
-    from ttrl_lightning.data.questions import read_questions
-
-    # every split cut from one pool per candidate: no two share a question
-    assert report["split_sizes"] == {"chain_sum:2x1/scan": 2, "basic_arithmetic:2x1/scan": 2,
-                                     "chain_sum:2x1/held_out": 2, "chain_sum:2x1/calibration": 2,
-                                     "chain_sum:2x1/trained_on": 4, "basic_arithmetic:2x1/other_task": 2}
-    assert len(report["overlaps"]) == 15 and set(report["overlaps"].values()) == {0}
-    files = report["files"]  # every split as a question file, the instruction in its prompts
-    assert set(files) == {f"chain_sum:2x1/{s}" for s in ("trained_on", "held_out", "other_task", "calibration")}
-    assert [len(read_questions(files[f"chain_sum:2x1/{s}"])) for s in ("trained_on", "held_out", "other_task",
-                                                                          "calibration")] == [4, 2, 2, 2]
-    assert all(q["prompt"].endswith("Answer with just the number.")
-               for q in read_questions(files["chain_sum:2x1/other_task"]))
-    gold = report["runs"]["chain_sum:2x1/gold_reward/seed0"]
-    assert gold["steps"] == 1 and gold["label_accuracy"] == 1.0  # its label is the gold answer
-    for run in report["runs"].values():
-        assert set(run["after"]) == {"trained_on", "held_out", "other_task"}
-        for split, n in (("trained_on", 4), ("held_out", 2), ("other_task", 2)):
-            e = run["after"][split]
-            assert e["gold_check"]["samples"] == 2 * n  # k samples of every question, scored both ways
-            assert abs(e["avg"] * 2 * n - round(e["avg"] * 2 * n)) < 1e-9
-        assert run["curves"]["train/vote_accuracy"] and run["vote_tokens_per_s"] > 0
-        assert run["curves"]["val/avg@2"] and run["curves"]["train/majority_ratio"]  # the long-horizon curves
-    arms = report["summary"]["chain_sum:2x1"]["arms"]
-    before = report["summary"]["chain_sum:2x1"]["before"]["trained_on"]["avg"]
-    assert arms["majority"]["trained_on"]["avg_gain"] == pytest.approx(
-        report["runs"]["chain_sum:2x1/majority/seed0"]["after"]["trained_on"]["avg"] - before)
-    assert (tmp_path / "real_model_ttrl.png").stat().st_size > 0
-    # a split that overlaps another is refused before anything is measured
-    from benchmarks.training.real_model_ttrl import _checked_disjoint
-
-    with pytest.raises(SystemExit, match="splits overlap"):
-        _checked_disjoint({"a": [{"prompt": "1 + 2 ="}], "b": [{"prompt": "1 +  2 = "}]})
-    # resumed with the same settings: every run is kept, none is trained again
-    assert bench(argv + ["--resume"]) == 0
-    assert "keeping 2 runs" in capsys.readouterr().out
-    assert json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"] == report["runs"]
-
-
-def test_the_curriculum_warms_up_with_gold_then_runs_a_guard_arm_from_the_warmed_up_policy(smollm2, tmp_path, capsys):
-    """The warm-up (gold-reward RL on an easier level) saves a checkpoint folder that the scan, the checkpoint
-    row and the arms start from; its questions share none with the harder level's splits (checked with them);
-    the recipe options reach the runs; a guard arm runs majority with its guard; --resume keeps the warm-up."""
-    pytest.importorskip("reasoning_gym")
-    from benchmarks.training.real_model_ttrl import main as bench
-
-    argv = ["--model", smollm2, "--out", str(tmp_path), "--warmup", "chain_sum:2x1", "--n-warmup", "4",
-            "--warmup-epochs", "1", "--candidates", "chain_sum:3x1", "basic_arithmetic:2x1",
-            "--train-on", "chain_sum:3x1", "--arms", "majority+gate_negative", "--seeds", "0", "--n-scan", "2",
-            "--n-train", "2", "--n-eval", "2", "--n-calibration", "2", "--k", "2", "--epochs", "1",
-            "--val-every", "0", "--votes", "4", "--trained", "2", "--temperature", "1.0", "--lr", "1e-6",
-            "--batch-size", "2"]
-    with pytest.raises(SystemExit, match="also a --candidates entry"):
-        bench([*argv[:argv.index("--candidates") + 1], "chain_sum:2x1", *argv[argv.index("--candidates") + 2:]])
-    assert bench(argv) == 0
-    printed = capsys.readouterr().out
-    assert "== warm-up: gold-reward RL on chain_sum:2x1 (4 questions, 1 epochs; held-out 2)" in printed
-    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
-    warm = report["warmup"]
-    assert warm["steps"] == 1 and warm["questions"] == 4  # 4 questions at the config's batch of 8: one step
-    folder = warm["checkpoint"]
-    assert os.path.isfile(os.path.join(folder, "config.json")) and os.path.isfile(os.path.join(folder,
-                                                                                               "tokenizer.json"))
-    # the warm-up's splits are checked with every other split: no two share a question
-    assert report["split_sizes"]["chain_sum:2x1/warmup"] == 4
-    assert report["split_sizes"]["chain_sum:2x1/warmup_held_out"] == 2
-    assert any(pair.startswith("chain_sum:2x1/warmup & chain_sum:3x1/trained_on") for pair in report["overlaps"])
-    assert set(report["overlaps"].values()) == {0}
-    run = report["runs"]["chain_sum:3x1/majority+gate_negative/seed0"]
-    assert run["start"] == folder and run["steps"] == 1  # 2 questions at --batch-size 2
-    assert run["commit"] and "avx2" in run["cpu"] and run["seconds_per_step"] > 0 and run["peak_rss_gb"] > 0
-    settings = report["settings"]
-    assert (settings["num_votes"], settings["num_generations"], settings["temperature"], settings["lr"],
-            settings["batch_size"]) == (4, 2, 1.0, 1e-6, 2)
-    assert report["sittings"][0]["cpu"]["model"]
-    assert all(e["reward_accuracy"] is None or 0 <= e["reward_accuracy"] <= 1 for e in report["scan"].values())
-    # the warmed-up policy differs from the imported one: the gold reward moved it
-    import torch
-    from safetensors.torch import load_file
-
-    a, b = load_file(os.path.join(smollm2, "model.safetensors")), load_file(os.path.join(folder, "model.safetensors"))
-    assert any(not torch.equal(a[k], b[k]) for k in a if k in b)
-    # another recipe for the arms keeps the warm-up (its own settings are unchanged), trains the arm again
-    argv[argv.index("--lr") + 1] = "2e-6"
-    assert bench(argv + ["--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "--resume: keeping the warm-up on chain_sum:2x1 (1 steps" in printed
-    assert "(run 1 of 1 to do; the record holds 0)" in printed
-    # a new machine: the committed record without the checkpoint folder. The warm-up is redone; here its weights
-    # are the same bits, so the run is kept and nothing is measured again
-    from benchmarks.training.real_model_ttrl import folder_digest
-
-    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
-    digest = report["warmup"]["digest"]
-    assert digest == folder_digest(folder) == report["runs"]["chain_sum:3x1/majority+gate_negative/seed0"][
-        "start_digest"]
-    shutil.rmtree(folder)
-    assert bench(argv + ["--resume"]) == 0
-    printed = capsys.readouterr().out
-    assert "== warm-up: gold-reward RL" in printed and "keeping 1 runs" in printed
-    assert "ttrl fit (run" not in printed
-    report = json.loads((tmp_path / "real_model_ttrl.json").read_text())
-    assert report["warmup"]["digest"] == digest and "earlier_starts" not in report
-
-
-def test_a_run_stopped_mid_way_continues_from_its_last_checkpoint_on_resume(smollm2, tmp_path, monkeypatch, capsys):
-    """A sitting that ends inside a run loses at most --save-every steps: the run saved last.ckpt at step 1,
-    an error at step 2 stops it, and --resume continues it from there (its curve joined across the two
-    sittings), ends at the same step count, and deletes the checkpoint."""
-    pytest.importorskip("reasoning_gym")
-    from benchmarks.training.real_model_ttrl import main as bench
-    from ttrl_lightning.modules import TTRLModule
-
-    argv = ["--model", smollm2, "--out", str(tmp_path), "--candidates", "chain_sum:2x1", "basic_arithmetic:2x1",
-            "--train-on", "chain_sum:2x1", "--arms", "majority", "--seeds", "0", "--n-scan", "1", "--n-train", "3",
-            "--n-eval", "1", "--n-calibration", "1", "--k", "1", "--epochs", "1", "--val-every", "0", "--votes", "2",
-            "--trained", "1", "--batch-size", "1", "--save-every", "1"]
-    real = TTRLModule.training_step
-
-    def stop_at_the_third_step(self, batch, batch_idx):
-        if self.global_step == 2:
-            raise RuntimeError("the sitting ends")
-        return real(self, batch, batch_idx)
-
-    monkeypatch.setattr(TTRLModule, "training_step", stop_at_the_third_step)
-    with pytest.raises(RuntimeError, match="the sitting ends"):
-        bench(argv)
-    last = tmp_path / "runs" / "chain_sum_2x1" / "majority" / "seed0" / "checkpoints" / "last.ckpt"
-    assert last.is_file()
-    monkeypatch.setattr(TTRLModule, "training_step", real)
-    assert bench(argv + ["--resume"]) == 0
-    assert "continues from" in capsys.readouterr().out
-    run = json.loads((tmp_path / "real_model_ttrl.json").read_text())["runs"]["chain_sum:2x1/majority/seed0"]
-    assert run["steps"] == 3 and run["resumed_at_step"] == 2
-    assert [step for step, _ in run["curves"]["train/vote_accuracy"]] == [0, 1, 2]
-    assert not last.exists()
-
-
-def test_run_curves_join_the_sittings_of_a_run(tmp_path):
-    from benchmarks.training.real_model_ttrl import _run_curves
-
-    def log(version: int, rows: list[tuple[int, float]]):
-        folder = tmp_path / f"version_{version}"  # where the CSV logger of ttrl fit writes
-        folder.mkdir(parents=True)
-        (folder / "metrics.csv").write_text("step,train/vote_accuracy,val/avg@8\n" + "".join(
-            f"{step},{value},\n" for step, value in rows))
-
-    log(0, [(0, 0.1), (1, 0.2), (2, 0.3)])  # step 2 ran after the last checkpoint (at step 2)
-    log(1, [(2, 0.35), (3, 0.4)])           # the resumed sitting runs step 2 again
-    curves, start = _run_curves(str(tmp_path))
-    assert curves["train/vote_accuracy"] == [(0, 0.1), (1, 0.2), (2, 0.35), (3, 0.4)] and start == 2
-    assert _run_curves(str(tmp_path / "none")) == ({}, 0)
+    assert "majority      null_reward" in printed
+    # the committed record of the first curriculum study (per-run means) is read by the legacy reader
+    root = os.path.join(os.path.dirname(__file__), "..")
+    assert main(["study", "--config", "study/smollm2_curriculum.yaml", "--report-only",
+                 "--out", os.path.join(root, "benchmarks/results/real_model_study")]) == 0
+    table = capsys.readouterr().out
+    assert "visconf                       3                   27.6 (+5.1, 0.6)                   28.7 (+4.8, 2.1)" \
+        in table
 
 
 def test_a_rerun_checks_the_weights_cleans_a_killed_import_and_files_get_the_usual_mode(smollm2, capsys):

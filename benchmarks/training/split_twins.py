@@ -11,10 +11,9 @@ And, for a study that starts from SFT (the demo), how many questions of each TTR
 answered, by problem (as its question, its reordered twin, or a fused trace's rewritten question): with the
 study's exclusion (its split files, ``start.exclude_splits``), which must be 0, and with none, for scale.
 
-Splits: the real-model benchmark's (``benchmarks/training/real_model_ttrl.py`` with ``--train-on chain_sum:2x1`` and its
-default sizes, the other task the first other candidate) and the text demo's TTRL splits
-(``configs/ttrl/tiny_demo.yaml``). Prints one line per pair with a count above 0 and the SFT's counts (a study
-whose splits cannot be drawn is one line saying why), writes JSON.
+Splits: the SmolLM2 curriculum study's (``configs/study/smollm2_curriculum.yaml``) and the text demo's
+(``configs/study/demo.yaml``), as ``ttrl study`` writes them. Prints one line per pair with a count above 0 and the
+SFT's counts (a study whose splits cannot be drawn is one line saying why), writes JSON.
 
     python -m benchmarks.training.split_twins [--out outputs/bench/split_twins.json]
 """
@@ -62,6 +61,19 @@ def twins(splits: dict[str, list[dict]]) -> list[dict]:
     return out
 
 
+def study_splits(config: str) -> dict[str, list[dict]]:
+    """A study's splits (``configs/study/<config>``), as ``ttrl study`` writes them."""
+    import tempfile
+
+    from ttrl_lightning.data.questions import read_questions
+    from ttrl_lightning.study.questions import build_questions
+    from ttrl_lightning.study.spec import load_spec
+
+    with tempfile.TemporaryDirectory() as folder:
+        paths = build_questions(load_spec(config).questions, folder)
+        return {name: read_questions(path) for name, path in paths.items()}
+
+
 def sft_answered(config: str) -> list[dict]:
     """Per TTRL split of a study that starts from SFT (``configs/study/<config>``, ``start.kind: sft``): how many of
     its questions the SFT's traces (training and validation, the start config's seed) show answered, by problem
@@ -96,24 +108,11 @@ def sft_answered(config: str) -> list[dict]:
 
 
 def real_model_splits() -> dict[str, list[dict]]:
-    from benchmarks.training import real_model_ttrl as rm
-
-    args = rm.build_parser().parse_args(["--model", "unused", "--train-on", "chain_sum:2x1"])
-    others = [c for c in args.candidates if c != "chain_sum:2x1"]
-    return rm._draw(args, ["chain_sum:2x1"], others[0] if others else None)
+    return study_splits("study/smollm2_curriculum.yaml")
 
 
 def demo_splits() -> dict[str, list[dict]]:
-    """The demo study's splits (configs/study/demo.yaml), as ``ttrl study`` writes them."""
-    import tempfile
-
-    from ttrl_lightning.data.questions import read_questions
-    from ttrl_lightning.study.questions import build_questions
-    from ttrl_lightning.study.spec import load_spec
-
-    with tempfile.TemporaryDirectory() as folder:
-        paths = build_questions(load_spec("study/demo.yaml").questions, folder)
-        splits = {name: read_questions(path) for name, path in paths.items()}
+    splits = study_splits("study/demo.yaml")
     return {"demo/trained_on": splits["train"], "demo/validation": splits["validation"],
             "demo/calibration": splits["calibration"]}
 
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="outputs/bench/split_twins.json")
     args = p.parse_args(argv)
     report = {}
-    for name, draw in (("real_model_ttrl", real_model_splits), ("demo", demo_splits)):
+    for name, draw in (("smollm2_curriculum", real_model_splits), ("demo", demo_splits)):
         print(f"{name}:")
         try:
             splits = draw()

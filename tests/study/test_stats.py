@@ -92,3 +92,18 @@ def test_paired_grid_pairs_replicates_by_name_and_refuses_mismatches():
         paired_grid({"0": [1, 1]}, {"0": [1, 1, 1]})
     with pytest.raises(ValueError, match="NaN"):
         compare([[0.1], [float("nan")]])
+
+
+def test_the_null_and_format_controls():
+    """null_reward: the same constant for every vote (every group-normalised advantage 0); format_reward: 1 where
+    an answer is extracted, else 0."""
+    from ttrl_lightning.pseudo_labels import PseudoLabelError, pseudo_label
+
+    votes = [{"text": "\\boxed{3}"}, {"text": "no answer here"}, {"text": "\\boxed{4}"}]
+    null = pseudo_label("null_reward", votes)
+    assert null.label is None and null.rewards == [0.0, 0.0, 0.0] and not null.abstain
+    assert pseudo_label("null_reward", votes, value=1).rewards == [1.0, 1.0, 1.0]
+    with pytest.raises(PseudoLabelError, match="finite number"):
+        pseudo_label("null_reward", votes, value=float("nan"))
+    fmt = pseudo_label("format_reward", votes)
+    assert fmt.label is None and fmt.rewards == [1.0, 0.0, 1.0]

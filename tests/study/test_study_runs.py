@@ -111,3 +111,38 @@ def test_a_study_killed_mid_run_resumes_and_keeps_its_finished_runs(tmp_path):
     # --report-only prints the same tables and trains nothing
     again = subprocess.run(cmd + ["--report-only"], capture_output=True, text=True)
     assert again.returncode == 0 and again.stdout.strip().endswith(rc.stdout.strip().splitlines()[-1])
+
+
+# ~40 s on 2 cores: a 1-step gold-reward warm-up of a tiny model saved as a folder, two 1-step runs
+def test_the_curriculum_config_runs_from_a_warmup_start(tmp_path):
+    """configs/study/smollm2_curriculum.yaml's shape (a warm-up start, six splits of three sources, the real
+    model's TTRL config with the recipe as overrides) on a tiny random model and generated additions."""
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.cli.configs import config_path
+
+    spec = yaml.safe_load(open(config_path("study/smollm2_curriculum.yaml")))
+    spec.update(out=str(tmp_path / "study"), seeds=[0])
+    spec["start"]["path"] = "tiny:llama"
+    spec["start"]["epochs"] = 1
+    spec["questions"] = {"kind": "task", "seed": 0, "instruction": "Answer with just the number.", "splits": {
+        "warmup_held_out": {"n": 2, "task": "add2"}, "warmup": {"n": 8, "task": "add2"},
+        "held_out": {"n": 2, "task": "add2_carry"}, "calibration": {"n": 2, "task": "add2_carry"},
+        "trained_on": {"n": 4, "task": "add2_carry"}, "other_task": {"n": 2, "task": "arith3"}}}
+    spec["train"]["steps"] = 1
+    spec["train"]["overrides"]["trainer"]["val_check_interval"] = 1
+    spec["evaluation"]["k"] = 2
+    spec["arms"] = {"majority": {}, "gold_reward": {}}
+    spec["report"]["controls"] = []
+    path = tmp_path / "curriculum.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    assert main(["study", "--config", str(path)]) == 0
+    record = json.loads((tmp_path / "study" / "study.json").read_text())
+    start = record["starts"]["0"]
+    assert os.path.isdir(start["checkpoint"]) and len(start["digest"]) == 64
+    assert set(start["eval"]["1000"]) == {"trained_on", "held_out", "other_task"}
+    assert set(record["runs"]) == {"majority/start0/seed0", "gold_reward/start0/seed0"}
+    run = record["runs"]["majority/start0/seed0"]
+    composed = yaml.safe_load((tmp_path / "study" / run["config"]).read_text())
+    assert composed["model"]["init_args"]["voting"]["num_votes"] == 16 and composed["trainer"]["precision"] == "32-true"
+    assert composed["model"]["init_args"]["policy"]["model"] == start["checkpoint"]
+    assert not list((tmp_path / "study" / "runs").rglob("*.ckpt"))  # keep_checkpoints: false

@@ -15,7 +15,7 @@ label-free answer. This rule reads only what every TTRL step logs without gold:
   rise, a ratio that never moves (a small learning rate, where the policy changes slowly) fires the rule on its
   noise: on the curriculum runs (4 questions a step, lr 1e-6), the EMA's start on one high first value
   made every run, gold included, "plateau" at step 8. ``min_rise`` 0.1 was set after seeing those four runs'
-  curves (``benchmarks/training/real_model_ttrl.py``): in-sample there, validated only on the runs after it.
+  curves (``configs/study/smollm2_curriculum.yaml``, ``ttrl study``): in-sample there, validated only on the runs after it.
 * **length collapse.** ``train/completion_len`` smoothed the same way falls below ``length_floor`` times its
   first value, at a step ``t >= min_steps``: the collapse that precedes the fall.
 * **lock-in** (TTRL-Guard's warning; ``lock_ratio`` None turns it off). ``train/flip_rate`` (the share of the
@@ -39,7 +39,7 @@ are logged (the CSV log's ``step`` column; the README's step index), not ``train
 of optimizer steps: one more after the batch, and ``num_iterations`` per batch). ``mode="stop"`` ends the
 run after that step: ``trainer.global_step`` is then its optimizer-step count.
 
-The rule was validated on one task and one model (``benchmarks/training/real_model_ttrl.py``: SmolLM2-135M-Instruct on
+The rule was validated on one task and one model (the SmolLM2 curriculum study, ``configs/study/smollm2_curriculum.yaml``: SmolLM2-135M-Instruct on
 reasoning-gym ``chain_sum``; the README reports the step it picks against the best held-out step). It is a
 heuristic, not a guarantee.
 """

@@ -40,7 +40,13 @@ def demo_main(argv: list[str]) -> int:
     p.add_argument("--only", action="append", default=None, metavar="ARM[/SEED]", help="run only this arm")
     p.add_argument("--pool-questions", type=positive_int, default=600,
                    help="questions in the synthetic pool (--part bon)")
+    p.add_argument("--numerics-digest", action="store_true",
+                   help="print the SHA-256 of the demo's SFT weights after --digest-steps steps under portable "
+                        "numerics, and the CPU: two CPU kinds that print the same digest train the same demo")
+    p.add_argument("--digest-steps", type=positive_int, default=50, help="SFT steps of --numerics-digest")
     args = p.parse_args(argv)
+    if args.numerics_digest:
+        return numerics_digest(DEMO_STUDIES["vlm" if args.part == "vlm" else "ttrl"], args.digest_steps, argv)
     if args.part == "bon":
         return _bon_part(args.out or "outputs/demo", args.pool_questions)
     study = ["study", "--config", DEMO_STUDIES[args.part], "--restart" if args.restart else "--resume"]
@@ -49,6 +55,40 @@ def demo_main(argv: list[str]) -> int:
     for only in args.only or ():
         study += ["--only", only]
     return ttrl_main(study)
+
+
+def numerics_digest(study: str, steps: int, argv: list[str]) -> int:
+    """The SHA-256 of the weights of the study's SFT start (start seed 0) after ``steps`` steps, trained under
+    portable numerics (``cli.numerics``) in a temporary folder, with the CPU's model and float features and the
+    pinned variables: the check that a demo trains the same model on two CPU kinds (docs/studies/demo.md lists
+    the digests measured)."""
+    import json
+    import tempfile
+    from dataclasses import replace
+
+    from ..hardware import cpu_features
+    from .numerics import is_portable, numerics_report, run_portable
+
+    if not is_portable():
+        return run_portable(["demo", *argv])
+    from ..study.digest import weights_digest
+    from ..study.questions import build_questions
+    from ..study.spec import load_spec
+    from ..study.starts import START_KINDS, StartContext
+
+    spec = load_spec(study)
+    spec = replace(spec, start=replace(spec.start, steps=steps))
+    with tempfile.TemporaryDirectory() as folder:
+        paths = build_questions(spec.questions, folder)
+        ckpt = START_KINDS[spec.start.kind](StartContext(spec, spec.start.seeds[0], os.path.join(folder, "sft"),
+                                                         paths))
+        digest = weights_digest(ckpt)
+    cpu = cpu_features()
+    flags = ", ".join(k for k, v in cpu.items() if v is True) or "none"
+    print(f"\nnumerics digest: {digest}")
+    print(f"  {study}: SFT start seed {spec.start.seeds[0]}, {steps} steps; CPU {cpu.get('model')} ({flags}); "
+          f"numerics {json.dumps(numerics_report(), sort_keys=True)}")
+    return 0
 
 
 def _bon_part(out: str, questions: int) -> int:

@@ -52,8 +52,15 @@ def study_main(argv: list[str]) -> int:
 
         if not is_portable():
             return run_portable(["study", *argv])
-    from ..study.record import StudyRecord
+    from ..study.record import RECORD_NAME, StudyRecord
 
+    if args.report_only and not os.path.exists(os.path.join(spec.out, RECORD_NAME)):
+        from ..study.legacy import LEGACY_NAME, legacy_report
+
+        legacy = os.path.join(spec.out, LEGACY_NAME)
+        if os.path.exists(legacy):  # a record written before `ttrl study` (per-run means only)
+            print(legacy_report(legacy, list(spec.arms) + _legacy_arms(legacy, spec)))
+            return 0
     record = StudyRecord.open(spec, resume=args.resume, restart=args.restart, read_only=args.report_only)
     if not args.report_only:
         from ..study.runner import run_study
@@ -64,6 +71,13 @@ def study_main(argv: list[str]) -> int:
             record.data.setdefault("numerics", numerics_report())
         run_study(spec, record, args.only)
     return report(spec, record)
+
+
+def _legacy_arms(path: str, spec) -> list[str]:
+    """The arms of a legacy record that the spec does not name (its screens), in the record's order."""
+    with open(path, encoding="utf-8") as fh:
+        runs = json.load(fh)["runs"].values()
+    return [a for a in dict.fromkeys(r["arm"] for r in runs) if a not in spec.arms]
 
 
 def report(spec, record) -> int:
