@@ -3,6 +3,7 @@ CPU with bf16 dot products in hardware (AVX512-BF16, AMX), 32-true elsewhere, pr
 config or command line sets is kept; GPU runs keep Lightning's default. The CPU is faked here: this machine's
 own features decide nothing a test asserts."""
 import pytest
+import torch
 
 from ttrl_lightning.cli.configs import config_path
 from ttrl_lightning.cli.fit import make_cli
@@ -67,3 +68,19 @@ def test_ttrl_fit_says_what_it_chose_and_runs_with_it(tmp_path, monkeypatch, cap
     assert cli.trainer.precision == expected and cli.trainer.global_step == 1
     said = [line for line in err.splitlines() if line.startswith("precision: ")]
     assert said == ([] if forced else [f"precision: {expected} ({choose_precision('cpu', features, False)[1]})"])
+
+
+def test_a_float64_run_trains_and_its_log_probs_come_from_logits(tmp_path, capsys):
+    """``--trainer.precision 64-true`` (a float64 model) was a TypeError traceback at the first step: the fused
+    log-prob kernel takes float32, float16 and bfloat16 only. A float64 LM head now takes the materialised
+    logits (``logprobs.fused_unsupported_reason`` says why) and the run trains."""
+    from ttrl_lightning.models import load_model, load_tokenizer
+    from ttrl_lightning.modules.logprobs import fused_unsupported_reason
+
+    model = load_model("tiny:llama", load_tokenizer("tiny:llama")).double()
+    assert fused_unsupported_reason(model) == ("its LM head is float64 and the fused kernel takes float32, "
+                                               "float16 or bfloat16")
+    assert fused_unsupported_reason(model.float()) is None
+    cli = make_cli(["fit", *FAST_TTRL, "--trainer.default_root_dir", str(tmp_path),
+                    "--trainer.precision", "64-true"])
+    assert cli.trainer.global_step == 1 and next(cli.model.policy.parameters()).dtype == torch.float64

@@ -29,6 +29,7 @@ from ttrl_lightning.errors import UserError
 from ttrl_lightning.integrations.scoring import base_model, logit_transform_reason
 from ttrl_lightning.modules.fsdp import is_sharded
 from ttrl_lightning.ops import linear_logprobs
+from ttrl_lightning.ops.checks import FLOAT_DTYPES
 
 log = logging.getLogger("ttrl_lightning.modules")
 
@@ -49,6 +50,9 @@ def fused_unsupported_reason(model: nn.Module) -> str | None:
         return f"its LM head is a {type(head).__name__}, not a plain torch.nn.Linear"
     if head._forward_hooks or head._forward_pre_hooks:
         return "its LM head has forward hooks"
+    if head.weight.dtype not in FLOAT_DTYPES:  # a float64 policy (policy.dtype, --trainer.precision 64-true)
+        return (f"its LM head is {str(head.weight.dtype).removeprefix('torch.')} and the fused kernel takes "
+                "float32, float16 or bfloat16")
     try:
         base_model(model)
     except AttributeError as e:
