@@ -126,7 +126,8 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
     """The printed tables: the runs' table (before -> after, the run metrics) and the comparisons table."""
     split = summary["split"]
     arms = summary["arms"]
-    w = max([13] + [len(a) for a in arms])
+    names = {a: display_name(spec, a) for a in arms}
+    w = max([13] + [len(n) for n in names.values()])
     head = (f"{'arm':<{w}} {'n':>2} {f'avg@{k} before -> after':>22} {f'maj@{k} before -> after':>22} "
             f"{'label acc':>9} {'KL P95':>7} {'acc/1K':>7} {'recovered/lost':>15}")
     lines = [f"{spec.name}: {split} split; intervals: {1 - summary['alpha']:.0%} paired bootstrap over questions then seeds "
@@ -137,7 +138,7 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
         kl = "n/a" if e["kl_p95"] is None else f"{e['kl_p95']:.3f}"
         acc1k = "n/a" if e["accepted_per_1k"] is None else f"{round(e['accepted_per_1k'])}"
         rl = f"{lvm.get('recovered', 0)}/{lvm.get('lost', 0)}" if lvm else "n/a"
-        lines.append(f"{arm:<{w}} {e['n']:>2} {_pct(s.get('avg_before')) + ' -> ' + _pct(s.get('avg_after')):>22} "
+        lines.append(f"{names[arm]:<{w}} {e['n']:>2} {_pct(s.get('avg_before')) + ' -> ' + _pct(s.get('avg_after')):>22} "
                      f"{_pct(s.get('maj_before')) + ' -> ' + _pct(s.get('maj_after')):>22} "
                      f"{_pct(e['label_accuracy']):>9} {kl:>7} {acc1k:>7} {rl:>15}")
     refs = summary["references"]
@@ -151,13 +152,13 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
                 f"[{100 * c['adjusted_low']:+.1f}, {100 * c['adjusted_high']:+.1f}]"
             holm_p = "" if c.get("p_adjusted") is None else f"{c['p_adjusted']:.4f}"
             improves = {True: "yes", False: "no", None: "-"}[c.get("improves")]
-            lines.append(f"{arm:<{w}} {ref:<14} {_interval(c):>24} {simultaneous:>17} {c['p']:7.4f} {holm_p:>7} "
+            lines.append(f"{names[arm]:<{w}} {ref:<14} {_interval(c):>24} {simultaneous:>17} {c['p']:7.4f} {holm_p:>7} "
                          f"{improves}")
     shares = {a: e.get("gold_share") for a, e in arms.items() if "gold_share" in e}
     if shares:
         lines += ["", f"share of the gold gain recovered, (arm - start) / ({spec.report.gold} - start), 95% CI:"]
         for arm, g in shares.items():
-            lines.append(f"  {arm:<{w}} " + ("undefined (the gold gain's interval reaches 0)" if g is None else
+            lines.append(f"  {names[arm]:<{w}} " + ("undefined (the gold gain's interval reaches 0)" if g is None else
                                              f"{g['share']:+.2f} [{g['low']:+.2f}, {g['high']:+.2f}]"))
     other = [s for s in spec.evaluation.splits if s != split]
     if other:
@@ -165,13 +166,14 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
         for arm, e in arms.items():
             cells = "  ".join(f"{s} {_pct(e['splits'][s]['avg_before'])} -> {_pct(e['splits'][s]['avg_after'])}"
                               for s in other if s in e["splits"])
-            lines.append(f"  {arm:<{w}} {cells}")
+            lines.append(f"  {names[arm]:<{w}} {cells}")
     return "\n".join(lines)
 
 
 def plot_curves(record: Mapping, spec: StudySpec, path: str) -> bool:
-    """The validation curve (``val/avg@k`` over steps) per arm, mean over its runs, step 0 the start's value of
-    the run's own first validation where logged; False when no run logged one."""
+    """Two panels over TTRL steps, one line per arm (the mean over its runs): the validation curve
+    (``val/avg@k``) and the token-KL P95 to the reference (``train/kl_p95``, with the PID controller's corridor);
+    False when no run logged either."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -179,30 +181,51 @@ def plot_curves(record: Mapping, spec: StudySpec, path: str) -> bool:
 
     from ..safe_files import atomic_write_path
 
-    by_arm: dict[str, dict[int, list[float]]] = {}
+    panels = (("val/avg@", 100, "validation avg@k (%)"), ("train/kl_p95", 1, "token KL to the reference, P95"))
+    curves: dict[str, dict[str, dict[int, list[float]]]] = {}
     for run in record["runs"].values():
         if run["arm"] not in spec.arms:
             continue
         for key, points in run.get("curves", {}).items():
-            if key.startswith("val/avg@"):
-                for step, value in points:
-                    by_arm.setdefault(run["arm"], {}).setdefault(int(step), []).append(100 * value)
-    if not by_arm:
+            for prefix, scale, _ in panels:
+                if key.startswith(prefix):
+                    by_step = curves.setdefault(prefix, {}).setdefault(run["arm"], {})
+                    for step, value in points:
+                        by_step.setdefault(int(step), []).append(scale * value)
+    if not curves:
         return False
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    for arm in spec.arms:
-        if arm in by_arm:
-            steps = sorted(by_arm[arm])
-            n = max(len(v) for v in by_arm[arm].values())
-            ax.plot(steps, [statistics.fmean(by_arm[arm][s]) for s in steps], marker=".",
-                    label=f"{arm} ({n} run{'s' if n > 1 else ''})", linestyle="-" if n > 1 else "--")
-    ax.set_xlabel("TTRL step")
-    ax.set_ylabel("validation avg@k (%)")
-    ax.set_title(f"{spec.name}: mean over each arm's runs", fontsize=9)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, (prefix, _, ylabel) in zip(axes, panels):
+        for i, arm in enumerate(spec.arms):
+            by_step = curves.get(prefix, {}).get(arm)
+            if not by_step:
+                continue
+            steps = sorted(by_step)
+            n = max(len(v) for v in by_step.values())
+            ax.plot(steps, [statistics.fmean(by_step[s]) for s in steps], marker=".", color=f"C{i % 10}",
+                    label=f"{display_name(spec, arm)} ({n} run{'s' if n > 1 else ''})",
+                    linestyle="-" if n > 1 else "--")
+        if prefix == "train/kl_p95":
+            ax.axhspan(0.10, 0.20, color="0.9", label="PID corridor (Pixelis)")
+        ax.set_xlabel("TTRL step")
+        ax.set_ylabel(ylabel)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.suptitle(f"{spec.name}: mean over each arm's runs", fontsize=9)
     fig.tight_layout()
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with atomic_write_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=120)
     plt.close(fig)
     return True
+
+
+#: what a labeler lacks on text questions: its defining image signal (VisConf's V; Pixelis' VisFid)
+TEXT_ONLY_CAVEATS = {"visconf": "C only, no V", "pixel": "no VisFid"}
+
+
+def display_name(spec: StudySpec, arm: str) -> str:
+    """The arm's name as the tables print it: with what its labeler runs without where the study's questions have
+    no images ("visconf (C only, no V)": on a text model VisConf's Z = V x C is C alone)."""
+    caveat = TEXT_ONLY_CAVEATS.get(spec.arms[arm].labeler) if spec.questions.kind != "scenes" else None
+    return f"{arm} ({caveat})" if caveat else arm

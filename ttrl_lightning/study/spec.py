@@ -101,10 +101,14 @@ class ArmSpec:
 
     @property
     def role(self) -> str:
-        """``gold`` (reads the gold answers), ``control`` (:data:`CONTROL_LABELERS`) or ``label_free``."""
+        """``gold`` (reads the gold answers), ``control`` (:data:`CONTROL_LABELERS`), ``label_budget`` (gold on a
+        share of the questions: ``voting.gold_budget`` in its overrides) or ``label_free``."""
         if self.labeler == GOLD_LABELER:
             return "gold"
-        return "control" if self.labeler in CONTROL_LABELERS else "label_free"
+        if self.labeler in CONTROL_LABELERS:
+            return "control"
+        voting = ((self.overrides.get("model") or {}).get("init_args") or {}).get("voting") or {}
+        return "label_budget" if voting.get("gold_budget") else "label_free"
 
 
 @dataclass(frozen=True)

@@ -85,3 +85,27 @@ def test_layout_and_ids():
     assert question_ids({"prompt": ["a", "b"]}) == ["q0", "q1"]
     with pytest.raises(UserError, match=r"repeat within a batch: \['x'\]"):
         question_ids({"prompt": ["a", "b"], "id": ["x", "x"]})
+
+
+def test_a_label_budget_labels_its_questions_with_gold_and_the_rest_by_the_labeler():
+    """voting.gold_budget: the questions whose id falls in the budget get gold_reward's label and rewards, the
+    others the labeler's; the budget is a fixed set of ids, about its share of them."""
+    from ttrl_lightning.modules.ttrl.specs import budgeted
+
+    ids = [f"q{i}" for i in range(4000)]
+    chosen = [i for i in ids if budgeted(i, 0.1)]
+    assert 330 <= len(chosen) <= 470 and chosen == [i for i in ids if budgeted(i, 0.1)]
+    assert not any(budgeted(i, 0.0) for i in ids) and all(budgeted(i, 1.0) for i in ids)
+    inside, outside = next(i for i in ids if budgeted(i, 0.1)), next(i for i in ids if not budgeted(i, 0.1))
+    # both questions' majority (5) is wrong; gold is 6
+    v = votes([["5", "5", "6", "5"], ["5", "5", "6", "5"]])
+    voting = VotingSpec(labeler="majority", num_votes=4, num_trained=4, answer_extractor="last_number",
+                        gold_budget=0.1)
+    batch = {"prompt": ["a", "b"], "id": [inside, outside], "gold": ["6", "6"]}
+    out = label_votes(v, batch, voting, LabellingContext(), signal_names=())
+    assert [lab.label for lab in out.detail.labels] == ["6", "5"]
+    assert out.rewards.tolist() == [0.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0]
+    with pytest.raises(UserError, match="gold_budget labels questions"):
+        label_votes(v, {**batch, "gold": [None, "6"]}, voting, LabellingContext(), signal_names=())
+    with pytest.raises(UserError, match="voting.gold_budget"):
+        VotingSpec(labeler="majority", gold_budget=1.5)

@@ -26,7 +26,7 @@ from ttrl_lightning.answers import ANSWER_EXTRACTORS
 from ttrl_lightning.errors import UserError
 from ttrl_lightning.modules.step_records import RolloutRewards, VoteStep
 from ttrl_lightning.modules.ttrl.labelers import LabelerSpec, LabellingContext, labeler_spec
-from ttrl_lightning.modules.ttrl.specs import VotingSpec
+from ttrl_lightning.modules.ttrl.specs import VotingSpec, budgeted
 from ttrl_lightning.pseudo_labels import pseudo_label
 from ttrl_lightning.pseudo_labels.question_votes import QuestionVotes
 from ttrl_lightning.rollout.base import Rollouts
@@ -130,7 +130,16 @@ def label_votes(votes: Rollouts, batch: dict[str, list], voting: VotingSpec, con
         kwargs.update(calibration.get("options", {}))
     if global_step < voting.warmup_majority_steps:
         kwargs["warmup_majority"] = True
-    labels = [pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q]) for q, group in enumerate(groups)]
+    budget = [q for q in range(Q) if budgeted(ids[q], voting.gold_budget)]
+    if budget:  # a label budget: these questions are labelled with their gold answers (VotingSpec.gold_budget)
+        golds = batch.get("gold")
+        missing = [ids[q] for q in budget if golds is None or golds[q] is None]
+        if missing:
+            raise UserError(f"voting.gold_budget labels questions {missing[:5]} with their gold answers, but they "
+                            "have none")
+    labels = [pseudo_label("gold_reward", group, choices=choices[q], gold=str(batch["gold"][q])) if q in budget
+              else pseudo_label(name, group, choices=choices[q], **kwargs, **extra[q])
+              for q, group in enumerate(groups)]
     M, N = voting.num_votes, voting.num_trained
     V = len(views) // Q
     wrong = [(ids[q], len(lab.rewards)) for q, lab in enumerate(labels) if len(lab.rewards) != V * M]

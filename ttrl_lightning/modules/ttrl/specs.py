@@ -29,6 +29,7 @@ VOTING_RULES: dict[str, Bounds] = {
     "num_votes": Bounds(low=1, integer=True),
     "num_trained": Bounds(low=1, integer=True),
     "warmup_majority_steps": Bounds(low=0, integer=True),
+    "gold_budget": Bounds(low=0, high=1),
 }
 
 
@@ -45,7 +46,9 @@ class VotingSpec:
     and in the monitoring; fused_prompt_template: the fused Reframe-and-Solve prompt, ``{prompt}`` replaced by
     the question (required by a labeler that votes over the reframed view, ``self_harmony``);
     warmup_majority_steps: ``self_harmony``'s warm-up (its first steps label by majority over both views; the
-    public implementation's default is 20).
+    public implementation's default is 20); gold_budget: a label budget (the semi-supervised setting of TraPO
+    and RLAVR): the share of the questions, chosen by their id (:func:`budgeted`), that are labelled with their
+    gold answer (``gold_reward``'s label and rewards) instead of by ``labeler``; 0: none (label-free).
 
     It checks itself when built: an unknown labeler, option or extractor, N > M, a fused labeler without its
     template, or a warm-up for a labeler that has none is a ``UserError`` naming the field (``voting.<field>``).
@@ -58,6 +61,7 @@ class VotingSpec:
     answer_extractor: str = "final_answer"
     fused_prompt_template: str | None = None
     warmup_majority_steps: int = 0
+    gold_budget: float = 0.0
 
     def __post_init__(self) -> None:
         check_bounds(asdict(self), VOTING_RULES, "voting.")
@@ -80,6 +84,17 @@ class VotingSpec:
             owners = [n for n in TTRL_LABELERS if "warmup_majority_steps" in TTRL_LABELERS[n].options]
             raise UserError(f"voting.warmup_majority_steps is an option of {', '.join(owners)}, not "
                             f"{self.labeler}")
+
+
+def budgeted(question_id: str, share: float) -> bool:
+    """Whether question ``question_id`` is in a label budget of ``share``: the first 64 bits of the SHA-256 of
+    its id, as a fraction of 2^64, below ``share``. The same questions in every step, epoch, seed and rank (the
+    budget is a set of labelled questions, not a draw); about ``share`` of any set of ids."""
+    import hashlib
+
+    if share <= 0:
+        return False
+    return int.from_bytes(hashlib.sha256(str(question_id).encode()).digest()[:8], "big") < share * 2 ** 64
 
 
 def _labeler_options(name: str, options, spec) -> dict[str, Any]:
