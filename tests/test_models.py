@@ -156,3 +156,88 @@ def test_a_pickled_object_in_an_hf_weight_file_is_refused_in_one_line(tmp_path):
                                         r"not loaded \(.*GLOBAL posix\.system"):
         load_model(str(folder), tok)
     assert not ran.exists()
+
+
+@pytest.fixture(scope="module")
+def tiny_folder(tmp_path_factory):
+    tok = load_tokenizer("tiny:llama")
+    folder = tmp_path_factory.mktemp("tiny")
+    load_model("tiny:llama", tok).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def _edited(folder, tmp_path, config=None, weights=None):
+    """A copy of ``folder`` with ``config`` merged into its config.json and ``weights(state)`` applied."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out = tmp_path / "edited"
+    shutil.copytree(folder, out)
+    if config:
+        content = json.loads((out / "config.json").read_text())
+        for path, value in config.items():
+            *parents, key = path.split(".")
+            node = content
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[key] = value
+        (out / "config.json").write_text(json.dumps(content))
+    if weights:
+        state = load_file(out / "model.safetensors")
+        weights(state)
+        save_file(state, out / "model.safetensors", metadata={"format": "pt"})
+    return str(out)
+
+
+def _nan(state):
+    state["model.layers.0.mlp.down_proj.weight"][0, 0] = float("nan")
+
+
+@pytest.mark.parametrize("config, weights, message", [
+    # each sampled from NaN probabilities: a RuntimeError traceback at the first token
+    (None, _nan, "the weight model.layers.0.mlp.down_proj.weight holds non-finite values"),
+    ({"rms_norm_eps": -1e-6}, None, "config.json: rms_norm_eps must be a positive number, got -1e-06"),
+    ({"rope_parameters.rope_theta": 0}, None, "config.json: rope_parameters.rope_theta must be a positive number"),
+    ({"num_attention_heads": -2}, None, "config.json: num_attention_heads must be a size >= 1, got -2"),
+])
+def test_a_folder_a_model_cannot_sample_from_is_refused_when_it_is_loaded(tiny_folder, tmp_path, config, weights,
+                                                                         message):
+    from ttrl_lightning.errors import UserError
+
+    folder = _edited(tiny_folder, tmp_path, config, weights)
+    with pytest.raises(UserError) as e:
+        load_model(folder)
+    assert message in str(e.value) and folder in str(e.value)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda c: c.update(state_dict=list(c["state_dict"].values())),
+     "is not a Lightning checkpoint (its state_dict is a list, not a mapping of names to tensors)"),
+    (lambda c: c["state_dict"].update({"policy.lm_head.weight": 1.0}),
+     "its state_dict entry 'policy.lm_head.weight' is a float, not a tensor"),
+    (lambda c: c.update(hyper_parameters=[1]), "its hyper_parameters is a list, not a mapping"),
+    (lambda c: c["state_dict"]["policy.model.norm.weight"].fill_(float("inf")),
+     "its state_dict entry policy.model.norm.weight holds non-finite values"),
+])
+def test_a_checkpoint_laid_out_otherwise_is_one_line(tmp_path, capsys, monkeypatch, edit, message):
+    """Read by ttrl eval as its model (and by ttrl fit's --ckpt_path, through the same checkpoints.load_checkpoint):
+    a list state_dict was an AttributeError traceback, NaN weights a sampling RuntimeError."""
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.modules import PolicySpec, SFTModule
+
+    monkeypatch.delenv("TTRL_DEBUG", raising=False)
+    module = SFTModule(policy=PolicySpec(model="tiny:llama"))
+    module.configure_model()
+    checkpoint = {"state_dict": {f"policy.{k}": v for k, v in module.policy.state_dict().items()},
+                  "hyper_parameters": {"policy": {"model": "tiny:llama", "seed": 0}}}
+    edit(checkpoint)
+    path = tmp_path / "bad.ckpt"
+    torch.save(checkpoint, path)
+    rc = main(["eval", "--model", str(path), "--task", "arith", "--n", "1", "--k", "1", "--max-new-tokens", "2",
+               "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("ttrl eval: ") and message in err and str(path) in err

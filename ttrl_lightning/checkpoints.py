@@ -64,7 +64,55 @@ def load_checkpoint(path: str) -> dict | None:
         held = (f"keys {sorted(map(str, checkpoint))[:6]}" if isinstance(checkpoint, dict)
                 else type(checkpoint).__name__)
         raise UserError(f"checkpoint {path} is not a Lightning checkpoint (no state_dict; it holds {held})")
+    check_checkpoint_layout(checkpoint, path)
     return checkpoint
+
+
+def check_checkpoint_layout(checkpoint: dict, path: str) -> None:
+    """Refuse a checkpoint whose entries are not laid out as a Lightning checkpoint's are, before anything reads
+    them: ``state_dict`` a mapping of names to tensors (a list, or a value that is not a tensor, was an
+    ``AttributeError`` or a ``TypeError`` deep in the load), ``hyper_parameters`` (when present) a mapping. One
+    ``UserError`` naming the file and the entry."""
+    state = checkpoint["state_dict"]
+    if not isinstance(state, dict):
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (its state_dict is a "
+                        f"{type(state).__name__}, not a mapping of names to tensors)")
+    for key, value in state.items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise UserError(f"checkpoint {path} is not a Lightning checkpoint (its state_dict entry {key!r:.80} "
+                            f"is a {type(value).__name__}, not a tensor)")
+    hparams = checkpoint.get("hyper_parameters")
+    if hparams is not None and not isinstance(hparams, dict):
+        raise UserError(f"checkpoint {path} is not a Lightning checkpoint (its hyper_parameters is a "
+                        f"{type(hparams).__name__}, not a mapping)")
+    key = first_non_finite(state.items())
+    if key is not None:  # a run resumed from it, or a model loaded from it, samples from NaN probabilities
+        raise UserError(f"checkpoint {path}: its state_dict entry {key} holds non-finite values (NaN or "
+                        "infinity): the run that wrote it diverged; use an earlier checkpoint")
+
+
+#: the most elements of a tensor tested for non-finite values at once (:func:`first_non_finite`): the bool
+#: tensor of the test stays this small, whatever the weight's size
+FINITE_CHECK_BLOCK = 1 << 24
+
+
+def first_non_finite(named_tensors) -> str | None:
+    """The name of the first floating-point tensor of ``named_tensors`` (``(name, tensor)`` pairs) holding a NaN
+    or an infinity, or None; read in blocks of :data:`FINITE_CHECK_BLOCK` elements (a sharded or meta tensor
+    is passed over: its values are not here)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - a torch without distributed tensors
+        DTensor = ()
+    with torch.no_grad():
+        for name, tensor in named_tensors:
+            if not tensor.is_floating_point() or tensor.device.type == "meta" or isinstance(tensor, DTensor):
+                continue
+            flat = tensor.detach().reshape(-1)
+            for start in range(0, flat.numel(), FINITE_CHECK_BLOCK):
+                if not bool(torch.isfinite(flat[start:start + FINITE_CHECK_BLOCK]).all()):
+                    return name
+    return None
 
 
 #: prefix of the policy's weights in a PolicyModule's ``state_dict``

@@ -28,8 +28,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ttrl_lightning.checkpoints import is_checkpoint_path, policy_state_from_checkpoint
-from ttrl_lightning.errors import UserError, first_line
+from ttrl_lightning.checkpoints import first_non_finite, is_checkpoint_path, policy_state_from_checkpoint
+from ttrl_lightning.errors import UserError, first_line, shown
 from ttrl_lightning.registry import Registry
 from ttrl_lightning.tools.protocol import TOOL_TOKENS
 
@@ -668,6 +668,49 @@ def _check_all_weights_loaded(name: str, config, info: dict) -> None:
                         "they would be random: the config does not match the weights")
 
 
+def check_finite_weights(model: nn.Module, name: str) -> None:
+    """Refuse a loaded model any of whose weights holds a NaN or an infinity: one ``UserError`` naming ``name``
+    (the folder or checkpoint) and the weight. Such a model samples from NaN probabilities, which torch's
+    sampler reports as a ``RuntimeError`` at the first token of the first question
+    (``checkpoints.first_non_finite``: read in blocks, no copy of a whole weight)."""
+    key = first_non_finite(model.named_parameters())
+    if key is not None:
+        raise UserError(f"{name}: the weight {key} holds non-finite values (NaN or infinity); the model would "
+                        "sample from NaN probabilities: give weights that are numbers")
+
+
+#: ``config.json`` keys whose value, where it is a number, must be a positive one (a norm's epsilon: a negative
+#: ``rms_norm_eps`` makes the norm divide by the square root of a negative number, NaN at the first token)
+POSITIVE_CONFIG_SUFFIXES = ("_eps", "epsilon", "rope_theta")
+#: ``config.json`` keys whose value, where it is an int, is a size and must be >= 1
+SIZE_CONFIG_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                    "intermediate_size", "vocab_size", "max_position_embeddings", "head_dim", "depth", "embed_dim",
+                    "num_heads", "patch_size", "spatial_merge_size", "temporal_patch_size")
+
+
+def check_config_values(name: str, config) -> None:
+    """Refuse a model config (and its sub-configs: ``text_config``, ``vision_config``) with a value no model can
+    run with, before the model is built: an epsilon or ``rope_theta`` that is not a positive finite number
+    (:data:`POSITIVE_CONFIG_SUFFIXES`), a size that is not at least 1 (:data:`SIZE_CONFIG_KEYS`). One
+    ``UserError`` naming ``name``'s ``config.json`` and the key."""
+    where = os.path.join(name, "config.json")
+
+    def walk(values: dict, path: str) -> None:
+        for key, value in values.items():
+            at = f"{path}.{key}" if path else str(key)
+            if isinstance(value, dict):
+                walk(value, at)
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            if str(key).endswith(POSITIVE_CONFIG_SUFFIXES) and not (math.isfinite(value) and value > 0):
+                raise UserError(f"{where}: {at} must be a positive number, got {shown(value)}")
+            if key in SIZE_CONFIG_KEYS and isinstance(value, int) and value < 1:
+                raise UserError(f"{where}: {at} must be a size >= 1, got {shown(value)}")
+
+    walk(config.to_dict() if hasattr(config, "to_dict") else dict(config), "")
+
+
 def load_model(
     name: str,
     tokenizer=None,
@@ -705,6 +748,7 @@ def load_model(
         with _held_load_report():  # a load refused below drops what transformers said about it
             try:
                 config = from_pretrained(AutoConfig, name)
+                check_config_values(name, config)
                 model, info = from_pretrained(_auto_model_class(config), name, output_loading_info=True, **kwargs)
             except pickle.UnpicklingError as e:  # torch.load(weights_only=True) refused a pickled object
                 blocked = next((ln.strip() for ln in str(e).splitlines() if "GLOBAL" in ln), "not plain tensors")
@@ -716,6 +760,7 @@ def load_model(
                     raise
                 raise UserError(f"{name}: the weights cannot be loaded ({reason})") from None
             _check_all_weights_loaded(name, config, info)
+        check_finite_weights(model, name)
     if model.generation_config is not None and tokenizer is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
         model.generation_config.eos_token_id = tokenizer.eos_token_id
@@ -758,6 +803,7 @@ def load_checkpoint_policy(path: str, tokenizer=None, *, lora=None, dtype=None) 
         what = (f"missing {missing[0]!r}" + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
                 if missing else f"unexpected {unexpected[0]!r}")
         raise UserError(f"checkpoint {path}: the policy weights do not fit the model its spec builds ({what})")
+    check_finite_weights(model, f"checkpoint {path}")
     if spec.get("lora"):
         model = model.merge_and_unload()
     if dtype is not None:
