@@ -73,3 +73,61 @@ def test_ttrl_fit_uses_it_unless_a_writer_is_given():
     own = TorchCheckpointIO()
     assert with_streaming_checkpoints({"plugins": [own]})["plugins"] == [own]
     assert with_streaming_checkpoints({"plugins": own})["plugins"] is own  # left as given
+
+
+def test_a_full_disk_is_one_line_naming_the_checkpoint(tmp_path, monkeypatch, capsys):
+    """``ttrl fit`` saving its second checkpoint on a full disk (ENOSPC, raised by the write after some bytes):
+    one line naming the file (was a traceback), exit 1, the first checkpoint intact, no temporary left."""
+    import errno
+
+    from ttrl_lightning.checkpoints import load_checkpoint
+    from ttrl_lightning.cli import main
+    from ttrl_lightning.cli.configs import config_path
+
+    saves, real_save = [], torch.save
+
+    def save(obj, f, *args, **kwargs):
+        saves.append(f)
+        if len(saves) == 1:
+            return real_save(obj, f, *args, **kwargs)
+        f.write(b"PK" * 100)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(torch, "save", save)
+    monkeypatch.delenv("TTRL_DEBUG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    root = tmp_path / "run"
+    rc = main(["fit", "--config", config_path("rft/tiny_grpo_fast.yaml"), "--trainer.logger=false",
+               "--trainer.max_steps=2", f"--trainer.default_root_dir={root}", "--trainer.enable_checkpointing=true",
+               "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+               "--trainer.callbacks.dirpath=" + str(root / "checkpoints"), "--trainer.callbacks.save_top_k=-1",
+               "--trainer.callbacks.every_n_train_steps=1", "--trainer.enable_progress_bar=false"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err, err[-2000:]
+    line = err.strip().splitlines()[-1]
+    assert line.startswith(f"ttrl fit: {root / 'checkpoints'}") and "step=2.ckpt: the checkpoint could not be " \
+        "written (No space left on device; " in line and "the previous file is kept" in line
+    assert os.listdir(root / "checkpoints") == ["epoch=0-step=1.ckpt"]
+    assert load_checkpoint(str(root / "checkpoints" / "epoch=0-step=1.ckpt"))["global_step"] == 1
+
+
+def test_torchs_own_error_for_a_failed_write_is_one_line_too(tmp_path):
+    """A write that finds no room inside torch's zip writer comes back as its own RuntimeError, with no errno
+    ("unexpected pos ...", "file write failed"): the same one line. A real failed write: a file size limit."""
+    import subprocess
+    import sys
+
+    script = (
+        "import resource, signal, torch\n"
+        "from ttrl_lightning.cli.checkpoint_io import StreamingCheckpointIO\n"
+        "from ttrl_lightning.safe_files import DiskFullError\n"
+        "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 16, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        "    StreamingCheckpointIO().save_checkpoint({'state_dict': {'w': torch.zeros(1 << 16)}}, 'x.ckpt')\n"
+        "except DiskFullError as e:\n"
+        "    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("x.ckpt: the checkpoint could not be written (a write failed: "), out.stderr[-2000:]
+    assert "free on its disk); free space or write elsewhere" in out.stdout
+    assert os.listdir(tmp_path) == []

@@ -24,8 +24,8 @@ ALLOWED = {
     "rollout": {"data", "errors", "integrations", "masking", "models", "prompt_format", "registry", "safe_files",
                 "signals", "tools"},
     "modules": {"answers", "consensus", "data", "errors", "eval", "fidelity", "integrations", "masking", "models",
-                "ops", "prompt_format", "pseudo_labels", "registry", "retrieval", "rewards", "rollout", "seeding",
-                "tools"},
+                "ops", "prompt_format", "pseudo_labels", "registry", "retrieval", "rewards", "rollout",
+                "safe_files", "seeding", "tools"},
     # the top: a study drives `ttrl fit` (cli) and reads every layer's results; nothing below imports it
     "study": {"answers", "cli", "data", "errors", "eval", "generate", "models", "modules", "provenance", "registry",
               "rollout", "safe_files"},

@@ -8,14 +8,20 @@
   command can refuse to write its input onto itself before anything is opened for writing.
 * :func:`partial_path` is where an interrupted run writes what it finished, beside a complete result of an
   earlier run instead of over it (``report.json`` -> ``report.partial.json``).
+* :func:`disk_full_is_one_line` turns a write that found its disk full (``ENOSPC``, a quota, or the same
+  hidden under torch's zip writer or safetensors' error) into a :class:`DiskFullError` naming the file.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import shutil
 import stat
 import tempfile
 from typing import IO, Iterator
+
+from ttrl_lightning.errors import UserError
 
 
 @contextlib.contextmanager
@@ -173,3 +179,47 @@ def content_sha256(path: str | os.PathLike) -> str:
         if not name.startswith(".") and os.path.isfile(full):
             digest.update(f"{name}\t{file_sha256(full)}\n".encode())
     return digest.hexdigest()
+
+
+class DiskFullError(UserError):
+    """A file could not be written because its disk (or the user's quota, or a file size limit) left no room:
+    the user frees space or writes elsewhere; the previous file is kept (:func:`atomic_write`)."""
+
+
+#: errno values of a write that found no room: no space left, a quota exceeded, a file too large
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: what torch's zip writer and safetensors say when a write of theirs failed (their errors carry no errno):
+#: torch's ``inline_container.cc`` enforce failures ("file write failed", "unexpected pos 768 vs 662" where the
+#: failed write left the file short), safetensors' ``StorageFull`` / ``os error 28``
+_HIDDEN_WRITE_FAILURES = ("inline_container.cc", "file write failed", "PytorchStreamWriter failed", "StorageFull",
+                          "QuotaExceeded", "os error 28", "os error 27", "os error 122", "No space left on device")
+
+
+def _disk_full(error: BaseException) -> bool:
+    if isinstance(error, OSError):
+        return error.errno in DISK_FULL_ERRNOS
+    return any(m in str(error) for m in _HIDDEN_WRITE_FAILURES)
+
+
+@contextlib.contextmanager
+def disk_full_is_one_line(path: str | os.PathLike, what: str = "file") -> Iterator[None]:
+    """Run a write of ``path`` (``what`` names it in the message); a write that found no room (an ``OSError``
+    of :data:`DISK_FULL_ERRNOS`, or torch's or safetensors' own error for a failed write, which carries no
+    errno) is one :class:`DiskFullError` naming the file, the reason and the room left on its disk. Any other
+    error passes."""
+    try:
+        yield
+    except Exception as e:  # noqa: BLE001 - sorted by _disk_full, re-raised otherwise
+        if not _disk_full(e):
+            raise
+        folder = os.path.dirname(os.path.abspath(path))
+        try:
+            room = f"{shutil.disk_usage(folder).free:,} bytes free on its disk"
+        except OSError:
+            room = "the room on its disk could not be read"
+        if isinstance(e, OSError):
+            reason = e.strerror or str(e)
+        else:
+            reason = "a write failed: " + " ".join(str(e).split("] ")[-1].split())[:120].strip(" .")
+        raise DiskFullError(f"{os.fspath(path)}: the {what} could not be written ({reason}; {room}); free space "
+                            "or write elsewhere (trainer.default_root_dir); the previous file is kept") from e

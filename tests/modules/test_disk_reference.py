@@ -173,3 +173,26 @@ def test_a_reference_version_is_claimed_once(tmp_path):
     assert claim_reference_version(str(folder)) == 5
     assert reference_file_name(0, 2) == "initial.rank2.safetensors"
     assert reference_file_name(5, 0) == "initial-v5.rank0.safetensors"
+
+
+def test_a_full_disk_under_the_reference_file_is_one_line(tmp_path, monkeypatch):
+    """safetensors' own error for a write that found no room (no errno; was a traceback): one line naming the
+    file, and no partial file left."""
+    import os
+
+    import safetensors.torch
+
+    from ttrl_lightning.errors import UserError
+    from ttrl_lightning.models import load_model
+
+    def full(tensors, filename, *args, **kwargs):
+        open(filename, "wb").write(b"x" * 10)
+        raise safetensors.SafetensorError('Error while serializing: I/O error: No space left on device '
+                                          '(os error 28)')
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    path = tmp_path / "reference" / "initial.rank0.safetensors"
+    with pytest.raises(UserError, match=r"initial.rank0.safetensors: the KL reference's weights file could not "
+                                        r"be written \(a write failed: Error while serializing"):
+        DiskWeights.write(load_model("tiny:llama"), str(path))
+    assert os.listdir(path.parent) == []

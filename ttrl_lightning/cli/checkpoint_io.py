@@ -12,7 +12,7 @@ import torch
 from lightning.fabric.plugins import CheckpointIO
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ttrl_lightning.safe_files import atomic_write
+from ttrl_lightning.safe_files import atomic_write, disk_full_is_one_line
 
 
 class StreamingCheckpointIO(TorchCheckpointIO):
@@ -23,7 +23,8 @@ class StreamingCheckpointIO(TorchCheckpointIO):
     its AdamW state, which made the save the peak of a real-model run (3.8 GB against the training step's 2.9).
     Here ``torch.save`` writes straight into a temporary file beside the target that replaces it when complete
     (``safe_files.atomic_write``: a reader sees the old checkpoint or the new one, never a truncated one). The
-    bytes are the same; loading is Lightning's. A path with a protocol (``s3://``, ``file://``, ...) keeps
+    bytes are the same; loading is Lightning's. A disk found full while writing is one line naming the file
+    (``safe_files.disk_full_is_one_line``), the previous checkpoint kept. A path with a protocol (``s3://``, ``file://``, ...) keeps
     Lightning's writer.
     """
 
@@ -32,7 +33,7 @@ class StreamingCheckpointIO(TorchCheckpointIO):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with atomic_write(path, "wb") as fh:
+        with disk_full_is_one_line(path, "checkpoint"), atomic_write(path, "wb") as fh:
             torch.save(checkpoint, fh)
 
 

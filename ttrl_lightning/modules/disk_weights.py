@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from ttrl_lightning.errors import UserError
+from ttrl_lightning.safe_files import disk_full_is_one_line
 
 __all__ = ["DiskWeights", "file_digest", "reference_file_name", "claim_reference_version"]
 
@@ -92,7 +93,13 @@ class DiskWeights:
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tensors = {n: p.detach().contiguous() for n, p in model.named_parameters()}
         tmp = f"{path}.partial"
-        save_file(tensors, tmp)
+        try:
+            with disk_full_is_one_line(path, "KL reference's weights file"):
+                save_file(tensors, tmp)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         os.replace(tmp, path)
         return cls(model, path, file_digest(path))
 
