@@ -125,3 +125,18 @@ def test_a_processors_chat_template_is_probed_with_an_image_part_when_the_proces
                         cls.__name__ == "AutoProcessor" else None)
     with pytest.raises(UserError, match=r"^/some/vl: its chat template cannot render"):
         models.load_processor("/some/vl")
+
+
+def test_a_vision_tower_too_deep_for_this_machine_is_refused_before_it_is_built(tmp_path):
+    """The size check counted the text model only: a vision_config of depth 10^6 was built (unbounded)."""
+    from ttrl_lightning.models import _vision_parameters
+
+    path = tmp_path / "vl"
+    load_model("tiny:qwen2_vl").save_pretrained(path)
+    load_tokenizer("tiny:qwen2_vl").save_pretrained(path)
+    _edit(path / "config.json", lambda c: {**c, "vision_config": {**c["vision_config"], "depth": 10**6}})
+    with pytest.raises(UserError, match=r"config\.json: the sizes describe about [\d,]+ parameters, more than this "
+                                        r"machine's memory holds in float32"):
+        load_model(str(path), None)
+    # Qwen2-VL's blocks: qkv and proj (4 d^2), an MLP of mlp_ratio 4 (8 d^2); the tiny tower's 12,288 per block
+    assert _vision_parameters({"depth": 1, "embed_dim": 32, "hidden_size": 32, "mlp_ratio": 4}) == 12_288

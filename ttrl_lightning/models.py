@@ -381,7 +381,8 @@ def _non_finite(value, where: str = "") -> tuple[str, float] | None:
 def estimated_parameters(config: dict) -> int:
     """The parameters a decoder config describes, from its sizes alone (before anything is built): per layer the
     attention (q, k, v, o) and the gated MLP, plus the embeddings (twice when untied); a vision-language config's
-    ``text_config`` when it has one. Rough (biases, norms and a vision tower are left out): a bound's estimate."""
+    ``text_config`` when it has one, and its vision tower's blocks (:func:`_vision_parameters`). Rough (biases,
+    norms, a vision tower's patch embedding and merger are left out): a bound's estimate."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
 
     def size(key: str, default: int = 0) -> int:
@@ -395,7 +396,28 @@ def estimated_parameters(config: dict) -> int:
     head_dim = size("head_dim") or (h // heads if heads else 0)
     attention = h * heads * head_dim * 2 + h * kv * head_dim * 2
     embeddings = vocab * h * (1 if text.get("tie_word_embeddings", config.get("tie_word_embeddings", True)) else 2)
-    return layers * (attention + 3 * h * inter) + embeddings
+    return layers * (attention + 3 * h * inter) + embeddings + _vision_parameters(config.get("vision_config"))
+
+
+def _vision_parameters(vision) -> int:
+    """The parameters of a vision tower's blocks (``vision_config``: ``depth`` blocks of width ``embed_dim`` or
+    ``hidden_size``, attention and an MLP of ``intermediate_size`` or ``mlp_ratio`` times the width), 0 without
+    one: a tower of depth 10^6 is refused before it is built, as a text model of that depth is."""
+    if not isinstance(vision, dict):
+        return 0
+
+    def size(*keys: str) -> int:
+        for key in keys:
+            value = vision.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+                return int(value)
+        return 0
+
+    width, depth = size("embed_dim", "hidden_size"), size("depth", "num_hidden_layers")
+    ratio = vision.get("mlp_ratio")
+    ratio = ratio if isinstance(ratio, (int, float)) and not isinstance(ratio, bool) and 0 < ratio < 1e6 else 4
+    inter = size("intermediate_size") or int(width * ratio)
+    return depth * (4 * width * width + 2 * width * inter)
 
 
 def max_parameters() -> int:
