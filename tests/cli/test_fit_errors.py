@@ -208,3 +208,13 @@ def test_a_missing_model_a_non_utf8_config_and_a_negative_max_steps_are_one_line
         out, err = capsys.readouterr()
         assert rc == 1 and err.startswith(f"ttrl fit: {message}"), err
         assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_an_external_reference_without_its_callback_is_one_line(capsys, tmp_path):
+    """``grpo.reference: external`` with the EMAAnchor callback taken off was a RuntimeError traceback."""
+    rc = main(["fit", *GRPO, "--trainer.callbacks=[]", f"--trainer.default_root_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == ("ttrl fit: grpo.reference='external' but no callback set a reference "
+                                            "model: add the EMAAnchor callback (trainer.callbacks) or use "
+                                            "grpo.reference 'initial'")

@@ -184,7 +184,8 @@ class GRPOModule(PolicyModule):
         self.check_fit_questions()
         ref = self.grpo.reference
         if ref == "external" and self.reference_model is None:
-            raise RuntimeError("reference='external' but no callback (e.g. EMAAnchor) set a reference model")
+            raise UserError("grpo.reference='external' but no callback set a reference model: add the EMAAnchor "
+                            "callback (trainer.callbacks) or use grpo.reference 'initial'")
         if ref == "initial" and self.reference_model is None:
             frozen = frozen_copy(self.policy)  # sharded like the policy under FSDP2
             if self._pending_reference_state is not None:
