@@ -14,7 +14,7 @@ then prints, one run, side by side:
 
 The ``ttrl demo --part vlm`` SFT checkpoint on its tinted questions::
 
-    python -m benchmarks.labelers.vlm_engagement --model outputs/demo_vlm/sft/version_0/checkpoints/<file>.ckpt \\
+    python -m benchmarks.labelers.vlm_engagement --model outputs/demo_vlm/starts/start0/<version>/checkpoints/<file>.ckpt \\
         --data outputs/demo_vlm/questions/train/questions.jsonl
 
 The pool is written under ``--workdir`` (a rerun continues it); the JSON report to ``--out``.

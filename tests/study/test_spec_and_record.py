@@ -5,7 +5,6 @@ import json
 import os
 
 import pytest
-import yaml
 
 from ttrl_lightning.study.record import RecordError, StudyRecord, first_difference
 from ttrl_lightning.study.spec import SpecError, load_spec, spec_from_dict
@@ -145,3 +144,26 @@ def test_first_difference_names_the_path():
     assert first_difference({"a": {"b": [1, 2]}}, {"a": {"b": [1, 3]}}) == "a.b[1] (record: 2, this spec: 3)"
     assert first_difference({"a": 1}, {"a": 1}) is None
     assert "only in this spec" in first_difference({"a": 1}, {"a": 1, "b": 2})
+
+
+def test_the_legacy_record_prints_todays_table_and_a_broken_one_is_one_line(tmp_path):
+    """The first curriculum study's committed record (per-run means) is read by study.legacy: its table as it
+    was reported, and the t intervals its means allow; a truncated record or a run without its seed is one line."""
+    from ttrl_lightning.study.legacy import legacy_report
+
+    path = os.path.join(os.path.dirname(__file__), "../../benchmarks/results/real_model_study/real_model_ttrl.json")
+    table = legacy_report(path, ["visconf", "random_reward", "gold_reward"])
+    assert "visconf                       3                   27.6 (+5.1, 0.6)                   28.7 (+4.8, 2.1)" \
+        in table
+    assert "gold_reward                   3                  37.3 (+14.8, 0.8)                   31.2 (+7.2, 1.0)" \
+        in table
+    assert "visconf                      vs checkpoint +4.8 [+2.2, +7.4]; vs random (seed-paired) +6.9" in table
+    broken = tmp_path / "real_model_ttrl.json"
+    broken.write_text(open(path).read()[:5000])
+    with pytest.raises(RecordError, match="not a readable record"):
+        legacy_report(str(broken))
+    record = json.load(open(path))
+    del next(iter(record["runs"].values()))["seed"]
+    broken.write_text(json.dumps(record))
+    with pytest.raises(RecordError, match="KeyError: 'seed'"):
+        legacy_report(str(broken))

@@ -44,8 +44,18 @@ def _t_interval(values: list[float]) -> tuple[float, float] | None:
 def legacy_report(path: str, arms: list[str] | None = None) -> str:
     """The table of the legacy record at ``path`` (module docstring); ``arms``: their order (default: the
     record's)."""
-    with open(path, encoding="utf-8") as fh:
-        record = json.load(fh)
+    from .record import RecordError
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            record = json.load(fh)
+        runs = record["runs"].values()
+        for run in runs:  # the fields the table reads, checked before anything is printed
+            run["arm"], run["seed"], run["task"], run["after"]["held_out"], run["seconds"]
+        record["tasks"], record["before"], record["settings"]["k"]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise RecordError(f"{path}: not a readable record of the first curriculum study ({type(e).__name__}: "
+                          f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
     lines = []
     for task in record["tasks"]:
         before = record["before"][task]
