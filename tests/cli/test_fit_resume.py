@@ -166,6 +166,6 @@ def test_a_checkpoint_whose_hyperparameters_are_not_a_mapping_is_one_line(two_st
     rc = main(["fit", *FAST, "--trainer.max_steps=3", f"--trainer.default_root_dir={tmp_path / 'run'}",
                "--ckpt_path", path])
     err = capsys.readouterr().err
-    assert rc == 1 and err.startswith("ttrl fit: the checkpoint's hyper_parameters must be a mapping of the "
-                                      "module's arguments, got str 'lr=0.1'"), err
+    assert rc == 1 and err.startswith("ttrl fit: checkpoint ") and "odd.ckpt is not a Lightning checkpoint (its " \
+        "hyper_parameters is a str, not a mapping)" in err, err
     assert err.count("\n") == 1 and "Traceback" not in err

@@ -89,7 +89,7 @@ def test_model_folders_with_bad_weights_or_configs_are_one_line(tmp_path, capsys
     for folder, reason in ((trunc, "truncated or corrupt"), (sized, "shapes do not match the config"),
                            (bad["typed"], "config.json: not a usable model config (StrictDataclass"),
                            (bad["notanobject"], "config.json: must be a JSON object of settings, got a JSON list"),
-                           (bad["negative"], "the config's sizes do not make a model"),
+                           (bad["negative"], "num_attention_heads must be a size >= 1, got -4"),
                            (bad["othertype"], "weights of the bert model that config.json describes are not in "
                                               "its weight files")):
         for command in (["eval", "--data", str(q), "--k", "1"], ["generate", "--data", str(q), "--n", "1",

@@ -4,8 +4,9 @@ from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabel, pseudo_la
 
 
 def test_registry_names_every_labeler():
-    assert PSEUDO_LABELERS.names() == ["entropy", "gold_reward", "majority", "pixel", "random_reward",
-                                       "self_certainty", "self_harmony", "soft_majority", "visconf"]
+    assert PSEUDO_LABELERS.names() == ["entropy", "format_reward", "gold_reward", "majority", "null_reward",
+                                       "pixel", "random_reward", "self_certainty", "self_harmony", "soft_majority",
+                                       "visconf"]
 
 
 def test_unknown_method_lists_the_known_ones():

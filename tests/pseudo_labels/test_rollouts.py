@@ -5,7 +5,7 @@ from ttrl_lightning.pseudo_labels import PSEUDO_LABELERS, PseudoLabelError, pseu
 from ttrl_lightning.pseudo_labels.rollouts import canonical_answers
 
 LABELERS = ["majority", "self_harmony", "visconf", "pixel", "self_certainty", "entropy", "random_reward",
-            "gold_reward", "soft_majority"]
+            "gold_reward", "soft_majority", "null_reward", "format_reward"]
 #: the options a labeler needs besides the rollouts (the controls: a seed, the gold answer)
 NEEDS = {"random_reward": {"seed": 0}, "gold_reward": {"gold": "1"}}
 
