@@ -99,6 +99,13 @@ def summarise(record: Mapping, spec: StudySpec) -> dict:
         adjusted = holm(family, {a: grids[ref][a] for a in family}, **kw)
         out["references"][ref] = {a: (adjusted.get(a) or c).as_dict() for a, c in comparisons.items()
                                   if c is not None}
+    starts = {}
+    for seed, start in record["starts"].items():
+        evals = [e[split]["avg"] for key, e in start.get("eval", {}).items()
+                 if split in e and int(key) - spec.evaluation.seed_offset in spec.seeds]
+        if evals and int(seed) in spec.start.seeds:
+            starts[seed] = statistics.fmean(evals)
+    out["starts"] = starts
     if r.gold in acc:
         for arm in arms:
             if arm == r.gold:
@@ -141,6 +148,12 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
         lines.append(f"{names[arm]:<{w}} {e['n']:>2} {_pct(s.get('avg_before')) + ' -> ' + _pct(s.get('avg_after')):>22} "
                      f"{_pct(s.get('maj_before')) + ' -> ' + _pct(s.get('maj_after')):>22} "
                      f"{_pct(e['label_accuracy']):>9} {kl:>7} {acc1k:>7} {rl:>15}")
+    starts = summary.get("starts") or {}
+    if starts:
+        values = list(starts.values())
+        lines.append(f"start, avg@{k} on {split} by start seed (mean over evaluation seeds): "
+                     + ", ".join(f"{seed}: {100 * v:.1f}" for seed, v in starts.items())
+                     + (f"; spread (max - min) {100 * (max(values) - min(values)):.1f}" if len(values) > 1 else ""))
     refs = summary["references"]
     lines += ["", f"differences in avg@{k} (points) with 95% intervals; Holm p and 'improves' (Holm p < alpha and "
                   "the simultaneous interval above 0) across the label-free arms"]
