@@ -137,7 +137,7 @@ def format_report(summary: Mapping, spec: StudySpec, k: int) -> str:
     w = max([13] + [len(n) for n in names.values()])
     head = (f"{'arm':<{w}} {'n':>2} {f'avg@{k} before -> after':>22} {f'maj@{k} before -> after':>22} "
             f"{'label acc':>9} {'KL P95':>7} {'acc/1K':>7} {'recovered/lost':>15}")
-    lines = [f"{spec.name}: {split} split; intervals: {1 - summary['alpha']:.0%} paired bootstrap over questions then seeds "
+    lines = ([spec.description] if spec.description else []) + [f"{spec.name}: {split} split; intervals: {1 - summary['alpha']:.0%} paired bootstrap over questions then seeds "
              f"({summary['bootstrap']} replicates); n: replicates (start seed x run seed)", head, "-" * len(head)]
     for arm, e in arms.items():
         s = e["splits"].get(split, {})

@@ -103,7 +103,8 @@ def run_config(spec: StudySpec, arm: str, start: str, start_seed: int, seed: int
     return config
 
 
-def _build_start(spec: StudySpec, record: StudyRecord, start_seed: int, paths: dict[str, str]) -> str:
+def _build_start(spec: StudySpec, record: StudyRecord, start_seed: int, paths: dict[str, str], sitting: dict
+                 ) -> str:
     """Start ``start_seed``'s checkpoint: the one the record names when it is still there, else built anew; bound
     to the record by its digest either way."""
     entry = record.start(start_seed)
@@ -114,7 +115,7 @@ def _build_start(spec: StudySpec, record: StudyRecord, start_seed: int, paths: d
         t0 = time.perf_counter()
         ckpt = START_KINDS[spec.start.kind](StartContext(spec, start_seed, folder, paths))
         entry["seconds"] = round(time.perf_counter() - t0, 1)
-        entry["provenance"] = provenance(spec.out)
+        entry["provenance"] = sitting
     record.check_start(start_seed, weights_digest(ckpt))
     entry["checkpoint"] = ckpt
     record.save()
@@ -125,7 +126,10 @@ def run_study(spec: StudySpec, record: StudyRecord, only: Sequence[str] | None =
     """Steps 1-3 of the module docstring; the record is written after each."""
     chosen = parse_only(spec, only)
     t_start = time.perf_counter()
-    record.data["sittings"].append({**provenance(spec.out), "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    # the code this process runs: taken once, at its start (a checkout that moves on while a study runs does not
+    # change the code already imported)
+    sitting = provenance(spec.out)
+    record.data["sittings"].append({**sitting, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
                                     "argv_only": list(only or [])})
 
     def save() -> None:
@@ -144,7 +148,7 @@ def run_study(spec: StudySpec, record: StudyRecord, only: Sequence[str] | None =
     todo = [r for r in planned_runs(spec, chosen) if spec.run_key(*r) not in record.data["runs"]]
     starts = {}
     for start_seed in sorted({ss for _, ss, _ in todo} or ()):
-        starts[start_seed] = _build_start(spec, record, start_seed, paths)
+        starts[start_seed] = _build_start(spec, record, start_seed, paths, sitting)
         evals = record.start(start_seed).setdefault("eval", {})
         for seed in spec.seeds:
             eval_seed = spec.evaluation.seed_for(seed)
@@ -160,7 +164,8 @@ def run_study(spec: StudySpec, record: StudyRecord, only: Sequence[str] | None =
     for i, (arm, start_seed, seed) in enumerate(todo, 1):
         key = spec.run_key(arm, start_seed, seed)
         print(f"\n== run {i}/{len(todo)}: {key} (labeler {spec.arms[arm].labeler})", flush=True)
-        record.data["runs"][key] = _run(spec, arm, start_seed, seed, starts[start_seed], paths, eval_paths, settings)
+        record.data["runs"][key] = _run(spec, arm, start_seed, seed, starts[start_seed], paths, eval_paths, settings,
+                                        sitting)
         save()
         after = record.data["runs"][key]["eval"]
         print(f"   {key}: " + "  ".join(f"{split} avg@{settings.k} {100 * e['avg']:.1f}%" for split, e in after.items())
@@ -169,7 +174,7 @@ def run_study(spec: StudySpec, record: StudyRecord, only: Sequence[str] | None =
 
 
 def _run(spec: StudySpec, arm: str, start_seed: int, seed: int, start: str, paths: dict[str, str],
-         eval_paths: dict[str, str], settings) -> dict:
+         eval_paths: dict[str, str], settings, sitting: dict) -> dict:
     """One run: its folder cleared (a killed attempt's logs would join its curves), ``ttrl fit``, evaluation."""
     root = os.path.join(spec.out, "runs", arm, f"start{start_seed}", f"seed{seed}")
     if os.path.isdir(root):
@@ -204,8 +209,7 @@ def _run(spec: StudySpec, arm: str, start_seed: int, seed: int, start: str, path
     return {"arm": arm, "labeler": spec.arms[arm].labeler, "start_seed": start_seed, "seed": seed,
             "eval_seed": eval_seed, "eval": after, "metrics": metrics, "curves": curves,
             "fit_seconds": round(fit_seconds, 1), "seconds": round(time.perf_counter() - t0, 1),
-            "peak_rss_gb": round(peak_rss_gb(), 2), "config": os.path.relpath(config, spec.out),
-            **provenance(spec.out)}
+            "peak_rss_gb": round(peak_rss_gb(), 2), "config": os.path.relpath(config, spec.out), **sitting}
 
 
 def _checkpoints(root: str) -> list[str]:
