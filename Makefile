@@ -49,7 +49,7 @@ real-model real-model-study: $(STAMP)
 	test -f models/smollm2/config.json || $(VENV)/bin/ttrl model import --out models/smollm2
 	$(VENV)/bin/ttrl study --config configs/study/smollm2_curriculum.yaml --resume
 
-# the demo over 3 SFT seeds x 3 TTRL seeds with the random-, null- and gold-reward controls (about 30 min on 2 cores)
+# the demo over 3 SFT seeds x 3 TTRL seeds with the random-, null- and gold-reward controls (39 min on 2 busy cores)
 demo-seeds: $(STAMP)
 	$(VENV)/bin/ttrl study --config configs/study/demo_seeds.yaml --resume
 
