@@ -83,16 +83,13 @@ def _legacy_arms(path: str, spec) -> list[str]:
 def report(spec, record) -> int:
     """Print and write the report of ``record`` (``<out>/report.json``, ``<out>/study.png``)."""
     from ..safe_files import atomic_write
-    from ..study.evaluate import eval_settings
     from ..study.report import format_report, plot_curves, summarise
-    from ..study.runs import compose_config
 
     if not record.data["runs"]:
         print(f"{record.path}: no finished run yet")
         return 0
     summary = summarise(record.data, spec)
-    k = eval_settings(spec.evaluation, compose_config(spec.train.config, spec.train.overrides)).k
-    print("\n" + format_report(summary, spec, k))
+    print("\n" + format_report(summary, spec, spec.evaluation.k))
     path = os.path.join(spec.out, "report.json")
     with atomic_write(path) as fh:
         json.dump(summary, fh, indent=1, allow_nan=False)

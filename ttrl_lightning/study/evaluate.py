@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .runs import nested
 from .spec import EvaluationSpec
 
-__all__ = ["EvalSettings", "eval_settings", "evaluate_split", "evaluate_checkpoint"]
+__all__ = ["EvalSettings", "eval_settings", "evaluate_split", "load_for_evaluation"]
 
 
 @dataclass(frozen=True)
@@ -73,15 +73,10 @@ def evaluate_split(model, tokenizer, processor, path: str, settings: EvalSetting
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
-def evaluate_checkpoint(checkpoint: str, paths: Mapping[str, str], settings: EvalSettings, seed: int) -> dict:
-    """:func:`evaluate_split` of the checkpoint at ``checkpoint`` on every split of ``paths``."""
+def load_for_evaluation(checkpoint: str):
+    """``(model, tokenizer, processor)`` of the checkpoint at ``checkpoint``, loaded once for every evaluation
+    seed of a start (:func:`evaluate_split`)."""
     from ..models import load_model, load_processor, load_tokenizer
 
     tokenizer = load_tokenizer(checkpoint)
-    processor = load_processor(checkpoint)
-    model = load_model(checkpoint, tokenizer)
-    try:
-        return {split: evaluate_split(model, tokenizer, processor, path, settings, seed)
-                for split, path in paths.items()}
-    finally:
-        del model
+    return load_model(checkpoint, tokenizer), tokenizer, load_processor(checkpoint)

@@ -19,12 +19,9 @@ __all__ = ["LEGACY_NAME", "legacy_report"]
 
 #: the file name of such a record
 LEGACY_NAME = "real_model_ttrl.json"
-#: the per-step metrics that a step labelling no question repeated from the step before (dropped, as the
-#: benchmark did, before the label-accuracy mean)
-_UNLABELLED_REPEATS = ("train/label_accuracy",)
-
-
 def _label_accuracy(run: dict) -> float | None:
+    """The run's mean label accuracy over the steps that labelled a question (a step labelling none repeated the
+    step before's value in that record's log; dropped, as the benchmark that wrote it did)."""
     curves = run.get("curves", {})
     unlabelled = {step for step, v in curves.get("train/coverage", []) if v == 0}
     points = [v for step, v in curves.get("train/label_accuracy", []) if step not in unlabelled]

@@ -24,12 +24,12 @@ from collections.abc import Sequence
 
 from ..provenance import peak_rss_gb, provenance
 from .digest import weights_digest
-from .evaluate import eval_settings, evaluate_checkpoint, evaluate_split
+from .evaluate import eval_settings, evaluate_split, load_for_evaluation
 from .questions import build_questions, split_digests
 from .record import StudyRecord
 from .runs import compose_config, curve_mean, fit_in_process, logged_curves, seed_overrides, write_config
 from .spec import SpecError, StudySpec
-from .starts import START_KINDS, StartContext, _file_data, csv_logger
+from .starts import START_KINDS, StartContext, csv_logger, file_data
 
 __all__ = ["run_study", "planned_runs", "run_config", "parse_only"]
 
@@ -95,7 +95,7 @@ def run_config(spec: StudySpec, arm: str, start: str, start_seed: int, seed: int
                             {"model": {"init_args": {"policy": {"model": start}}}, "trainer": trainer})
     data = config.get("data") or {}
     config["data"] = {"class_path": "ttrl_lightning.data.questions.QuestionDataModule",
-                      "init_args": _file_data(data.get("init_args") or {}, paths[t.split],
+                      "init_args": file_data(data.get("init_args") or {}, paths[t.split],
                                               paths.get(t.validation) if t.validation else None,
                                               paths.get(t.calibration) if t.calibration else None)}
     config["trainer"]["logger"] = _loggers(config["trainer"].get("logger"), spec,
@@ -111,7 +111,7 @@ def _build_start(spec: StudySpec, record: StudyRecord, start_seed: int, paths: d
     ckpt = entry.get("checkpoint")
     if not (ckpt and os.path.exists(ckpt)):
         folder = os.path.join(spec.out, "starts", f"start{start_seed}")
-        print(f"== start {start_seed}: {spec.start.kind}" + (f" ({spec.start.config or spec.start.path})"), flush=True)
+        print(f"== start {start_seed}: {spec.start.kind} ({spec.start.config or spec.start.path})", flush=True)
         t0 = time.perf_counter()
         ckpt = START_KINDS[spec.start.kind](StartContext(spec, start_seed, folder, paths))
         entry["seconds"] = round(time.perf_counter() - t0, 1)
@@ -150,13 +150,17 @@ def run_study(spec: StudySpec, record: StudyRecord, only: Sequence[str] | None =
     for start_seed in sorted({ss for _, ss, _ in todo} or ()):
         starts[start_seed] = _build_start(spec, record, start_seed, paths, sitting)
         evals = record.start(start_seed).setdefault("eval", {})
-        for seed in spec.seeds:
-            eval_seed = spec.evaluation.seed_for(seed)
-            if str(eval_seed) not in evals:
-                print(f"== start {start_seed}: evaluation seed {eval_seed} ({settings.k} samples per question at "
-                      f"T={settings.temperature})", flush=True)
-                evals[str(eval_seed)] = evaluate_checkpoint(starts[start_seed], eval_paths, settings, eval_seed)
-                save()
+        missing = [s for s in map(spec.evaluation.seed_for, spec.seeds) if str(s) not in evals]
+        model = load_for_evaluation(starts[start_seed]) if missing else None  # once for all its seeds
+        for eval_seed in missing:
+            print(f"== start {start_seed}: evaluation seed {eval_seed} ({settings.k} samples per question at "
+                  f"T={settings.temperature})", flush=True)
+            evals[str(eval_seed)] = {split: evaluate_split(*model, path, settings, eval_seed)
+                                     for split, path in eval_paths.items()}
+            save()
+        del model
+        gc.collect()
+        for eval_seed in map(spec.evaluation.seed_for, spec.seeds):
             line = "  ".join(f"{split} avg@{settings.k} {100 * e['avg']:.1f}% maj@{settings.k} {100 * e['maj']:.1f}%"
                              for split, e in evals[str(eval_seed)].items())
             print(f"   start {start_seed}, evaluation seed {eval_seed}: {line}", flush=True)

@@ -8,13 +8,12 @@ merges key by key, anything else replaces), written beside the run as ``study_ru
 from __future__ import annotations
 
 import csv
-import glob
 import os
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["compose_config", "write_config", "fit_in_process", "run_checkpoint", "last_checkpoint",
-           "DEMO_CURVES", "logged_curves", "add_rows", "logged_value", "curve_mean", "seed_overrides"]
+__all__ = ["compose_config", "write_config", "fit_in_process", "run_checkpoint",
+           "RUN_CURVES", "logged_curves", "add_rows", "logged_value", "curve_mean", "seed_overrides"]
 
 
 def compose_config(base: str, *overrides: Mapping) -> dict:
@@ -55,12 +54,6 @@ def fit_in_process(args: list[str], command: str = "fit"):
     return make_cli([command, *args])
 
 
-def last_checkpoint(root: str) -> str | None:
-    """The newest checkpoint file under ``root``."""
-    found = sorted(glob.glob(os.path.join(root, "**", "*.ckpt"), recursive=True), key=os.path.getmtime)
-    return found[-1] if found else None
-
-
 def run_checkpoint(cli) -> str:
     """The checkpoint the run just wrote (its checkpoint callback's last or best file)."""
     cb = cli.trainer.checkpoint_callback
@@ -71,11 +64,11 @@ def run_checkpoint(cli) -> str:
 
 
 #: the logged metrics a study keeps per run (its curves and its run means)
-DEMO_CURVES = ("train/kl_p95", "train/label_accuracy", "train/coverage", "train/vote_accuracy",
+RUN_CURVES = ("train/kl_p95", "train/label_accuracy", "train/coverage", "train/vote_accuracy",
                "train/reward_accuracy", "train/majority_ratio", "train/completion_len", "train/flip_rate")
 
 
-def logged_curves(trainer, keys: tuple[str, ...] = DEMO_CURVES) -> dict[str, list[tuple[int, float]]]:
+def logged_curves(trainer, keys: tuple[str, ...] = RUN_CURVES) -> dict[str, list[tuple[int, float]]]:
     """``(step, value)`` points of every metric named in ``keys`` and of every ``val/avg@k`` from the run's CSV
     log (the first CSV logger among the trainer's loggers; empty when it has none)."""
     from lightning.pytorch.loggers import CSVLogger

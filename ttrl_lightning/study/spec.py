@@ -197,7 +197,6 @@ class StudySpec:
 
 _SECTIONS = {"start": StartSpec, "questions": QuestionsSpec, "train": TrainSpec, "evaluation": EvaluationSpec,
              "report": ReportSpec}
-_KINDS = {"start": ("checkpoint", "sft", "warmup"), "questions": ("task", "scenes")}
 
 
 def _type_ok(value: Any, annotation: str) -> bool:
@@ -258,9 +257,13 @@ def spec_from_dict(data: Any, source: str = "<spec>") -> StudySpec:
         if key not in data:
             raise SpecError(f"{source}: missing key {key!r}")
     sections = {name: _build(cls, data[name], f"{source}: {name}") for name, cls in _SECTIONS.items()}
-    for name, kinds in _KINDS.items():
-        if sections[name].kind not in kinds:
-            raise SpecError(f"{source}: {name}.kind {sections[name].kind!r} is not one of {', '.join(kinds)}")
+    from .questions import QUESTION_KINDS  # the builders' registries name the kinds (imported here: they import this)
+    from .starts import START_KINDS
+
+    for name, registry in (("start", START_KINDS), ("questions", QUESTION_KINDS)):
+        if sections[name].kind not in registry:
+            raise SpecError(f"{source}: {name}.kind {sections[name].kind!r} is not one of "
+                            f"{', '.join(registry.names())}")
     arms_given = data["arms"]
     if not isinstance(arms_given, Mapping) or not arms_given:
         raise SpecError(f"{source}: arms must be a non-empty mapping of arm name -> {{labeler, overrides}}")

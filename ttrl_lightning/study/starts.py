@@ -23,7 +23,7 @@ from ..registry import Registry
 from .runs import compose_config, fit_in_process, run_checkpoint, seed_overrides, write_config
 from .spec import StudySpec
 
-__all__ = ["START_KINDS", "StartContext", "csv_logger"]
+__all__ = ["START_KINDS", "StartContext", "csv_logger", "file_data"]
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def warmup_start(ctx: StartContext) -> str:
                            "init_args": {"path": ctx.paths[s.split]}},
                   "trainer": {"max_epochs": s.epochs, "default_root_dir": run, "logger": csv_logger(run)}}]
     config = compose_config(t.config, *overrides)
-    config["data"]["init_args"] = _file_data(config["data"]["init_args"], ctx.paths[s.split])
+    config["data"]["init_args"] = file_data(config["data"]["init_args"], ctx.paths[s.split])
     cli = fit_in_process(["--config", write_config(config, os.path.join(ctx.folder, "study_start.yaml"))])
     policy, tokenizer = cli.model.policy.eval(), cli.model.tokenizer
     folder = os.path.join(ctx.folder, "checkpoint")
@@ -97,7 +97,7 @@ def warmup_start(ctx: StartContext) -> str:
 KEPT_DATA_OPTIONS = ("batch_size", "shuffle", "num_workers", "seed")
 
 
-def _file_data(init_args: Mapping, path: str, val_path: str | None = None, calibration_path: str | None = None
+def file_data(init_args: Mapping, path: str, val_path: str | None = None, calibration_path: str | None = None
                ) -> dict:
     """A ``QuestionDataModule``'s options reading the study's files: the config's batching and seed kept, its
     generated-task options (``task``, ``n``, ``val_task``, ...) dropped."""
